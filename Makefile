@@ -1,0 +1,66 @@
+# The verbs. `make test` and `make run` set up everything they need themselves (apt packages, .venv, control plane).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint unit e2e manifests plugin plugin-lint images-lint bench \
+        cluster-build cluster-up cluster-down cluster-status clean
+
+$(STAMP): pyproject.toml hack/setup.sh
+	hack/setup.sh "$(VENV)"
+
+setup: $(STAMP)
+
+cluster-build:
+	hack/control-plane.sh build
+
+cluster-up: cluster-build
+	hack/control-plane.sh up
+
+cluster-down:
+	hack/control-plane.sh down
+
+cluster-status:
+	hack/control-plane.sh status
+
+# Everything CI checks, then every test in one pytest run so the output ends with pytest's summary line.
+test: setup cluster-build lint
+	$(BIN)/pytest test $(PYTEST_ARGS)
+
+unit: setup
+	$(BIN)/pytest test/unit $(PYTEST_ARGS)
+
+e2e: setup cluster-build
+	$(BIN)/pytest test/e2e $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy src
+	$(BIN)/lint-imports
+	@if [ -x hack/plugin-lint.sh ]; then hack/plugin-lint.sh; fi
+	@if [ -x hack/images-lint.sh ]; then PATH="$(CURDIR)/$(BIN):$$PATH" hack/images-lint.sh; fi
+
+images-lint: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" hack/images-lint.sh
+
+plugin-lint:
+	hack/plugin-lint.sh
+
+manifests: setup
+	$(BIN)/python hack/gen_crd.py
+
+plugin:
+	$(MAKE) -C native/spank_chroot
+
+bench: setup cluster-build
+	$(BIN)/python -m bench
+
+run: setup
+	hack/run.sh "$(VENV)"
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""The SlurmCluster API, shipped as `slurmctl.api`."""

@@ -1,0 +1,1 @@
+"""SlurmCluster v1: spec and status models, defaults and semantic validation."""

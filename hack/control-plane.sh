@@ -1,0 +1,317 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager) on loopback, built offline from
+# Debian's `kubernetes` source package. See ../shared/notes/control-plane.md for why each step is here.
+#
+#   hack/control-plane.sh build    apt-install deps, fetch the source package, patch reflect2, build, cache the binaries
+#   hack/control-plane.sh up       start etcd, kube-apiserver and kube-controller-manager; write a kubeconfig
+#   hack/control-plane.sh down     stop exactly the processes `up` started (by recorded PID) and remove the state
+#   hack/control-plane.sh status   say whether it is up and where
+#
+# Environment:
+#   SLURMCTL_CLUSTER_DIR   state directory (default: <repo>/.cluster)
+#   SLURMCTL_CACHE         binary cache (default: ~/.cache/slurmctl)
+#   KUBE_SRC_PACKAGE       Debian source package to build (default: kubernetes)
+#   ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT   fixed ports (default: free ports picked at start)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STATE=${SLURMCTL_CLUSTER_DIR:-$ROOT/.cluster}
+CACHE=${SLURMCTL_CACHE:-$HOME/.cache/slurmctl}
+KUBE_SRC_PACKAGE=${KUBE_SRC_PACKAGE:-kubernetes}
+APT_PACKAGES=(golang-go etcd-server rsync golang-github-modern-go-reflect2-dev openssl curl make ca-certificates)
+READY_TIMEOUT=${READY_TIMEOUT:-90}
+
+log() { printf 'control-plane: %s\n' "$*" >&2; }
+die() { printf 'control-plane: error: %s\n' "$*" >&2; exit 1; }
+
+# run_step NAME LOGFILE CMD...: run a command with its output in LOGFILE; on failure say which step, which command,
+# and show the tail of the log, so a user sees why without digging.
+run_step() {
+    local name=$1 logfile=$2
+    shift 2
+    log "step '$name': $*"
+    if ! "$@" >"$logfile" 2>&1; then
+        {
+            printf '\ncontrol-plane: error: step %s failed\n' "'$name'"
+            printf '  command: %s\n' "$*"
+            printf '  log:     %s\n' "$logfile"
+            printf '  last lines of the log:\n'
+            tail -n 25 "$logfile" | sed 's/^/    | /'
+        } >&2
+        exit 1
+    fi
+}
+
+apt_updated=0
+ensure_apt_packages() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    mkdir -p "$CACHE/logs"
+    if [ "$apt_updated" = 0 ]; then
+        run_step apt-update "$CACHE/logs/apt-update.log" apt-get update
+        apt_updated=1
+    fi
+    run_step apt-install "$CACHE/logs/apt-install.log" \
+        env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+bin_dir_for() { printf '%s/kube-%s/bin' "$CACHE" "$1"; }
+
+cached_bin_dir() {
+    local ver
+    [ -f "$CACHE/kube-version" ] || return 1
+    ver=$(cat "$CACHE/kube-version")
+    local dir
+    dir=$(bin_dir_for "$ver")
+    [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kube-controller-manager" ] || return 1
+    printf '%s' "$dir"
+}
+
+# The deb-src entry mirrors the system's own archive and keyring, but lives in a private file and list directory so
+# the system's apt configuration is never changed.
+write_src_list() {
+    local out=$1 uri keyring
+    uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    keyring=$(awk '/^Signed-By:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    [ -n "$uri" ] || uri=http://deb.debian.org/debian
+    [ -n "$keyring" ] || keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    cat >"$out" <<EOF
+Types: deb-src
+URIs: $uri
+Suites: bookworm
+Components: main
+Signed-By: $keyring
+EOF
+}
+
+cmd_build() {
+    local dir
+    ensure_apt_packages "${APT_PACKAGES[@]}"
+    if dir=$(cached_bin_dir) && [ "$KUBE_SRC_PACKAGE" = kubernetes ]; then
+        log "cached binaries in $dir (nothing to build)"
+        return 0
+    fi
+    local work=$CACHE/src logs=$CACHE/logs
+    rm -rf "$work"
+    mkdir -p "$work/lists/partial" "$logs"
+    write_src_list "$work/src.sources"
+    local aptopts=(-o "Dir::Etc::SourceList=$work/src.sources" -o Dir::Etc::SourceParts=/dev/null
+        -o "Dir::State::Lists=$work/lists")
+    run_step fetch-index "$logs/fetch-index.log" apt-get "${aptopts[@]}" update
+    run_step fetch-source "$logs/fetch-source.log" \
+        bash -c 'cd "$1" && shift && apt-get "$@" source --download-only "$0"' \
+        "$KUBE_SRC_PACKAGE" "$work" "${aptopts[@]}"
+    local dsc ver orig
+    dsc=$(ls "$work"/*.dsc 2>/dev/null | head -n 1) || true
+    [ -n "$dsc" ] || die "step 'fetch-source': no .dsc downloaded into $work"
+    ver=$(awk '/^Version:/ {print $2; exit}' "$dsc")
+    orig=$(ls "$work"/*.orig.tar.* | head -n 1)
+    log "source package $KUBE_SRC_PACKAGE version $ver"
+    mkdir -p "$work/tree"
+    run_step unpack "$logs/unpack.log" tar -xf "$orig" -C "$work/tree" --strip-components=1
+    # reflect2 1.0.1 crashes the apiserver under Go >= 1.18 the first time a custom resource is written.
+    local vend=$work/tree/vendor/github.com/modern-go/reflect2 fixed=/usr/share/gocode/src/github.com/modern-go/reflect2
+    [ -d "$vend" ] || die "step 'patch-reflect2': $vend not found in the source tree"
+    [ -d "$fixed" ] || die "step 'patch-reflect2': $fixed not found (package golang-github-modern-go-reflect2-dev)"
+    find "$vend" -maxdepth 1 \( -name '*.go' -o -name '*.s' \) -delete
+    cp "$fixed"/*.go "$vend"/
+    cp "$fixed"/*.s "$vend"/ 2>/dev/null || true
+    mkdir -p "$work/tree/.go/src/k8s.io"
+    ln -sfn ../../.. "$work/tree/.go/src/k8s.io/kubernetes"
+    run_step go-build "$logs/go-build.log" bash -c \
+        'cd "$0" && GOPATH="$PWD/.go" CGO_ENABLED=0 GOCACHE="$1" \
+         make WHAT="cmd/kube-apiserver cmd/kube-controller-manager"' "$work/tree" "$CACHE/gocache"
+    local out
+    out=$(bin_dir_for "$ver")
+    mkdir -p "$out"
+    local b
+    for b in kube-apiserver kube-controller-manager; do
+        local f
+        f=$(find "$work/tree/_output" -type f -name "$b" -perm -u+x | head -n 1)
+        [ -n "$f" ] || die "step 'install': $b was not produced (see $logs/go-build.log)"
+        cp "$f" "$out/$b"
+    done
+    printf '%s\n' "$ver" >"$CACHE/kube-version"
+    rm -rf "$work" "$CACHE/gocache"
+    log "built $out"
+}
+
+free_port() {
+    python3 - <<'EOF'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+EOF
+}
+
+port_in_use() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+pick_port() {
+    local want=$1
+    if [ -n "$want" ]; then
+        port_in_use "$want" && die "port $want on 127.0.0.1 is already in use"
+        printf '%s' "$want"
+    else
+        free_port
+    fi
+}
+
+# A recorded PID counts as ours only while its command line still names the binary we started (PIDs are reused).
+pid_alive() {
+    local pid=$1 name=$2
+    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$name"
+}
+
+all_running() {
+    [ -d "$STATE/pids" ] || return 1
+    local n
+    for n in etcd kube-apiserver kube-controller-manager; do
+        pid_alive "$(cat "$STATE/pids/$n" 2>/dev/null)" "$n" || return 1
+    done
+}
+
+start_bg() {
+    local name=$1
+    shift
+    setsid "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
+    echo $! >"$STATE/pids/$name"
+}
+
+wait_ready() {
+    local url=$1 token=$2 deadline=$((SECONDS + READY_TIMEOUT))
+    while [ $SECONDS -lt $deadline ]; do
+        if curl -fsk --max-time 2 -H "Authorization: Bearer $token" "$url/readyz" >/dev/null 2>&1; then
+            return 0
+        fi
+        pid_alive "$(cat "$STATE/pids/kube-apiserver")" kube-apiserver || break
+        sleep 0.5
+    done
+    printf 'control-plane: error: kube-apiserver not ready at %s within %ss; last lines of its log:\n' \
+        "$url" "$READY_TIMEOUT" >&2
+    tail -n 25 "$STATE/logs/kube-apiserver.log" | sed 's/^/    | /' >&2
+    cmd_down >/dev/null 2>&1 || true
+    exit 1
+}
+
+print_export() {
+    printf 'export KUBECONFIG=%s\n' "$STATE/kubeconfig"
+}
+
+cmd_up() {
+    if all_running; then
+        log "already up ($(cat "$STATE/server"))"
+        print_export
+        return 0
+    fi
+    [ -d "$STATE/pids" ] && cmd_down >/dev/null 2>&1
+    local bin
+    bin=$(cached_bin_dir) || die "no control-plane binaries cached in $CACHE; run 'hack/control-plane.sh build' first"
+    ensure_apt_packages etcd-server openssl curl
+    mkdir -p "$STATE"/{pids,logs,certs,etcd}
+    chmod 700 "$STATE"
+    local etcd_port peer_port api_port
+    etcd_port=$(pick_port "${ETCD_PORT:-}")
+    peer_port=$(pick_port "${ETCD_PEER_PORT:-}")
+    api_port=$(pick_port "${APISERVER_PORT:-}")
+    local token
+    token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    printf '%s,admin,admin,system:masters\n' "$token" >"$STATE/certs/tokens.csv"
+    openssl genrsa -out "$STATE/certs/sa.key" 2048 >/dev/null 2>&1
+    openssl rsa -in "$STATE/certs/sa.key" -pubout -out "$STATE/certs/sa.pub" >/dev/null 2>&1
+    chmod 600 "$STATE/certs"/*
+
+    start_bg etcd etcd --name default --data-dir "$STATE/etcd" \
+        --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+        --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+        --initial-cluster "default=http://127.0.0.1:$peer_port"
+    start_bg kube-apiserver "$bin/kube-apiserver" \
+        --etcd-servers "http://127.0.0.1:$etcd_port" \
+        --secure-port "$api_port" --insecure-port 0 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+        --cert-dir "$STATE/certs" \
+        --service-account-issuer https://kubernetes.default.svc \
+        --service-account-key-file "$STATE/certs/sa.pub" \
+        --service-account-signing-key-file "$STATE/certs/sa.key" \
+        --token-auth-file "$STATE/certs/tokens.csv" \
+        --authorization-mode RBAC --allow-privileged=true \
+        --service-cluster-ip-range 10.96.0.0/16
+    local server=https://127.0.0.1:$api_port
+    printf '%s\n' "$server" >"$STATE/server"
+    wait_ready "$server" "$token"
+
+    cat >"$STATE/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: slurmctl-local
+  cluster:
+    server: $server
+    certificate-authority: $STATE/certs/apiserver.crt
+contexts:
+- name: slurmctl-local
+  context: {cluster: slurmctl-local, user: admin}
+current-context: slurmctl-local
+users:
+- name: admin
+  user: {token: $token}
+EOF
+    chmod 600 "$STATE/kubeconfig"
+    start_bg kube-controller-manager "$bin/kube-controller-manager" \
+        --kubeconfig "$STATE/kubeconfig" \
+        --service-account-private-key-file "$STATE/certs/sa.key" \
+        --root-ca-file "$STATE/certs/apiserver.crt" \
+        --leader-elect=false --port 0 --secure-port 0
+    sleep 0.2
+    pid_alive "$(cat "$STATE/pids/kube-controller-manager")" kube-controller-manager || {
+        tail -n 25 "$STATE/logs/kube-controller-manager.log" | sed 's/^/    | /' >&2
+        cmd_down >/dev/null 2>&1 || true
+        die "kube-controller-manager exited at start"
+    }
+    log "up: $server (state in $STATE)"
+    print_export
+}
+
+cmd_down() {
+    [ -d "$STATE" ] || { log "not up"; return 0; }
+    local n pid
+    for n in kube-controller-manager kube-apiserver etcd; do
+        pid=$(cat "$STATE/pids/$n" 2>/dev/null || true)
+        if pid_alive "$pid" "$n"; then
+            kill -TERM "$pid" 2>/dev/null || true
+            local i
+            for i in $(seq 1 50); do
+                pid_alive "$pid" "$n" || break
+                sleep 0.2
+            done
+            pid_alive "$pid" "$n" && kill -KILL "$pid" 2>/dev/null || true
+        fi
+    done
+    rm -rf "$STATE"
+    log "down"
+}
+
+cmd_status() {
+    if all_running; then
+        printf 'up: %s\nkubeconfig: %s\n' "$(cat "$STATE/server")" "$STATE/kubeconfig"
+    else
+        printf 'down (state directory %s)\n' "$STATE"
+        return 1
+    fi
+}
+
+case "${1:-}" in
+build) cmd_build ;;
+up) cmd_up ;;
+down) cmd_down ;;
+status) cmd_status ;;
+*)
+    printf 'usage: %s build|up|down|status\n' "$0" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Create the project's virtual environment and install slurmctl with its dev extras. Works on a fresh Debian 12
+# (where venv and pip come from apt) and on machines whose python3 already has them.
+set -euo pipefail
+VENV=${1:-.venv}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+PY=${PYTHON:-python3}
+if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    log "installing python3, python3-venv and python3-pip from apt"
+    apt-get update >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv python3-pip >/dev/null
+    PY=python3
+fi
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || {
+    log "error: slurmctl needs Python >= 3.11 ($PY is $("$PY" --version))"
+    exit 1
+}
+if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+log "installing slurmctl and its dev dependencies into $VENV"
+"$VENV/bin/python" -m pip install --quiet -e '.[dev]'
+touch "$VENV/.installed"

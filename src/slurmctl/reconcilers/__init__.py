@@ -1,0 +1,1 @@
+"""One reconciler per Slurm component, all keyed by the SlurmCluster."""

@@ -1,0 +1,1 @@
+"""A small controller-runtime for asyncio on kubernetes-asyncio. Knows nothing about Slurm."""

@@ -1,0 +1,55 @@
+"""Helpers shared by the end-to-end tests: waiting on conditions with deadlines, kubectl, the control plane."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+CONTROL_PLANE = REPO / "hack" / "control-plane.sh"
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]], *, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"
+) -> T:
+    """Poll `probe` until it returns something truthy; fail with `what` and the last value when the deadline passes."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = await probe()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+        await asyncio.sleep(interval)
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """A running control plane: its kubeconfig, and its state directory when this test session started it."""
+
+    kubeconfig: Path
+    state_dir: Path | None
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        proc = subprocess.run(
+            ["kubectl", *args], env=env, input=input, capture_output=True, text=True, timeout=60, check=False
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+
+def control_plane_script(command: str, state_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SLURMCTL_CLUSTER_DIR": str(state_dir)}
+    return subprocess.run(
+        ["bash", str(CONTROL_PLANE), command], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
