@@ -42,6 +42,12 @@ run_step() {
     fi
 }
 
+in_dir() {
+    local dir=$1
+    shift
+    (cd "$dir" && "$@")
+}
+
 apt_updated=0
 ensure_apt_packages() {
     local missing=() p
@@ -51,11 +57,11 @@ ensure_apt_packages() {
     [ ${#missing[@]} -eq 0 ] && return 0
     mkdir -p "$CACHE/logs"
     if [ "$apt_updated" = 0 ]; then
-        run_step apt-update "$CACHE/logs/apt-update.log" apt-get update
+        run_step apt-update "$CACHE/logs/apt-update.log" apt-get -o DPkg::Lock::Timeout=300 update
         apt_updated=1
     fi
     run_step apt-install "$CACHE/logs/apt-install.log" \
-        env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+        env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${missing[@]}"
 }
 
 bin_dir_for() { printf '%s/kube-%s/bin' "$CACHE" "$1"; }
@@ -101,14 +107,13 @@ cmd_build() {
     local aptopts=(-o "Dir::Etc::SourceList=$work/src.sources" -o Dir::Etc::SourceParts=/dev/null
         -o "Dir::State::Lists=$work/lists")
     run_step fetch-index "$logs/fetch-index.log" apt-get "${aptopts[@]}" update
-    run_step fetch-source "$logs/fetch-source.log" \
-        bash -c 'cd "$1" && shift && apt-get "$@" source --download-only "$0"' \
-        "$KUBE_SRC_PACKAGE" "$work" "${aptopts[@]}"
+    run_step fetch-source "$logs/fetch-source.log" in_dir "$work" apt-get "${aptopts[@]}" source --download-only \
+        "$KUBE_SRC_PACKAGE"
     local dsc ver orig
-    dsc=$(ls "$work"/*.dsc 2>/dev/null | head -n 1) || true
+    dsc=$(find "$work" -maxdepth 1 -name '*.dsc' | head -n 1)
     [ -n "$dsc" ] || die "step 'fetch-source': no .dsc downloaded into $work"
     ver=$(awk '/^Version:/ {print $2; exit}' "$dsc")
-    orig=$(ls "$work"/*.orig.tar.* | head -n 1)
+    orig=$(find "$work" -maxdepth 1 -name '*.orig.tar.*' | head -n 1)
     log "source package $KUBE_SRC_PACKAGE version $ver"
     mkdir -p "$work/tree"
     run_step unpack "$logs/unpack.log" tar -xf "$orig" -C "$work/tree" --strip-components=1
@@ -121,9 +126,8 @@ cmd_build() {
     cp "$fixed"/*.s "$vend"/ 2>/dev/null || true
     mkdir -p "$work/tree/.go/src/k8s.io"
     ln -sfn ../../.. "$work/tree/.go/src/k8s.io/kubernetes"
-    run_step go-build "$logs/go-build.log" bash -c \
-        'cd "$0" && GOPATH="$PWD/.go" CGO_ENABLED=0 GOCACHE="$1" \
-         make WHAT="cmd/kube-apiserver cmd/kube-controller-manager"' "$work/tree" "$CACHE/gocache"
+    run_step go-build "$logs/go-build.log" in_dir "$work/tree" env GOPATH="$work/tree/.go" CGO_ENABLED=0 \
+        GOCACHE="$CACHE/gocache" make WHAT="cmd/kube-apiserver cmd/kube-controller-manager"
     local out
     out=$(bin_dir_for "$ver")
     mkdir -p "$out"
@@ -139,14 +143,15 @@ cmd_build() {
     log "built $out"
 }
 
+# A random unused loopback port (pure bash: `cluster-up` must work before Python is installed). A port taken between
+# this check and the daemon's bind makes that daemon fail at start, which `up` reports.
 free_port() {
-    python3 - <<'EOF'
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
-EOF
+    local port _
+    for _ in $(seq 1 100); do
+        port=$((20000 + RANDOM % 40000))
+        port_in_use "$port" || { printf '%s' "$port"; return 0; }
+    done
+    die "no free loopback port found"
 }
 
 port_in_use() {
@@ -204,6 +209,50 @@ print_export() {
     printf 'export KUBECONFIG=%s\n' "$STATE/kubeconfig"
 }
 
+start_apiserver() {
+    local bin=$1 ETCD_ENDPOINT API_PORT
+    # shellcheck disable=SC1091
+    . "$STATE/ports.env"
+    start_bg kube-apiserver "$bin/kube-apiserver" \
+        --etcd-servers "$ETCD_ENDPOINT" \
+        --secure-port "$API_PORT" --insecure-port 0 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+        --cert-dir "$STATE/certs" \
+        --service-account-issuer https://kubernetes.default.svc \
+        --service-account-key-file "$STATE/certs/sa.pub" \
+        --service-account-signing-key-file "$STATE/certs/sa.key" \
+        --token-auth-file "$STATE/certs/tokens.csv" \
+        --authorization-mode RBAC --allow-privileged=true \
+        --service-cluster-ip-range 10.96.0.0/16
+}
+
+stop_pid() {
+    local n=$1 pid
+    pid=$(cat "$STATE/pids/$n" 2>/dev/null || true)
+    pid_alive "$pid" "$n" || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    local _
+    for _ in $(seq 1 50); do
+        pid_alive "$pid" "$n" || return 0
+        sleep 0.2
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+# Test aids: stop and start only the apiserver (same port, same etcd) to prove clients survive an apiserver restart.
+cmd_stop_apiserver() {
+    stop_pid kube-apiserver
+    log "kube-apiserver stopped"
+}
+
+cmd_start_apiserver() {
+    local bin
+    bin=$(cached_bin_dir) || die "no control-plane binaries cached in $CACHE"
+    pid_alive "$(cat "$STATE/pids/kube-apiserver" 2>/dev/null)" kube-apiserver && { log "kube-apiserver already running"; return 0; }
+    start_apiserver "$bin"
+    wait_ready "$(cat "$STATE/server")" "$(cut -d, -f1 "$STATE/certs/tokens.csv")"
+    log "kube-apiserver started"
+}
+
 cmd_up() {
     if all_running; then
         log "already up ($(cat "$STATE/server"))"
@@ -231,16 +280,9 @@ cmd_up() {
         --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
         --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
         --initial-cluster "default=http://127.0.0.1:$peer_port"
-    start_bg kube-apiserver "$bin/kube-apiserver" \
-        --etcd-servers "http://127.0.0.1:$etcd_port" \
-        --secure-port "$api_port" --insecure-port 0 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
-        --cert-dir "$STATE/certs" \
-        --service-account-issuer https://kubernetes.default.svc \
-        --service-account-key-file "$STATE/certs/sa.pub" \
-        --service-account-signing-key-file "$STATE/certs/sa.key" \
-        --token-auth-file "$STATE/certs/tokens.csv" \
-        --authorization-mode RBAC --allow-privileged=true \
-        --service-cluster-ip-range 10.96.0.0/16
+    printf 'ETCD_ENDPOINT=http://127.0.0.1:%s\nAPI_PORT=%s\n' "$etcd_port" "$api_port" >"$STATE/ports.env"
+    printf 'http://127.0.0.1:%s\n' "$etcd_port" >"$STATE/etcd-endpoint"
+    start_apiserver "$bin"
     local server=https://127.0.0.1:$api_port
     printf '%s\n' "$server" >"$STATE/server"
     wait_ready "$server" "$token"
@@ -279,18 +321,9 @@ EOF
 
 cmd_down() {
     [ -d "$STATE" ] || { log "not up"; return 0; }
-    local n pid
+    local n
     for n in kube-controller-manager kube-apiserver etcd; do
-        pid=$(cat "$STATE/pids/$n" 2>/dev/null || true)
-        if pid_alive "$pid" "$n"; then
-            kill -TERM "$pid" 2>/dev/null || true
-            local i
-            for i in $(seq 1 50); do
-                pid_alive "$pid" "$n" || break
-                sleep 0.2
-            done
-            pid_alive "$pid" "$n" && kill -KILL "$pid" 2>/dev/null || true
-        fi
+        stop_pid "$n"
     done
     rm -rf "$STATE"
     log "down"
@@ -310,8 +343,10 @@ build) cmd_build ;;
 up) cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
+stop-apiserver) cmd_stop_apiserver ;;
+start-apiserver) cmd_start_apiserver ;;
 *)
-    printf 'usage: %s build|up|down|status\n' "$0" >&2
+    printf 'usage: %s build|up|down|status|stop-apiserver|start-apiserver\n' "$0" >&2
     exit 2
     ;;
 esac

@@ -11,8 +11,8 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 PY=${PYTHON:-python3}
 if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
     log "installing python3, python3-venv and python3-pip from apt"
-    apt-get update >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv python3-pip >/dev/null
+    apt-get -o DPkg::Lock::Timeout=300 update >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends python3 python3-venv python3-pip >/dev/null
     PY=python3
 fi
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || {

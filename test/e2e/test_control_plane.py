@@ -68,6 +68,7 @@ async def test_statefulset_controller_creates_pods(api: client.ApiClient, namesp
             "metadata": {"name": "web"},
             "spec": {
                 "serviceName": "web",
+                "podManagementPolicy": "Parallel",
                 "replicas": 2,
                 "selector": {"matchLabels": labels},
                 "template": {
@@ -229,6 +230,15 @@ async def test_custom_resource_scale_subresource_and_schema_rejection(
     assert [o["metadata"]["name"] for o in listed["items"]] == ["w"]
 
 
+def _running(pid: int) -> bool:
+    """A zombie waiting for init to reap it is stopped: only its exit status is left."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _pids(state: Path) -> dict[str, int]:
     return {p.name: int(p.read_text()) for p in (state / "pids").iterdir()}
 
@@ -266,5 +276,5 @@ def test_up_is_idempotent_down_stops_exactly_what_it_started_and_busy_ports_are_
     assert down.returncode == 0, down.stderr
     assert not state.exists()
     for name, pid in pids.items():
-        assert not Path(f"/proc/{pid}").exists(), f"{name} (pid {pid}) still running after down"
+        assert not _running(pid), f"{name} (pid {pid}) still running after down"
     assert control_plane_script("status", state).returncode != 0
