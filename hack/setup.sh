@@ -8,6 +8,19 @@ cd "$ROOT"
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
+# System tools the tests call (checked with dpkg so a warm machine does not touch apt).
+SYSTEM_PACKAGES=(openssh-client)
+missing=()
+for pkg in "${SYSTEM_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} from apt"
+    apt-get -o DPkg::Lock::Timeout=300 update >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends \
+        "${missing[@]}" >/dev/null
+fi
+
 PY=${PYTHON:-python3}
 if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
     log "installing python3, python3-venv and python3-pip from apt"
