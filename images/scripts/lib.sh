@@ -1,0 +1,110 @@
+# shellcheck shell=bash
+# Helpers shared by the slurmctl container scripts; sourced, never executed. Every path a script touches can be
+# moved with an environment variable so the scripts can be exercised outside a container (tests, debugging).
+
+: "${SLURM_CONFIGS_SOURCE:=/mnt/slurm-configs}"
+: "${SLURM_CONF_DIR:=/etc/slurm}"
+: "${MUNGE_KEY_SOURCE:=/mnt/munge-key/munge.key}"
+: "${MUNGE_KEY_FILE:=/etc/munge/munge.key}"
+: "${MUNGE_SOCKET:=/run/munge/munge.socket.2}"
+: "${MUNGE_WAIT_SECONDS:=120}"
+: "${MUNGE_USER:=munge}"
+
+PROG=${PROG:-$(basename "$0")}
+
+log() {
+    printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$PROG" "$*" >&2
+}
+
+die() {
+    log "error: $*"
+    exit 1
+}
+
+is_true() {
+    case "${1,,}" in
+        true | yes | 1 | on) return 0 ;;
+        false | no | 0 | off | '') return 1 ;;
+        *) die "expected true or false, got '$1'" ;;
+    esac
+}
+
+# Copies every file of the Slurm configs ConfigMap into SLURM_CONF_DIR. ConfigMap volumes present files as symlinks
+# into a hidden ..data directory, hence -L; the hidden entries themselves are skipped.
+install_slurm_configs() {
+    [ -f "$SLURM_CONFIGS_SOURCE/slurm.conf" ] \
+        || die "no slurm.conf in $SLURM_CONFIGS_SOURCE (is the Slurm configs ConfigMap mounted there?)"
+    mkdir -p "$SLURM_CONF_DIR"
+    local f name
+    for f in "$SLURM_CONFIGS_SOURCE"/*; do
+        name=$(basename "$f")
+        [ -f "$f" ] || continue
+        install -m 0644 "$f" "$SLURM_CONF_DIR/$name"
+        log "installed $SLURM_CONF_DIR/$name"
+    done
+}
+
+# The key is secret material: it is copied with install(1) so it never passes through a variable or a log line.
+install_munge_key() {
+    [ -f "$MUNGE_KEY_SOURCE" ] || die "munge key $MUNGE_KEY_SOURCE is missing (is the munge key Secret mounted?)"
+    [ -s "$MUNGE_KEY_SOURCE" ] || die "munge key $MUNGE_KEY_SOURCE is empty"
+    mkdir -p "$(dirname "$MUNGE_KEY_FILE")"
+    install -o "$MUNGE_USER" -g "$MUNGE_USER" -m 0400 "$MUNGE_KEY_SOURCE" "$MUNGE_KEY_FILE"
+    log "installed munge key at $MUNGE_KEY_FILE (owner $MUNGE_USER, mode 0400)"
+}
+
+wait_for_munge() {
+    local deadline=$((SECONDS + MUNGE_WAIT_SECONDS))
+    log "waiting up to ${MUNGE_WAIT_SECONDS}s for the munge socket $MUNGE_SOCKET"
+    until [ -S "$MUNGE_SOCKET" ]; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            die "munge socket $MUNGE_SOCKET did not appear within ${MUNGE_WAIT_SECONDS}s; is munged (the munge container) running?"
+        fi
+        sleep 0.2
+    done
+    log "munge socket is up"
+}
+
+# Starts munged as the munge user, with MUNGED_ARGS (word-split) and the given arguments. With "background" it is
+# started in the background and its pid is printed.
+start_munged() {
+    local mode=$1
+    shift
+    local rundir
+    rundir=$(dirname "$MUNGE_SOCKET")
+    mkdir -p "$rundir"
+    chown "$MUNGE_USER:$MUNGE_USER" "$rundir"
+    chmod 0755 "$rundir"
+    local -a cmd=(setpriv --reuid="$MUNGE_USER" --regid="$MUNGE_USER" --init-groups
+        munged --foreground --socket="$MUNGE_SOCKET" --key-file="$MUNGE_KEY_FILE")
+    # shellcheck disable=SC2206 # MUNGED_ARGS is a word list by design
+    cmd+=(${MUNGED_ARGS:-} "$@")
+    if [ "$mode" = background ]; then
+        # stdout goes to stderr so a caller's $(...) does not wait for munged to exit.
+        "${cmd[@]}" </dev/null >&2 &
+        echo "$!"
+    else
+        log "starting munged"
+        exec "${cmd[@]}"
+    fi
+}
+
+# Prints the value of a slurm.conf key (case-insensitive, last one wins), or the default when absent.
+slurm_conf_value() {
+    local key=$1 default=$2 value
+    value=$(awk -F= -v k="${key,,}" '
+        { sub(/#.*/, "") }
+        tolower($1) ~ "^[ \t]*" k "[ \t]*$" { v = $2; sub(/^[ \t]+/, "", v); sub(/[ \t]+$/, "", v); split(v, w, /[ \t]+/); found = w[1] }
+        END { if (found != "") print found }' "$SLURM_CONF_DIR/slurm.conf")
+    printf '%s\n' "${value:-$default}"
+}
+
+# Runs a daemon as the given user (a no-op switch for root) so that daemons that can live without root do.
+exec_as() {
+    local user=$1
+    shift
+    if [ "$user" = root ] || [ "$(id -u "$user")" = 0 ]; then
+        exec "$@"
+    fi
+    exec setpriv --reuid="$user" --regid="$user" --init-groups "$@"
+}

@@ -1,0 +1,322 @@
+#!/usr/bin/python3
+"""NCCL all-reduce benchmark over every idle node of the cluster (installed as /usr/lib/slurmctl/nccl-benchmark).
+
+Each idle, responding node runs nccl-tests' `all_reduce_perf` through `srun` (one benchmark per node at a time: a
+node where one already runs or is queued is skipped). The "Avg bus bandwidth" line is compared with the threshold; a
+node below it, or whose run crashed, timed out or printed no result, has failed. With draining enabled a failed node
+is drained with a reason starting "slurmctl-nccl:" that says what was measured and what was required.
+
+Only idle nodes are benchmarked: a node running users' jobs would give a meaningless number, and a drained or down
+node cannot run the benchmark. When any node of the cluster has GPUs in its Gres, only such nodes are benchmarked
+and `--gpus-per-node` is requested; a cluster that declares no GPU GRES benchmarks all idle nodes without it.
+
+Environment: NCCL_MIN_BYTES (512M), NCCL_MAX_BYTES (8G), NCCL_STEP_FACTOR (2), NCCL_MIN_BUS_BANDWIDTH_GBPS (0: only
+crashes fail), NCCL_DRAIN_ON_FAILURE (false), NCCL_TIMEOUT_SECONDS (1800, per node), GPUS_PER_NODE (8),
+NCCL_PARTITION (all partitions), NCCL_BENCHMARK_BINARY (all_reduce_perf, found on PATH inside the jail).
+
+Exit status: 0 every benchmarked node passed (or none was idle), 1 a node failed, 2 bad settings or Slurm
+unreachable. Standard library only: it runs in a slim image.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+log = logging.getLogger("nccl-benchmark")
+
+REASON_PREFIX = "slurmctl-nccl:"
+JOB_NAME = "slurmctl-nccl-benchmark"
+SLURM_TIMEOUT_SECONDS = 30
+GRACE_SECONDS = 10
+EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
+_AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)", re.MULTILINE)
+_OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\S+)", re.MULTILINE)
+
+
+class SettingsError(ValueError):
+    """A setting from the environment is unusable; reported once, then the benchmark exits 2."""
+
+
+class SlurmError(RuntimeError):
+    """A Slurm client command failed or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    min_bytes: str
+    max_bytes: str
+    step_factor: int
+    min_bus_bandwidth_gbps: float
+    drain_on_failure: bool
+    timeout_seconds: int
+    gpus_per_node: int
+    partition: str | None
+    binary: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        def get(name: str, default: str) -> str:
+            return env.get(name, "").strip() or default
+
+        def number(name: str, default: str, kind: type[int] | type[float], minimum: float) -> float:
+            raw = get(name, default)
+            try:
+                value = kind(raw)
+            except ValueError:
+                raise SettingsError(f"{name}={raw!r} is not a {kind.__name__}") from None
+            if not math.isfinite(value) or value < minimum:
+                raise SettingsError(f"{name}={raw!r} must be at least {minimum}")
+            return value
+
+        def size(name: str, default: str) -> str:
+            raw = get(name, default)
+            if not _SIZE.match(raw):
+                raise SettingsError(f"{name}={raw!r} is not a size such as 512M or 8G")
+            return raw.strip()
+
+        drain = get("NCCL_DRAIN_ON_FAILURE", "false").lower()
+        if drain not in ("true", "false"):
+            raise SettingsError(f"NCCL_DRAIN_ON_FAILURE={drain!r} must be true or false")
+        settings = cls(
+            min_bytes=size("NCCL_MIN_BYTES", "512M"),
+            max_bytes=size("NCCL_MAX_BYTES", "8G"),
+            step_factor=int(number("NCCL_STEP_FACTOR", "2", int, 2)),
+            min_bus_bandwidth_gbps=number("NCCL_MIN_BUS_BANDWIDTH_GBPS", "0", float, 0),
+            drain_on_failure=drain == "true",
+            timeout_seconds=int(number("NCCL_TIMEOUT_SECONDS", "1800", int, 1)),
+            gpus_per_node=int(number("GPUS_PER_NODE", "8", int, 1)),
+            partition=get("NCCL_PARTITION", "") or None,
+            binary=get("NCCL_BENCHMARK_BINARY", "all_reduce_perf"),
+        )
+        if size_bytes(settings.min_bytes) > size_bytes(settings.max_bytes):
+            raise SettingsError(f"NCCL_MIN_BYTES={settings.min_bytes} is above NCCL_MAX_BYTES={settings.max_bytes}")
+        return settings
+
+
+def size_bytes(text: str) -> int:
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(text)
+    number, unit = int(match.group(1)), match.group(2).upper()
+    return number * 1024 ** ("KMGT".index(unit) + 1) if unit else number
+
+
+def parse_bus_bandwidth(output: str) -> float:
+    """GB/s from nccl-tests' summary; ValueError (with a short reason) when the run produced no valid result."""
+    oob = _OUT_OF_BOUNDS.search(output)
+    if oob and (int(oob.group(1)) != 0 or oob.group(2).upper() != "OK"):
+        raise ValueError(f"{oob.group(1)} out-of-bounds values (results are wrong)")
+    found = _AVG_BUSBW.findall(output)
+    if not found:
+        raise ValueError('no "Avg bus bandwidth" in the output')
+    try:
+        value = float(found[-1])
+    except ValueError:
+        raise ValueError(f'unreadable "Avg bus bandwidth" value {found[-1][:40]!r}') from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f'unreadable "Avg bus bandwidth" value {found[-1][:40]!r}')
+    return value
+
+
+@dataclass(frozen=True)
+class Outcome:
+    node: str
+    passed: bool
+    detail: str
+    skipped: bool = False
+
+
+def run_slurm(argv: Sequence[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT_SECONDS, check=False)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{argv[0]} did not answer within {SLURM_TIMEOUT_SECONDS}s") from None
+    except OSError as err:
+        raise SlurmError(f"{argv[0]}: {err}") from None
+    if done.returncode != 0:
+        raise SlurmError(f"{' '.join(argv[:3])} failed: {(done.stderr or done.stdout).strip()[:300]}")
+    return done.stdout
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    if not hostlist or hostlist in ("(null)", "n/a"):
+        return []
+    return run_slurm(["scontrol", "show", "hostnames", hostlist]).split()
+
+
+def candidate_nodes(settings: Settings) -> tuple[list[str], bool]:
+    """Idle responding nodes to benchmark, and whether GPUs must be requested from Slurm for them."""
+    argv = ["sinfo", "--noheader", "--Node", "--responding", "--format=%N|%T|%G"]
+    if settings.partition:
+        argv.append(f"--partition={settings.partition}")
+    nodes: dict[str, tuple[str, bool]] = {}
+    for line in run_slurm(argv).splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3:
+            continue
+        name, state, gres = parts
+        has_gpu = any(item.startswith("gpu:") or item == "gpu" for item in gres.split(","))
+        nodes[name] = (state.lower(), has_gpu)
+    gpu_cluster = any(has_gpu for _, has_gpu in nodes.values())
+    chosen = [
+        name for name, (state, has_gpu) in sorted(nodes.items()) if state == "idle" and (has_gpu or not gpu_cluster)
+    ]
+    return chosen, gpu_cluster
+
+
+def nodes_with_benchmark() -> set[str]:
+    """Nodes where a benchmark job is running (%N) or queued for (%n: the requested nodes)."""
+    out = run_slurm(["squeue", "--noheader", f"--name={JOB_NAME}", "--format=%N|%n"])
+    busy: set[str] = set()
+    for line in out.splitlines():
+        for hostlist in line.strip().split("|"):
+            busy.update(expand_hostlist(hostlist.strip()))
+    return busy
+
+
+def srun_argv(settings: Settings, node: str, *, request_gpus: bool) -> list[str]:
+    argv = [
+        "srun",
+        f"--nodelist={node}",
+        "--nodes=1",
+        "--ntasks=1",
+        "--exclusive",
+        "--immediate=60",
+        f"--job-name={JOB_NAME}",
+        f"--time={max(1, math.ceil(settings.timeout_seconds / 60))}",
+        "--kill-on-bad-exit=1",
+    ]
+    if settings.partition:
+        argv.append(f"--partition={settings.partition}")
+    if request_gpus:
+        argv.append(f"--gpus-per-node={settings.gpus_per_node}")
+    argv += [
+        settings.binary,
+        "-b",
+        settings.min_bytes,
+        "-e",
+        settings.max_bytes,
+        "-f",
+        str(settings.step_factor),
+        "-g",
+        str(settings.gpus_per_node),
+    ]
+    return argv
+
+
+def _stop(proc: subprocess.Popen[str], node: str) -> None:
+    """Cancels the node's step through Slurm, then makes sure srun itself is gone."""
+    try:
+        run_slurm(["scancel", f"--name={JOB_NAME}", f"--nodelist={node}"])
+    except SlurmError as err:
+        log.warning("node=%s scancel failed: %s", node, err)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def benchmark(settings: Settings, node: str, *, request_gpus: bool) -> Outcome:
+    argv = srun_argv(settings, node, request_gpus=request_gpus)
+    log.info("node=%s running: %s", node, " ".join(argv))
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    except OSError as err:
+        return Outcome(node, passed=False, detail=f"cannot start srun: {err}")
+    try:
+        output, _ = proc.communicate(timeout=settings.timeout_seconds)
+    except subprocess.TimeoutExpired:
+        _stop(proc, node)
+        return Outcome(node, passed=False, detail=f"benchmark timed out after {settings.timeout_seconds}s")
+    for line in output.splitlines():
+        log.debug("node=%s | %s", node, line)
+    return judge(settings, node, returncode=proc.returncode, output=output)
+
+
+def judge(settings: Settings, node: str, *, returncode: int, output: str) -> Outcome:
+    """The verdict on one finished srun of the benchmark."""
+    if returncode != 0:
+        if "Unable to allocate resources" in output or "Requested nodes are busy" in output:
+            return Outcome(node, passed=True, skipped=True, detail="node became busy; not benchmarked")
+        tail = " ".join(output.strip().splitlines()[-1:])[:120]
+        return Outcome(node, passed=False, detail=f"benchmark crashed (exit {returncode}): {tail}".rstrip(": "))
+    try:
+        busbw = parse_bus_bandwidth(output)
+    except ValueError as err:
+        return Outcome(node, passed=False, detail=f"benchmark gave no result: {err}")
+    required = settings.min_bus_bandwidth_gbps
+    if busbw < required:
+        return Outcome(node, passed=False, detail=f"avg bus bandwidth {busbw:g} GB/s below required {required:g} GB/s")
+    return Outcome(node, passed=True, detail=f"avg bus bandwidth {busbw:g} GB/s (required {required:g} GB/s)")
+
+
+def node_drained_by_other(node: str) -> bool:
+    out = run_slurm(["sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%T|%E"])
+    for line in out.splitlines():
+        state, _, reason = line.strip().partition("|")
+        if state.startswith("drain") and not reason.startswith(REASON_PREFIX):
+            return True
+    return False
+
+
+def drain(node: str, detail: str) -> None:
+    if node_drained_by_other(node):
+        log.warning("node=%s already drained by someone else; leaving its reason", node)
+        return
+    reason = f"{REASON_PREFIX} {detail}"
+    run_slurm(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+    log.warning("node=%s drained reason=%r", node, reason)
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s nccl-benchmark: %(message)s", stream=sys.stderr)
+    try:
+        settings = Settings.from_env(os.environ if env is None else env)
+    except SettingsError as err:
+        log.error("bad setting: %s", err)
+        return EXIT_ERROR
+    try:
+        nodes, gpu_cluster = candidate_nodes(settings)
+        busy = nodes_with_benchmark()
+    except SlurmError as err:
+        log.error("cannot list nodes: %s", err)
+        return EXIT_ERROR
+    for node in sorted(busy.intersection(nodes)):
+        log.info("node=%s skipped: a benchmark already runs there", node)
+    todo = [node for node in nodes if node not in busy]
+    if not todo:
+        log.info("no idle node to benchmark")
+        return EXIT_OK
+    with ThreadPoolExecutor(max_workers=min(len(todo), 32)) as pool:
+        outcomes = list(pool.map(lambda n: benchmark(settings, n, request_gpus=gpu_cluster), todo))
+    failed = 0
+    for outcome in outcomes:
+        if outcome.passed:
+            log.info("node=%s %s: %s", outcome.node, "skipped" if outcome.skipped else "passed", outcome.detail)
+            continue
+        failed += 1
+        log.error("node=%s failed: %s", outcome.node, outcome.detail)
+        if settings.drain_on_failure:
+            try:
+                drain(outcome.node, outcome.detail)
+            except SlurmError as err:
+                log.error("node=%s could not be drained: %s", outcome.node, err)
+    log.info("%d of %d nodes failed", failed, len(outcomes))
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

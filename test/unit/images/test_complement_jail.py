@@ -1,0 +1,163 @@
+"""complement-jail in a private mount namespace on a real directory tree: what gets mounted, idempotence, errors."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test.unit.images.conftest import SCRIPTS, write_exe
+
+MARK = "=====MOUNTINFO====="
+
+
+def mount_points(mountinfo: str) -> list[tuple[str, str]]:
+    """(mount point, fstype) per line of /proc/self/mountinfo, octal escapes decoded."""
+    result = []
+    for line in mountinfo.strip().splitlines():
+        fields = line.split()
+        sep = fields.index("-")
+        point = fields[4].encode().decode("unicode_escape")
+        result.append((point, fields[sep + 1]))
+    return result
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A jail with the bare bones of a root filesystem, a sub-mount volume, configs and a munge socket dir."""
+    jail = tmp_path / "jail"
+    for name in ("etc", "usr/bin", "proc", "dev", "sys", "run", "tmp"):
+        (jail / name).mkdir(parents=True)
+    (tmp_path / "submounts" / "home").mkdir(parents=True)
+    (tmp_path / "submounts" / "home" / "alice.txt").write_text("on the home volume")
+    (tmp_path / "submounts" / "data").mkdir(parents=True)
+    (tmp_path / "slurm-etc").mkdir()
+    (tmp_path / "slurm-etc" / "slurm.conf").write_text("ClusterName=test\n")
+    (tmp_path / "munge-run").mkdir()
+    (tmp_path / "hooks").mkdir()
+    write_exe(tmp_path / "hooks" / "10-mark", '#!/bin/sh\necho "hook saw $JAIL_DIR" >> "$HOOK_LOG"\n')
+    return tmp_path
+
+
+def env_for(tree: Path, **extra: str) -> dict[str, str]:
+    return {
+        "JAIL_DIR": str(tree / "jail"),
+        "JAIL_SUBMOUNTS": "home:/home data:/srv/data",
+        "JAIL_SUBMOUNTS_SOURCE": str(tree / "submounts"),
+        "COMPLEMENT_JAIL_BINDS": "/usr/bin/srun /usr/bin/does-not-exist-here",
+        "COMPLEMENT_JAIL_HOOKS": str(tree / "hooks"),
+        "HOOK_LOG": str(tree / "hook.log"),
+        "SLURM_CONF_DIR": str(tree / "slurm-etc"),
+        "MUNGE_SOCKET": str(tree / "munge-run" / "munge.socket.2"),
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        **extra,
+    }
+
+
+def in_namespace(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "bash", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_mounts_appear_and_a_second_run_adds_none(tree: Path) -> None:
+    jail = tree / "jail"
+    script = f"""
+        set -e
+        {SCRIPTS}/complement-jail
+        echo {MARK}; cat /proc/self/mountinfo
+        {SCRIPTS}/complement-jail
+        echo {MARK}; cat /proc/self/mountinfo
+        echo {MARK}
+        cat {jail}/home/alice.txt; echo
+        cat {jail}/etc/slurm/slurm.conf
+        cmp /etc/hosts {jail}/etc/hosts && echo hosts-same
+        test -d {jail}/proc/self && echo proc-fresh
+    """
+    done = in_namespace(script, env_for(tree))
+
+    assert done.returncode == 0, done.stderr
+    _, first, second, checks = done.stdout.split(MARK)
+    after_first = mount_points(first)
+    points = {point: fstype for point, fstype in after_first}
+    j = str(jail)
+    expected = {
+        j,
+        f"{j}/proc",
+        f"{j}/dev",
+        f"{j}/sys",
+        f"{j}/run",
+        f"{j}/tmp",
+        f"{j}/etc/hosts",
+        f"{j}/etc/resolv.conf",
+        f"{j}/run/munge",
+        f"{j}/etc/slurm",
+        f"{j}/home",
+        f"{j}/srv/data",
+        f"{j}/usr/bin/srun",
+    }
+    assert expected <= set(points), sorted(expected - set(points))
+    assert points[f"{j}/proc"] == "proc"
+    assert f"{j}/dev/pts" in points  # /dev is bound recursively: its own sub-mounts come along
+    assert not any(p.endswith("does-not-exist-here") for p in points)
+    assert "skipping /usr/bin/does-not-exist-here" in done.stderr
+    # Idempotent: the second run mounted nothing at all.
+    assert mount_points(second) == after_first
+    assert "on the home volume" in checks
+    assert "ClusterName=test" in checks
+    assert "hosts-same" in checks
+    assert "proc-fresh" in checks
+    assert (tree / "hook.log").read_text().splitlines() == [f"hook saw {jail}"] * 2
+
+
+def test_missing_jail_fails_clearly(tree: Path) -> None:
+    done = in_namespace(f"{SCRIPTS}/complement-jail", env_for(tree, JAIL_DIR=str(tree / "absent")))
+
+    assert done.returncode == 1
+    assert f"jail {tree / 'absent'} does not exist (is the jail volume mounted?)" in done.stderr
+
+
+def test_empty_jail_is_rejected_before_mounting_anything(tree: Path) -> None:
+    empty = tree / "empty-jail"
+    empty.mkdir()
+    done = in_namespace(
+        f"{SCRIPTS}/complement-jail; echo rc=$?; grep -c {empty} /proc/self/mountinfo || true",
+        env_for(tree, JAIL_DIR=str(empty)),
+    )
+
+    assert "holds no root filesystem" in done.stderr
+    assert done.stdout.split() == ["rc=1", "0"]
+
+
+def test_missing_submount_volume_fails_naming_it(tree: Path) -> None:
+    done = in_namespace(f"{SCRIPTS}/complement-jail", env_for(tree, JAIL_SUBMOUNTS="scratch:/scratch"))
+
+    assert done.returncode == 1
+    assert "jail sub-mount 'scratch' is not mounted at" in done.stderr
+
+
+@pytest.mark.parametrize("entry", ["no-colon", "Bad_Name:/x", "home:relative/path"])
+def test_malformed_submount_entries_are_rejected(tree: Path, entry: str) -> None:
+    (tree / "submounts" / "no-colon").mkdir()
+    done = in_namespace(f"{SCRIPTS}/complement-jail", env_for(tree, JAIL_SUBMOUNTS=entry))
+
+    assert done.returncode == 1
+    assert "bad JAIL_SUBMOUNTS entry" in done.stderr or "must be absolute" in done.stderr
+
+
+def test_symlink_in_the_jail_cannot_redirect_a_mount_to_the_host(tree: Path) -> None:
+    # A user with root in the jail could plant this; following it would mount over a file of the node itself.
+    victim = tree / "host-file"
+    victim.write_text("node's own file")
+    (tree / "jail" / "etc" / "resolv.conf").symlink_to(victim)
+    done = in_namespace(f"{SCRIPTS}/complement-jail; grep -c {victim} /proc/self/mountinfo || true", env_for(tree))
+
+    assert "leads outside the jail" in done.stderr
+    assert done.stdout.split()[-1] == "0"
+    assert victim.read_text() == "node's own file"

@@ -1,0 +1,240 @@
+"""The container entrypoints run directly: configs and secrets put in place with the right owners and modes, the
+munge wait bounded, and the daemon exec'd as the right user. Daemons other than munged are stand-ins recording how
+they were started (starting a second real slurmctld/slurmd here is the Slurm e2e suite's job)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from test.unit.images.conftest import SCRIPTS, run_script, write_exe
+
+RECORDER = '#!/bin/sh\necho "$(basename "$0") uid=$(id -u) args=$*" >> {log}\n'
+
+
+@pytest.fixture
+def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
+    """Mounted ConfigMap/Secret stand-ins, a listening munge socket, and recording daemons first on PATH."""
+    configs = shared_tmp / "mnt" / "slurm-configs"
+    configs.mkdir(parents=True)
+    # ConfigMap volumes present keys as symlinks into a ..data directory.
+    data = configs / "..data"
+    data.mkdir()
+    (data / "slurm.conf").write_text(f"SlurmUser=slurm\nStateSaveLocation={shared_tmp}/state  # comment\n")
+    (data / "cgroup.conf").write_text("CgroupPlugin=cgroup/v2\n")
+    (configs / "slurm.conf").symlink_to("..data/slurm.conf")
+    (configs / "cgroup.conf").symlink_to("..data/cgroup.conf")
+    (shared_tmp / "mnt" / "munge-key").mkdir()
+    (shared_tmp / "mnt" / "munge-key" / "munge.key").write_bytes(os.urandom(1024))
+    (shared_tmp / "run").mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(shared_tmp / "run" / "munge.socket.2"))
+    sock.listen()
+    bin_dir = shared_tmp / "bin"
+    log = shared_tmp / "daemons.log"
+    log.touch()
+    log.chmod(0o666)
+    for daemon in ("slurmctld", "slurmd", "slurmdbd", "sshd"):
+        write_exe(bin_dir / daemon, RECORDER.format(log=log))
+    env = {
+        "PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "SLURM_CONFIGS_SOURCE": str(configs),
+        "SLURM_CONF_DIR": str(shared_tmp / "etc" / "slurm"),
+        "MUNGE_KEY_SOURCE": str(shared_tmp / "mnt" / "munge-key" / "munge.key"),
+        "MUNGE_KEY_FILE": str(shared_tmp / "etc" / "munge" / "munge.key"),
+        "MUNGE_SOCKET": str(shared_tmp / "run" / "munge.socket.2"),
+        "MUNGE_WAIT_SECONDS": "5",
+        "ROOT": str(shared_tmp),
+        "LOG": str(log),
+    }
+    yield env
+    sock.close()
+
+
+def assert_configs_installed(env: dict[str, str]) -> None:
+    etc = Path(env["SLURM_CONF_DIR"])
+    assert sorted(p.name for p in etc.iterdir()) == ["cgroup.conf", "slurm.conf"]
+    assert (etc / "cgroup.conf").read_text() == "CgroupPlugin=cgroup/v2\n"
+    assert not (etc / "slurm.conf").is_symlink()
+    assert stat.S_IMODE((etc / "slurm.conf").stat().st_mode) == 0o644
+    key = Path(env["MUNGE_KEY_FILE"])
+    assert key.read_bytes() == Path(env["MUNGE_KEY_SOURCE"]).read_bytes()
+    st = key.stat()
+    assert (stat.S_IMODE(st.st_mode), pwd.getpwuid(st.st_uid).pw_name) == (0o400, "munge")
+
+
+def test_controller_runs_slurmctld_as_slurm_user_with_its_state_dir(pod: dict[str, str]) -> None:
+    done = run_script("entrypoint-controller", "-vv", env=pod)
+
+    assert done.returncode == 0, done.stderr
+    assert_configs_installed(pod)
+    state = Path(pod["ROOT"]) / "state"
+    assert (stat.S_IMODE(state.stat().st_mode), state.stat().st_uid) == (0o700, pwd.getpwnam("slurm").pw_uid)
+    assert Path(pod["LOG"]).read_text() == f"slurmctld uid={pwd.getpwnam('slurm').pw_uid} args=-D -vv\n"
+    assert "munge.key" in done.stderr
+    assert Path(pod["MUNGE_KEY_SOURCE"]).read_bytes().hex()[:16] not in done.stderr + done.stdout
+
+
+def test_munge_wait_has_a_deadline_and_says_what_is_missing(pod: dict[str, str]) -> None:
+    env = {**pod, "MUNGE_SOCKET": pod["ROOT"] + "/run/absent.socket", "MUNGE_WAIT_SECONDS": "1"}
+    started = time.monotonic()
+    done = run_script("entrypoint-controller", env=env)
+
+    assert time.monotonic() - started < 5
+    assert done.returncode == 1
+    assert "munge socket " + env["MUNGE_SOCKET"] + " did not appear within 1s" in done.stderr
+    assert Path(pod["LOG"]).read_text() == ""
+
+
+def test_missing_config_or_key_fails_before_starting_anything(pod: dict[str, str]) -> None:
+    no_conf = run_script("entrypoint-controller", env={**pod, "SLURM_CONFIGS_SOURCE": pod["ROOT"] + "/nothing"})
+    no_key = run_script("entrypoint-controller", env={**pod, "MUNGE_KEY_SOURCE": pod["ROOT"] + "/nothing/munge.key"})
+
+    assert no_conf.returncode == 1
+    assert "no slurm.conf in" in no_conf.stderr
+    assert no_key.returncode == 1
+    assert "is the munge key Secret mounted?" in no_key.stderr
+    assert Path(pod["LOG"]).read_text() == ""
+
+
+def test_accounting_installs_a_private_slurmdbd_conf_and_drops_to_slurm(pod: dict[str, str]) -> None:
+    secret = Path(pod["ROOT"]) / "mnt" / "slurmdbd-config"
+    secret.mkdir()
+    (secret / "slurmdbd.conf").write_text("SlurmUser=slurm\nStoragePass=hunter2\n")
+
+    done = run_script("entrypoint-accounting", env={**pod, "SLURMDBD_CONF_SOURCE": str(secret / "slurmdbd.conf")})
+
+    assert done.returncode == 0, done.stderr
+    conf = Path(pod["SLURM_CONF_DIR"]) / "slurmdbd.conf"
+    slurm_uid = pwd.getpwnam("slurm").pw_uid
+    assert (stat.S_IMODE(conf.stat().st_mode), conf.stat().st_uid) == (0o600, slurm_uid)
+    assert Path(pod["LOG"]).read_text() == f"slurmdbd uid={slurm_uid} args=-D\n"
+    assert "hunter2" not in done.stderr + done.stdout
+
+
+def jail_env(pod: dict[str, str]) -> dict[str, str]:
+    jail = Path(pod["ROOT"]) / "jail"
+    for name in ("etc", "usr", "proc", "dev", "sys", "run", "tmp"):
+        (jail / name).mkdir(parents=True, exist_ok=True)
+    return {**pod, "JAIL_DIR": str(jail), "COMPLEMENT_JAIL_BINDS": "", "COMPLEMENT_JAIL_HOOKS": "/nonexistent"}
+
+
+def test_worker_completes_the_jail_then_runs_slurmd(pod: dict[str, str]) -> None:
+    env = jail_env(pod)
+    done = run_script(
+        "entrypoint-worker",
+        env=env,
+        wrapper=("unshare", "--mount", "--propagation", "private", "bash", "-c", '"$0" && findmnt -M "$JAIL_DIR/proc"'),
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert_configs_installed(pod)
+    assert "jail " + env["JAIL_DIR"] + " is complete" in done.stderr
+    assert Path(pod["LOG"]).read_text() == "slurmd uid=0 args=-D\n"
+
+
+def test_login_installs_sshd_config_keys_and_runs_sshd(pod: dict[str, str]) -> None:
+    root = Path(pod["ROOT"])
+    sshd_cm = root / "mnt" / "sshd-configs"
+    sshd_cm.mkdir()
+    (sshd_cm / "sshd_config").write_text("ChrootDirectory /mnt/jail\n")
+    (sshd_cm / "authorized_keys").write_text("ssh-ed25519 AAAA admin\n")
+    keys = root / "mnt" / "ssh-host-keys"
+    keys.mkdir()
+    (keys / "ssh_host_ed25519_key").write_text("PRIVATE")
+    (keys / "ssh_host_ed25519_key.pub").write_text("ssh-ed25519 AAAA host")
+    env = {
+        **jail_env(pod),
+        "SSHD_CONFIGS_SOURCE": str(sshd_cm),
+        "SSH_HOST_KEYS_SOURCE": str(keys),
+        "SSH_DIR": str(root / "etc" / "ssh"),
+        "ROOT_SSH_DIR": str(root / "root-ssh"),
+        "SSHD_PRIVSEP_DIR": str(root / "run" / "sshd"),
+    }
+    (root / "etc" / "ssh").mkdir(parents=True)
+
+    done = run_script("entrypoint-login", env=env, wrapper=("unshare", "--mount", "--propagation", "private"))
+
+    assert done.returncode == 0, done.stderr
+    ssh = root / "etc" / "ssh"
+    assert stat.S_IMODE((ssh / "ssh_host_ed25519_key").stat().st_mode) == 0o600
+    assert stat.S_IMODE((ssh / "ssh_host_ed25519_key.pub").stat().st_mode) == 0o644
+    assert stat.S_IMODE((root / "root-ssh" / "authorized_keys").stat().st_mode) == 0o600
+    assert (ssh / "sshd_config").read_text() == "ChrootDirectory /mnt/jail\n"
+    assert Path(pod["LOG"]).read_text() == f"sshd uid=0 args=-D -e -f {ssh}/sshd_config\n"
+
+    (keys / "ssh_host_ed25519_key").unlink()
+    no_keys = run_script("entrypoint-login", env=env, wrapper=("unshare", "--mount", "--propagation", "private"))
+    assert no_keys.returncode == 1
+    assert "no ssh_host_*_key in" in no_keys.stderr
+
+
+def test_munge_container_runs_a_working_munged_as_munge(pod: dict[str, str]) -> None:
+    root = Path(pod["ROOT"])
+    sock = root / "munge-run" / "munge.socket.2"
+    env = {**pod, "MUNGE_SOCKET": str(sock)}
+    (root / "munge-state").mkdir(mode=0o700)
+    os.chown(root / "munge-state", pwd.getpwnam("munge").pw_uid, -1)
+    state = root / "munge-state"
+    argv = [str(SCRIPTS / "entrypoint-munge"), "--force", f"--pid-file={state}/pid", f"--seed-file={state}/seed"]
+    argv.append(f"--log-file={state}/log")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not sock.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "munged did not create its socket"
+            time.sleep(0.1)
+        cred = subprocess.run(["munge", "-n", "-S", str(sock)], capture_output=True, text=True, check=True)
+        decoded = subprocess.run(
+            ["unmunge", "-S", str(sock)], input=cred.stdout, capture_output=True, text=True, check=False
+        )
+        assert decoded.returncode == 0, decoded.stderr
+        assert "STATUS:          Success (0)" in decoded.stdout
+        owner = subprocess.run(["ps", "-o", "user=", "-p", str(proc.pid)], capture_output=True, text=True, check=True)
+        assert owner.stdout.strip() == "munge"
+        key = Path(pod["MUNGE_KEY_FILE"])
+        assert (stat.S_IMODE(key.stat().st_mode), pwd.getpwuid(key.stat().st_uid).pw_name) == (0o400, "munge")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_benchmark_job_runs_its_own_munged_and_the_benchmark_as_slurm_user(pod: dict[str, str]) -> None:
+    root = Path(pod["ROOT"])
+    sock = root / "munge-run" / "munge.socket.2"
+    state = root / "munge-state"
+    state.mkdir(mode=0o700)
+    os.chown(state, pwd.getpwnam("munge").pw_uid, -1)
+    # The stand-in benchmark proves munge answers to it, then fails like a benchmark with a slow node does.
+    stand_in = write_exe(
+        root / "bin" / "benchmark",
+        "#!/bin/sh\n"
+        f'munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET" >/dev/null && echo "munge ok" >> {pod["LOG"]}\n'
+        f'echo "benchmark uid=$(id -u) args=$*" >> {pod["LOG"]}\nexit 1\n',
+    )
+    env = {
+        **pod,
+        "MUNGE_SOCKET": str(sock),
+        "NCCL_BENCHMARK": str(stand_in),
+        "MUNGED_ARGS": f"--pid-file={state}/pid --seed-file={state}/seed --log-file={state}/log",
+    }
+
+    done = run_script("entrypoint-nccl-benchmark", env=env, timeout=30)
+
+    assert done.returncode == 1, done.stderr
+    slurm_uid = pwd.getpwnam("slurm").pw_uid
+    assert Path(pod["LOG"]).read_text() == f"munge ok\nbenchmark uid={slurm_uid} args=\n"
+    # munged lived only as long as the Job's work: nothing keeps it running afterwards (it is signalled on exit).
+    deadline = time.monotonic() + 10
+    while subprocess.run(["pgrep", "-f", "--", f"--socket={sock}"], capture_output=True, check=False).returncode == 0:
+        assert time.monotonic() < deadline, "munged outlived the benchmark"
+        time.sleep(0.1)

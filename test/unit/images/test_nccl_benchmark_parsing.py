@@ -1,0 +1,99 @@
+"""The benchmark's verdict on nccl-tests output and its settings, without Slurm (that part runs in test/e2e/slurm)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+import pytest
+
+from test.unit.images.conftest import SCRIPTS
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("nccl_benchmark", SCRIPTS / "nccl_benchmark.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["nccl_benchmark"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+nb = load()
+
+# The tail of a real 16-GPU all_reduce_perf run (nccl-tests' own format, trailing blank included).
+REAL_TAIL = """\
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+  4294967296    1073741824     float     sum      -1    24361  176.31  330.58      0    24365  176.27  330.51      0
+  8589934592    2147483648     float     sum      -1    47535  180.71  338.82      0    47743  179.92  337.35      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 70.742 \n"""
+
+
+def settings(**env: str) -> object:
+    return nb.Settings.from_env({"NCCL_MIN_BUS_BANDWIDTH_GBPS": "100", **env})
+
+
+def test_avg_bus_bandwidth_is_read_from_the_summary() -> None:
+    assert nb.parse_bus_bandwidth(REAL_TAIL) == pytest.approx(70.742)
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        ("", 'no "Avg bus bandwidth"'),
+        ("Segmentation fault\n", 'no "Avg bus bandwidth"'),
+        ("# Avg bus bandwidth    : nan\n", "unreadable"),
+        ("# Avg bus bandwidth    : -nan\n", "unreadable"),
+        ("# Avg bus bandwidth    : fast\n", "unreadable"),
+        (REAL_TAIL.replace("0 OK", "12 FAILED"), "12 out-of-bounds values"),
+    ],
+)
+def test_outputs_without_a_valid_result_are_rejected(output: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        nb.parse_bus_bandwidth(output)
+
+
+def test_verdicts() -> None:
+    s = settings()
+    assert nb.judge(s, "n1", returncode=0, output=REAL_TAIL).detail == (
+        "avg bus bandwidth 70.742 GB/s below required 100 GB/s"
+    )
+    assert nb.judge(settings(NCCL_MIN_BUS_BANDWIDTH_GBPS="70"), "n1", returncode=0, output=REAL_TAIL).passed
+    crashed = nb.judge(s, "n1", returncode=139, output="srun: error: n1: task 0: Segmentation fault\n")
+    assert not crashed.passed
+    assert crashed.detail == "benchmark crashed (exit 139): srun: error: n1: task 0: Segmentation fault"
+    busy = nb.judge(s, "n1", returncode=1, output="srun: error: Unable to allocate resources: Requested nodes are busy")
+    assert busy.passed and busy.skipped
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"NCCL_MIN_BYTES": "lots"}, "NCCL_MIN_BYTES='lots' is not a size"),
+        ({"NCCL_MIN_BYTES": "16G", "NCCL_MAX_BYTES": "8G"}, "is above NCCL_MAX_BYTES"),
+        ({"NCCL_STEP_FACTOR": "1"}, "must be at least 2"),
+        ({"NCCL_DRAIN_ON_FAILURE": "sometimes"}, "must be true or false"),
+        ({"NCCL_TIMEOUT_SECONDS": "0"}, "must be at least 1"),
+        ({"GPUS_PER_NODE": "eight"}, "'eight' is not a int"),
+        ({"NCCL_MIN_BUS_BANDWIDTH_GBPS": "inf"}, "must be at least 0"),
+    ],
+)
+def test_bad_settings_are_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(nb.SettingsError, match=message):
+        settings(**env)
+
+
+def test_defaults_and_sizes() -> None:
+    s = nb.Settings.from_env({})
+    assert (s.min_bytes, s.max_bytes, s.step_factor, s.gpus_per_node) == ("512M", "8G", 2, 8)
+    assert s.min_bus_bandwidth_gbps == 0
+    assert s.drain_on_failure is False
+    assert nb.size_bytes("8G") == 8 * 1024**3
+    assert nb.size_bytes("512") == 512
+    argv = nb.srun_argv(s, "gpu-0", request_gpus=True)
+    assert "--gpus-per-node=8" in argv
+    assert argv[argv.index("all_reduce_perf") :] == ["all_reduce_perf", "-b", "512M", "-e", "8G", "-f", "2", "-g", "8"]
+    assert "--time=30" in argv
