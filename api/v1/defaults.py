@@ -1,0 +1,46 @@
+"""Default values and limits of the SlurmCluster API, each in one place.
+
+The image tag equals the operator's version (`slurmctl.__version__`, checked by a unit test) so a cluster that leaves
+its images unset always runs the images built with the operator that manages it. The tag is deliberately *not* a
+schema default: a default stored in the object would pin old images across operator upgrades.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+IMAGE_REGISTRY: Final = "ghcr.io/slurmctl"
+IMAGE_TAG: Final = "0.1.0"
+SLURM_VERSION: Final = "22.05.8"  # what Debian 12 ships, and what the tests run
+
+Component = Literal[
+    "controller", "worker", "login", "accounting", "jail", "populate-jail", "nccl-benchmark", "operator"
+]
+COMPONENTS: Final[tuple[Component, ...]] = (
+    "controller",
+    "worker",
+    "login",
+    "accounting",
+    "jail",
+    "populate-jail",
+    "nccl-benchmark",
+    "operator",
+)
+
+DEFAULT_PARTITION: Final = "main"
+
+# Name budget: the StatefulSet `<cluster>-worker-<group>` must stay within 52 characters (its pods carry the label
+# controller-revision-hash=<statefulset>-<10 char hash>, at most 63), and pods `<...>-<ordinal>` within 63.
+MAX_CLUSTER_NAME_LENGTH: Final = 24
+MAX_GROUP_NAME_LENGTH: Final = 20
+MAX_GROUP_SIZE: Final = 1000  # ordinals stay within three digits
+MAX_TOTAL_WORKERS: Final = 4096
+MAX_WORKER_GROUPS: Final = 64
+MAX_PARTITIONS: Final = 64
+MAX_LOGIN_SIZE: Final = 16
+MAX_GPUS_PER_WORKER: Final = 16
+
+
+def default_image(component: Component, *, registry: str = IMAGE_REGISTRY, tag: str = IMAGE_TAG) -> str:
+    """`<registry>/<component>:<tag>`, the image a component runs when the spec names none."""
+    return f"{registry.rstrip('/')}/{component}:{tag}"

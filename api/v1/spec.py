@@ -1,0 +1,462 @@
+"""The desired state of a SlurmCluster: what a user writes under `spec`.
+
+Every field carries a one-line description: it is what `kubectl explain slurmcluster.spec...` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StringConstraints
+from pydantic.config import JsonDict
+
+from slurmctl.api.v1.defaults import (
+    DEFAULT_PARTITION,
+    IMAGE_REGISTRY,
+    IMAGE_TAG,
+    MAX_GPUS_PER_WORKER,
+    MAX_GROUP_NAME_LENGTH,
+    MAX_GROUP_SIZE,
+    MAX_LOGIN_SIZE,
+    MAX_PARTITIONS,
+    MAX_WORKER_GROUPS,
+    SLURM_VERSION,
+    Component,
+    default_image,
+)
+from slurmctl.api.v1.types import (
+    ABSOLUTE_PATH_PATTERN,
+    DNS_LABEL_PATTERN,
+    NO_WHITESPACE_PATTERN,
+    ApiModel,
+    Quantity,
+    ResourceRequirements,
+    Scheduling,
+    SecretKeyRef,
+    VolumeRef,
+)
+
+DebugLevel = Literal["quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3", "debug4", "debug5"]
+SelectTypeParameters = Literal["CR_CPU", "CR_CPU_Memory", "CR_Core", "CR_Core_Memory", "CR_Socket", "CR_Socket_Memory"]
+ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
+
+Feature = Annotated[str, StringConstraints(max_length=63, pattern=r"^[A-Za-z0-9_.-]+$")]
+GroupName = Annotated[str, StringConstraints(max_length=MAX_GROUP_NAME_LENGTH, pattern=DNS_LABEL_PATTERN)]
+OptionValue = Annotated[str, StringConstraints(max_length=1024, pattern=NO_WHITESPACE_PATTERN)]
+Cidr = Annotated[str, StringConstraints(max_length=64, pattern=r"^[0-9a-fA-F:.]+/[0-9]{1,3}$")]
+# One key per line: a newline inside would smuggle extra lines into authorized_keys.
+SshPublicKey = Annotated[
+    str,
+    StringConstraints(
+        max_length=16_384,
+        pattern=r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
+        r" [A-Za-z0-9+/=]+( [^\r\n]*)?$",
+    ),
+]
+_LIST_MAP_BY_NAME: JsonDict = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+_LIST_SET: JsonDict = {"x-kubernetes-list-type": "set"}
+
+
+def _image_field(component: Component) -> Any:
+    return Field(
+        None,
+        max_length=512,
+        pattern=NO_WHITESPACE_PATTERN,
+        description=f"Container image; empty means {IMAGE_REGISTRY}/{component}:<operator version>"
+        " (registry and tag from spec.slurm).",
+    )
+
+
+class SlurmConfig(ApiModel):
+    """Common slurm.conf keys with types; unset keys keep slurmctl's (or Slurm's) defaults."""
+
+    max_job_count: int | None = Field(
+        None, ge=1, le=10_000_000, description="MaxJobCount: jobs slurmctld keeps in memory at once."
+    )
+    min_job_age: int | None = Field(
+        None, ge=0, le=86_400 * 30, description="MinJobAge: seconds a finished job stays visible in squeue."
+    )
+    message_timeout: int | None = Field(
+        None, ge=1, le=100, description="MessageTimeout: seconds to wait for a reply between Slurm daemons."
+    )
+    complete_wait: int | None = Field(
+        None, ge=0, le=65_535, description="CompleteWait: seconds to wait for completing jobs before scheduling."
+    )
+    def_mem_per_cpu: int | None = Field(
+        None,
+        ge=1,
+        alias="defMemPerCPU",
+        description="DefMemPerCPU: default memory in MiB per allocated CPU when a job asks for none.",
+    )
+    select_type_parameters: SelectTypeParameters | None = Field(
+        None, description="SelectTypeParameters of select/cons_tres: what a job allocation consumes."
+    )
+    slurmctld_debug: DebugLevel | None = Field(None, description="SlurmctldDebug: slurmctld's log level.")
+    slurmd_debug: DebugLevel | None = Field(None, description="SlurmdDebug: slurmd's log level.")
+
+    def slurm_conf(self) -> dict[str, str]:
+        """The keys that are set, spelled as slurm.conf spells them, in a stable order."""
+        names = {
+            "max_job_count": "MaxJobCount",
+            "min_job_age": "MinJobAge",
+            "message_timeout": "MessageTimeout",
+            "complete_wait": "CompleteWait",
+            "def_mem_per_cpu": "DefMemPerCPU",
+            "select_type_parameters": "SelectTypeParameters",
+            "slurmctld_debug": "SlurmctldDebug",
+            "slurmd_debug": "SlurmdDebug",
+        }
+        values = ((key, getattr(self, field)) for field, key in names.items())
+        return {key: str(value) for key, value in values if value is not None}
+
+
+class SlurmSpec(ApiModel):
+    """Slurm itself: version, where images come from, and slurm.conf overrides."""
+
+    version: str = Field(
+        SLURM_VERSION,
+        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
+        description="Slurm version the images run; the rendered configuration targets it.",
+    )
+    image_registry: str = Field(
+        IMAGE_REGISTRY,
+        max_length=512,
+        pattern=NO_WHITESPACE_PATTERN,
+        description="Registry and path prefix of the default images, <registry>/<component>:<tag>.",
+    )
+    image_tag: str | None = Field(
+        None,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+        description="Tag of the default images; empty means the operator's own version, so upgrades roll images.",
+    )
+    cgroup_version: Literal["v1", "v2"] = Field(
+        "v2", description="cgroup version of the worker nodes' kernels, for cgroup.conf."
+    )
+    config: SlurmConfig = Field(
+        default_factory=SlurmConfig, description="Typed slurm.conf keys that override slurmctl's defaults."
+    )
+    extra_config: str | None = Field(
+        None,
+        max_length=65_536,
+        description="Raw lines appended to slurm.conf after the generated ones (Slurm takes the last value).",
+    )
+
+
+class SubMount(ApiModel):
+    """A volume mounted inside the jail at a path, e.g. a fast scratch disk or a shared dataset."""
+
+    name: str = Field(
+        max_length=40, pattern=DNS_LABEL_PATTERN, description="Name of the sub-mount (DNS label, at most 40)."
+    )
+    mount_path: str = Field(
+        max_length=4096, pattern=ABSOLUTE_PATH_PATTERN, description="Absolute path inside the jail to mount at."
+    )
+    volume: VolumeRef = Field(description="The volume to mount: an existing claim or a volume source.")
+    read_only: bool = Field(False, description="Mount the volume read-only.")
+
+
+class JailSpec(ApiModel):
+    """The jail: one root filesystem on a shared volume that every worker and login node uses for user jobs."""
+
+    image: str | None = _image_field("jail")
+    volume: VolumeRef = Field(description="Shared (ReadWriteMany) volume holding the jail: a claim or a volume source.")
+    sub_mounts: list[SubMount] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Further volumes mounted inside the jail on every worker and login node.",
+        json_schema_extra=_LIST_MAP_BY_NAME,
+    )
+    shared_memory_size: Quantity = Field(
+        "64Gi", description="Size limit of /dev/shm (memory-backed) on every node; a worker group may override it."
+    )
+
+
+class PopulateJailSpec(Scheduling):
+    """The one-off Job that copies the jail image's root filesystem into the jail volume."""
+
+    image: str | None = _image_field("populate-jail")
+    overwrite: bool = Field(
+        False, description="Copy again over an already populated jail once for this generation (destroys changes)."
+    )
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Compute resources of the copying container."
+    )
+
+
+class StateVolume(ApiModel):
+    """The claim holding slurmctld's StateSaveLocation; it outlives the cluster (slurmctl never deletes it)."""
+
+    size: Quantity = Field("1Gi", description="Requested capacity of the state volume claim.")
+    storage_class_name: str | None = Field(
+        None, max_length=253, description="Storage class of the claim; empty means the cluster's default class."
+    )
+
+
+class ControllerSpec(Scheduling):
+    """slurmctld, the Slurm controller."""
+
+    size: int = Field(
+        1, ge=0, le=1, description="Number of slurmctld pods: 1, or 0 to stop the controller for maintenance."
+    )
+    image: str | None = _image_field("controller")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Compute resources of the slurmctld container."
+    )
+    state_volume: StateVolume = Field(
+        default_factory=StateVolume, description="Persistent volume claim for slurmctld's saved state."
+    )
+
+
+class WorkerGroup(Scheduling):
+    """A group of identical worker nodes (slurmd), one StatefulSet <cluster>-worker-<name>."""
+
+    name: str = Field(
+        max_length=MAX_GROUP_NAME_LENGTH,
+        pattern=DNS_LABEL_PATTERN,
+        description=f"Group name: a DNS label of at most {MAX_GROUP_NAME_LENGTH} characters; pods are "
+        "<cluster>-worker-<name>-<ordinal>.",
+    )
+    size: int = Field(
+        1,
+        ge=0,
+        le=MAX_GROUP_SIZE,
+        description=f"Number of worker nodes in the group (0 to {MAX_GROUP_SIZE}); edit it to scale.",
+    )
+    image: str | None = _image_field("worker")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements,
+        description="Compute resources of each slurmd container; CPUs and memory become the Slurm node's size.",
+    )
+    gpus: int = Field(
+        0,
+        ge=0,
+        le=MAX_GPUS_PER_WORKER,
+        description="NVIDIA GPUs per node (nvidia.com/gpu); 0 means a CPU-only group.",
+    )
+    features: list[Feature] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Slurm node features of the group's nodes, usable in --constraint (e.g. h100).",
+        json_schema_extra=_LIST_SET,
+    )
+    shared_memory_size: Quantity | None = Field(
+        None, description="Size limit of /dev/shm on these nodes; empty means spec.jail.sharedMemorySize."
+    )
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpus > 0
+
+
+class Partition(ApiModel):
+    """A Slurm partition: a named set of worker groups that jobs are submitted to."""
+
+    name: str = Field(
+        max_length=40, pattern=DNS_LABEL_PATTERN, description="Partition name (DNS label, at most 40 characters)."
+    )
+    workers: list[GroupName] = Field(
+        default_factory=list,
+        max_length=MAX_WORKER_GROUPS,
+        description="Names of the worker groups in the partition; empty means every group.",
+        json_schema_extra=_LIST_SET,
+    )
+    default: bool = Field(False, description="Jobs that name no partition go here; exactly one partition is default.")
+    options: dict[str, OptionValue] = Field(
+        default_factory=dict,
+        description="Further partition options as Slurm spells them, e.g. {MaxTime: '24:00:00'}.",
+    )
+
+
+class LoginService(ApiModel):
+    """The Service users reach the login nodes' sshd through."""
+
+    type: ServiceType = Field(
+        "ClusterIP",
+        description="Service type; ClusterIP by default so that sshd is exposed outside only when asked for.",
+    )
+    port: int = Field(22, ge=1, le=65_535, description="Port the Service listens on for SSH.")
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Annotations of the Service, e.g. for a cloud load balancer."
+    )
+    load_balancer_ip: str | None = Field(
+        None,
+        alias="loadBalancerIP",
+        max_length=64,
+        pattern=NO_WHITESPACE_PATTERN,
+        description="Requested load balancer IP address (type LoadBalancer only).",
+    )
+    load_balancer_source_ranges: list[Cidr] = Field(
+        default_factory=list,
+        max_length=64,
+        description="CIDRs allowed to reach the load balancer (type LoadBalancer only).",
+    )
+    node_port: int | None = Field(
+        None, ge=30_000, le=32_767, description="Fixed node port for SSH (types NodePort and LoadBalancer only)."
+    )
+
+
+class LoginSpec(Scheduling):
+    """Login nodes: sshd whose sessions run inside the jail."""
+
+    size: int = Field(1, ge=0, le=MAX_LOGIN_SIZE, description=f"Number of login nodes (0 to {MAX_LOGIN_SIZE}).")
+    image: str | None = _image_field("login")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Compute resources of each sshd container."
+    )
+    service: LoginService = Field(default_factory=LoginService, description="How users reach the login nodes.")
+    ssh_root_public_keys: list[SshPublicKey] = Field(
+        default_factory=list,
+        max_length=64,
+        description="OpenSSH public keys (one line each) allowed to log in as root.",
+    )
+
+
+class ExternalDatabase(ApiModel):
+    """A MySQL/MariaDB server run outside this SlurmCluster."""
+
+    host: str = Field(
+        min_length=1, max_length=253, pattern=NO_WHITESPACE_PATTERN, description="Host name or address of the server."
+    )
+    port: int = Field(3306, ge=1, le=65_535, description="TCP port of the server.")
+    user: str = Field(
+        min_length=1, max_length=80, pattern=NO_WHITESPACE_PATTERN, description="Database user slurmdbd logs in as."
+    )
+    database: str = Field(
+        "slurm_acct_db",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_$]+$",
+        description="Database slurmdbd keeps accounting data in.",
+    )
+    password_secret_ref: SecretKeyRef = Field(description="Secret key holding the database user's password.")
+
+
+class MariaDBStorage(ApiModel):
+    """The volume of the MariaDB server created through mariadb-operator."""
+
+    size: Quantity = Field("10Gi", description="Requested capacity of the database volume.")
+    storage_class_name: str | None = Field(
+        None, max_length=253, description="Storage class of the volume; empty means the cluster's default class."
+    )
+
+
+class MariaDBSpec(ApiModel):
+    """A MariaDB server created through mariadb-operator (which must be installed in the cluster)."""
+
+    enabled: bool = Field(False, description="Create a MariaDB resource for accounting through mariadb-operator.")
+    image: str | None = Field(
+        None,
+        max_length=512,
+        pattern=NO_WHITESPACE_PATTERN,
+        description="MariaDB server image; empty lets mariadb-operator choose.",
+    )
+    storage: MariaDBStorage = Field(default_factory=MariaDBStorage, description="Volume of the database server.")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Compute resources of the database server."
+    )
+
+
+class AccountingSpec(Scheduling):
+    """Slurm accounting (slurmdbd) and the database behind it: an external server or one through mariadb-operator."""
+
+    enabled: bool = Field(False, description="Run slurmdbd and record accounting; needs external or mariadb.")
+    image: str | None = _image_field("accounting")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Compute resources of the slurmdbd container."
+    )
+    external: ExternalDatabase | None = Field(None, description="An existing database server to use.")
+    mariadb: MariaDBSpec | None = Field(None, description="A database server created through mariadb-operator.")
+
+
+class GpuHealthCheck(ApiModel):
+    """The quick GPU check slurmd runs as HealthCheckProgram on GPU nodes."""
+
+    enabled: bool = Field(True, description="Run the check on nodes of groups with GPUs; failing nodes are drained.")
+    interval_seconds: int = Field(60, ge=10, le=86_400, description="HealthCheckInterval: seconds between checks.")
+
+
+class NcclBenchmark(ApiModel):
+    """A periodic NCCL all_reduce_perf run on every GPU node that drains nodes below a bandwidth threshold."""
+
+    enabled: bool = Field(False, description="Create the benchmark CronJob (needs a worker group with GPUs).")
+    schedule: str = Field(
+        "0 */3 * * *",
+        max_length=128,
+        pattern=r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+( +\S+){4})$",
+        description="Cron schedule of the benchmark, e.g. '0 */3 * * *'.",
+    )
+    image: str | None = _image_field("nccl-benchmark")
+    min_bus_bandwidth_gbps: float = Field(
+        0.0,
+        ge=0,
+        alias="minBusBandwidthGBps",
+        description="Required average bus bandwidth in GB/s; 0 only checks that the benchmark runs.",
+    )
+    drain_on_failure: bool = Field(True, description="Drain a node whose run fails or is below the threshold.")
+    min_bytes: Quantity = Field("512Mi", description="Smallest message size of all_reduce_perf (-b).")
+    max_bytes: Quantity = Field("8Gi", description="Largest message size of all_reduce_perf (-e).")
+    step_factor: int = Field(2, ge=2, le=1024, description="Factor between message sizes (-f).")
+    timeout_seconds: int = Field(
+        1800, ge=60, le=86_400, description="Seconds a benchmark run may take before it counts as failed."
+    )
+
+
+class HealthChecks(ApiModel):
+    """Checks that find broken GPU nodes and drain them."""
+
+    gpu: GpuHealthCheck = Field(default_factory=GpuHealthCheck, description="Quick GPU check on every GPU node.")
+    nccl_benchmark: NcclBenchmark = Field(
+        default_factory=NcclBenchmark, description="Periodic NCCL bandwidth benchmark."
+    )
+
+
+def _default_partitions() -> list[Partition]:
+    return [Partition(name=DEFAULT_PARTITION, default=True)]
+
+
+class SlurmClusterSpec(ApiModel):
+    """The desired Slurm cluster: its controller, worker groups, partitions, login nodes, accounting and checks."""
+
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="Slurm version, images and slurm.conf overrides.")
+    jail: JailSpec = Field(description="The shared root filesystem user jobs and logins run in.")
+    populate_jail: PopulateJailSpec = Field(
+        default_factory=PopulateJailSpec, description="The Job that fills the jail volume."
+    )
+    controller: ControllerSpec = Field(default_factory=ControllerSpec, description="The Slurm controller (slurmctld).")
+    workers: list[WorkerGroup] = Field(
+        min_length=1,
+        max_length=MAX_WORKER_GROUPS,
+        description="Worker groups, one per kind of node; names are unique.",
+        json_schema_extra=_LIST_MAP_BY_NAME,
+    )
+    partitions: list[Partition] = Field(
+        default_factory=_default_partitions,
+        min_length=1,
+        max_length=MAX_PARTITIONS,
+        description=f"Slurm partitions; by default one partition {DEFAULT_PARTITION!r} with every worker group.",
+        json_schema_extra=_LIST_MAP_BY_NAME,
+    )
+    login: LoginSpec = Field(default_factory=LoginSpec, description="Login nodes users reach over SSH.")
+    accounting: AccountingSpec = Field(default_factory=AccountingSpec, description="Slurm accounting (slurmdbd).")
+    health_checks: HealthChecks = Field(default_factory=HealthChecks, description="GPU health checks.")
+
+    def image_for(self, component: Component, override: str | None = None) -> str:
+        """The image a component runs: the spec's own choice, else the default from spec.slurm."""
+        if override:
+            return override
+        return default_image(component, registry=self.slurm.image_registry, tag=self.slurm.image_tag or IMAGE_TAG)
+
+    def worker_group(self, name: str) -> WorkerGroup | None:
+        return next((group for group in self.workers if group.name == name), None)
+
+    def partition_workers(self, partition: Partition) -> list[str]:
+        """The worker groups of a partition, resolving the empty list to every group (in spec order)."""
+        return list(partition.workers) if partition.workers else [group.name for group in self.workers]
+
+    def shared_memory_size(self, group: WorkerGroup) -> Quantity:
+        return group.shared_memory_size if group.shared_memory_size is not None else self.jail.shared_memory_size
+
+    @property
+    def gpu_groups(self) -> list[WorkerGroup]:
+        return [group for group in self.workers if group.is_gpu]

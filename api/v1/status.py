@@ -1,0 +1,105 @@
+"""The observed state of a SlurmCluster, written by the operator under `status`.
+
+Each component's reconciler owns one condition (server-side apply with its own field manager merges them, because
+`conditions` is a list-map keyed by `type`), and the `cluster` reconciler owns the phase and the summaries.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Final, Literal, get_args
+
+from pydantic import Field, StringConstraints
+
+from slurmctl.api.v1.types import ApiModel
+
+Phase = Literal["Pending", "Reconciling", "Available", "Degraded", "Failed"]
+PHASES: Final[tuple[Phase, ...]] = get_args(Phase)
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+# Condition types the reconcilers set, one per component; the schema accepts any well-formed type.
+SPEC_VALID: Final = "SpecValid"
+CONTROLLER_READY: Final = "ControllerReady"
+WORKERS_READY: Final = "WorkersReady"
+LOGIN_READY: Final = "LoginReady"
+JAIL_POPULATED: Final = "JailPopulated"
+ACCOUNTING_READY: Final = "AccountingReady"
+BENCHMARK_SCHEDULED: Final = "BenchmarkScheduled"
+
+# metav1.Condition's own validation, so conditions written here look like every other controller's.
+_CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+_READY_PATTERN = r"^[0-9]+/[0-9]+$"
+ReadySummary = Annotated[str, StringConstraints(max_length=32, pattern=_READY_PATTERN)]
+
+
+def ready_summary(ready: int, desired: int) -> str:
+    """The "ready/desired" text the printer columns show, as `kubectl get deployment` shows READY."""
+    return f"{ready}/{desired}"
+
+
+class Condition(ApiModel):
+    """One aspect of the cluster's state, as metav1.Condition."""
+
+    type: str = Field(
+        max_length=316,
+        pattern=_CONDITION_TYPE_PATTERN,
+        description="Type of the condition in CamelCase, e.g. WorkersReady.",
+    )
+    status: ConditionStatus = Field(description="Whether the condition holds: True, False or Unknown.")
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation of the spec the condition was computed from."
+    )
+    last_transition_time: datetime = Field(
+        strict=False, description="When the status last changed from one value to another."
+    )
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=_REASON_PATTERN,
+        description="Machine-readable CamelCase reason for the last transition.",
+    )
+    message: str = Field(
+        max_length=32_768, description="Human-readable details, naming the field when the spec is wrong."
+    )
+
+
+class WorkerGroupStatus(ApiModel):
+    """Pod counts of one worker group."""
+
+    name: str = Field(max_length=63, description="Name of the worker group.")
+    desired: int = Field(ge=0, description="Worker pods the spec asks for.")
+    ready: int = Field(ge=0, description="Worker pods that are ready.")
+
+
+class SlurmClusterStatus(ApiModel):
+    """What the operator last observed of the cluster."""
+
+    phase: Phase | None = Field(
+        None, description="Summary: Pending, Reconciling, Available, Degraded, or Failed (invalid spec)."
+    )
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation of the spec the status describes."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="One condition per component (ControllerReady, WorkersReady, LoginReady, ...).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    workers: list[WorkerGroupStatus] = Field(
+        default_factory=list,
+        description="Desired and ready pods per worker group.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    controller_ready: ReadySummary | None = Field(
+        None, description="Ready/desired slurmctld pods, e.g. 1/1 (the CONTROLLER column)."
+    )
+    workers_ready: ReadySummary | None = Field(
+        None, description="Ready/desired worker pods over all groups, e.g. 6/8 (the WORKERS column)."
+    )
+    login_ready: ReadySummary | None = Field(None, description="Ready/desired login pods, e.g. 2/2 (the LOGIN column).")
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)

@@ -1,0 +1,162 @@
+"""Building blocks shared by the spec and status models: the base model, quantities, passthrough objects.
+
+The base model is strict (a string is not an integer, "yes" is not a boolean) because the API server is strict too:
+`slurmctl render -f` must reject the same manifests `kubectl apply` would.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.alias_generators import to_camel
+
+# The regular expression Kubernetes publishes for resource.Quantity (resource.k8s.io openapi).
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+_QUANTITY_PARTS = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)")
+_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SUFFIXES = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+
+# A DNS-1035 label: what Service names need, so every object named after it stays valid.
+DNS_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+NO_WHITESPACE_PATTERN = r"^\S+$"
+ABSOLUTE_PATH_PATTERN = r"^/[^\s]*$"
+
+
+class ApiModel(BaseModel):
+    """Base of every API model: camelCase on the wire, snake_case in Python, unknown fields dropped.
+
+    Unknown fields are dropped rather than rejected because the API server prunes them the same way; an operator
+    older than its CRD must still read new objects.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        strict=True,
+        extra="ignore",
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form: camelCase keys, JSON types, no `None` values (server-side apply bodies carry no nulls)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _check_quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and not _QUANTITY.fullmatch(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 64Gi, 4)")
+    return value
+
+
+def parse_quantity(value: int | str) -> Decimal:
+    """The numeric value of a Kubernetes quantity ("64Gi" -> 68719476736, "500m" -> 0.5); ValueError if malformed."""
+    if isinstance(value, int):
+        return Decimal(value)
+    match = _QUANTITY_PARTS.fullmatch(value) if _QUANTITY.fullmatch(value) else None
+    if not match:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+    number, suffix = match.group(1, 2)
+    try:
+        if suffix in _BINARY_SUFFIXES:
+            return Decimal(number) * _BINARY_SUFFIXES[suffix]
+        if suffix in _DECIMAL_SUFFIXES:
+            return Decimal(number) * _DECIMAL_SUFFIXES[suffix]
+        return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
+    except (ArithmeticError, ValueError) as exc:  # decimal.Overflow too: exponents are unbounded
+        raise ValueError(f"{value!r} is not a Kubernetes quantity") from exc
+
+
+def _drop_nones(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_nones(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nones(v) for v in value if v is not None]
+    return value
+
+
+# Not `x-kubernetes-int-or-string`: with that anywhere in a CRD, Kubernetes 1.20's server-side apply cannot convert the
+# schema and treats every list as atomic (seen on the test control plane), so list-maps such as status.conditions
+# would stop merging per field manager. An untyped node with the quantity pattern accepts the same integers and
+# strings; anything else it lets through is reported by the models (validation.check_cluster).
+QUANTITY_SCHEMA: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True, "pattern": QUANTITY_PATTERN}
+Quantity = Annotated[int | str, AfterValidator(_check_quantity), WithJsonSchema(QUANTITY_SCHEMA)]
+"""A Kubernetes quantity: an integer or a string such as "500m" or "64Gi"."""
+
+FreeForm = Annotated[
+    dict[str, Any],
+    AfterValidator(_drop_nones),
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+"""A Kubernetes object passed through untouched (affinity, a toleration, a volume source); nulls are dropped."""
+
+
+class ResourceRequirements(ApiModel):
+    """Compute resources of a container, as in a Pod spec."""
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict, description="Minimum resources the container needs, e.g. {cpu: 4, memory: 16Gi}."
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict, description="Maximum resources the container may use, e.g. {memory: 32Gi}."
+    )
+
+
+class Scheduling(ApiModel):
+    """Where a component's pods may run; mixed into every component that has pods."""
+
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the pods require, as in a Pod spec's nodeSelector."
+    )
+    tolerations: list[FreeForm] = Field(
+        default_factory=list, description="Tolerations of the pods, passed through to the Pod spec unchanged."
+    )
+    affinity: FreeForm | None = Field(
+        None, description="Affinity of the pods (node, pod and anti-affinity), passed through to the Pod spec."
+    )
+
+
+class SecretKeyRef(ApiModel):
+    """A key of a Secret in the SlurmCluster's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the Secret, in the SlurmCluster's namespace.")
+    key: str = Field(
+        "password", min_length=1, max_length=253, description="Key in the Secret's data that holds the value."
+    )
+
+
+class VolumeRef(ApiModel):
+    """A volume given either as an existing claim or as any Kubernetes volume source; exactly one of the two."""
+
+    claim_name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        description="Name of an existing PersistentVolumeClaim in the SlurmCluster's namespace.",
+    )
+    source: FreeForm | None = Field(
+        None,
+        description="A Kubernetes volume source with exactly one key, e.g. {nfs: {server: ..., path: ...}}, "
+        "passed through unchanged.",
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": ["claimName"]}, {"required": ["source"]}]},
+    )

@@ -1,0 +1,222 @@
+"""What the schema cannot say: checks across fields, each problem reported with the field path it is about.
+
+The reconcilers turn the problems into a `False` condition and the phase `Failed`; `slurmctl render` prints them.
+Nothing here raises on bad input: any object, however malformed, yields a list of problems.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from pydantic import ValidationError
+
+from slurmctl.api.v1.cluster import SlurmCluster
+from slurmctl.api.v1.defaults import MAX_CLUSTER_NAME_LENGTH, MAX_TOTAL_WORKERS
+from slurmctl.api.v1.spec import SlurmClusterSpec
+from slurmctl.api.v1.types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
+
+_DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
+_OPTION_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+# Partition keys the operator writes itself from the structured fields.
+_RESERVED_PARTITION_OPTIONS = frozenset({"partitionname", "nodes", "default"})
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One thing wrong with a SlurmCluster: the field path (`spec.workers[0].name`) and what is wrong there."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def format_path(location: Iterable[str | int]) -> str:
+    """('spec', 'workers', 0, 'name') -> 'spec.workers[0].name'."""
+    text = ""
+    for part in location:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def problems_from_error(error: ValidationError, *, prefix: Sequence[str | int] = ()) -> list[Problem]:
+    """pydantic's errors as problems, with camelCase paths as the user wrote them."""
+    problems = []
+    for item in error.errors(include_url=False, include_input=False):
+        message = item["msg"]
+        problems.append(Problem(format_path([*prefix, *item["loc"]]) or "<root>", message[:1].lower() + message[1:]))
+    return sorted(set(problems), key=lambda p: (p.path, p.message))
+
+
+def check_cluster(obj: Any) -> tuple[SlurmCluster | None, list[Problem]]:
+    """Parse a SlurmCluster (a live object or a manifest) and validate it; never raises.
+
+    Returns the model (None when it does not parse) and every problem found: schema problems when it does not
+    parse, else the name and the semantic checks.
+    """
+    if not isinstance(obj, Mapping):
+        return None, [Problem("<root>", f"expected an object, got {type(obj).__name__}")]
+    try:
+        cluster = SlurmCluster.model_validate(obj)
+    except ValidationError as error:
+        return None, problems_from_error(error)
+    problems = _check_name(cluster.metadata.name)
+    problems += validate_spec(cluster.spec)
+    return cluster, problems
+
+
+def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem]:
+    """Every semantic problem of a parsed spec, in field order."""
+    problems: list[Problem] = []
+    problems += _check_workers(spec, path)
+    problems += _check_partitions(spec, path)
+    problems += _check_jail(spec, path)
+    problems += _check_login(spec, path)
+    problems += _check_accounting(spec, path)
+    problems += _check_health_checks(spec, path)
+    return problems
+
+
+def _check_name(name: str | None) -> list[Problem]:
+    if name is None:
+        return []
+    if len(name) > MAX_CLUSTER_NAME_LENGTH or not _DNS_LABEL.fullmatch(name):
+        return [
+            Problem(
+                "metadata.name",
+                f'"{name}" must be a DNS label (lowercase letters, digits and hyphens, starting with a letter) of '
+                f"at most {MAX_CLUSTER_NAME_LENGTH} characters",
+            )
+        ]
+    return []
+
+
+def _duplicates(names: Sequence[str], path: str, what: str) -> list[Problem]:
+    first: dict[str, int] = {}
+    problems = []
+    for index, name in enumerate(names):
+        if name in first:
+            problems.append(Problem(f"{path}[{index}].name", f'duplicate {what} "{name}" (also {path}[{first[name]}])'))
+        else:
+            first[name] = index
+    return problems
+
+
+def _check_workers(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    problems = _duplicates([group.name for group in spec.workers], f"{path}.workers", "worker group")
+    total = sum(group.size for group in spec.workers)
+    if total > MAX_TOTAL_WORKERS:
+        problems.append(
+            Problem(f"{path}.workers", f"{total} worker nodes in total exceed the maximum of {MAX_TOTAL_WORKERS}")
+        )
+    return problems
+
+
+def _check_partitions(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    base = f"{path}.partitions"
+    problems = _duplicates([partition.name for partition in spec.partitions], base, "partition")
+    groups = {group.name for group in spec.workers}
+    defaults = [index for index, partition in enumerate(spec.partitions) if partition.default]
+    for index, partition in enumerate(spec.partitions):
+        seen: set[str] = set()
+        for position, group in enumerate(partition.workers):
+            where = f"{base}[{index}].workers[{position}]"
+            if group not in groups:
+                problems.append(Problem(where, f'unknown worker group "{group}"'))
+            elif group in seen:
+                problems.append(Problem(where, f'worker group "{group}" is listed twice'))
+            seen.add(group)
+        for key in partition.options:
+            where = f"{base}[{index}].options.{key}"
+            if not _OPTION_KEY.fullmatch(key):
+                problems.append(Problem(where, "option names are letters and digits, as slurm.conf spells them"))
+            elif key.lower() in _RESERVED_PARTITION_OPTIONS:
+                problems.append(Problem(where, f"{key} is set by slurmctl from name, workers and default"))
+    if not defaults:
+        problems.append(Problem(base, "no partition has default: true (exactly one must)"))
+    for index in defaults[1:]:
+        problems.append(
+            Problem(f"{base}[{index}].default", f"more than one default partition (also {base}[{defaults[0]}])")
+        )
+    return problems
+
+
+def _check_volume(volume: VolumeRef, where: str) -> list[Problem]:
+    given = [name for name, value in (("claimName", volume.claim_name), ("source", volume.source)) if value]
+    if len(given) != 1:
+        return [Problem(where, f"set exactly one of claimName and source (got {', '.join(given) or 'neither'})")]
+    if volume.source is not None and len(volume.source) != 1:
+        return [Problem(f"{where}.source", "a volume source has exactly one key, e.g. nfs or hostPath")]
+    return []
+
+
+def _check_jail(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    base = f"{path}.jail"
+    problems = _check_volume(spec.jail.volume, f"{base}.volume")
+    problems += _duplicates([mount.name for mount in spec.jail.sub_mounts], f"{base}.subMounts", "sub-mount")
+    paths: dict[str, int] = {}
+    for index, mount in enumerate(spec.jail.sub_mounts):
+        where = f"{base}.subMounts[{index}]"
+        problems += _check_volume(mount.volume, f"{where}.volume")
+        normalized = "/" + "/".join(part for part in mount.mount_path.split("/") if part)
+        if normalized == "/":
+            problems.append(Problem(f"{where}.mountPath", "cannot mount over the jail's root"))
+        elif normalized in paths:
+            problems.append(
+                Problem(
+                    f"{where}.mountPath", f"{normalized} is mounted twice (also {base}.subMounts[{paths[normalized]}])"
+                )
+            )
+        else:
+            paths[normalized] = index
+    return problems
+
+
+def _check_login(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    service = spec.login.service
+    base = f"{path}.login.service"
+    problems = []
+    if service.node_port is not None and service.type == "ClusterIP":
+        problems.append(Problem(f"{base}.nodePort", "needs type NodePort or LoadBalancer"))
+    if service.type != "LoadBalancer":
+        if service.load_balancer_ip:
+            problems.append(Problem(f"{base}.loadBalancerIP", "needs type LoadBalancer"))
+        if service.load_balancer_source_ranges:
+            problems.append(Problem(f"{base}.loadBalancerSourceRanges", "needs type LoadBalancer"))
+    return problems
+
+
+def _check_accounting(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    accounting = spec.accounting
+    if not accounting.enabled:
+        return []
+    mariadb = accounting.mariadb is not None and accounting.mariadb.enabled
+    if accounting.external is None and not mariadb:
+        return [Problem(f"{path}.accounting", "accounting is enabled but neither external nor mariadb.enabled is set")]
+    if accounting.external is not None and mariadb:
+        return [Problem(f"{path}.accounting", "set either external or mariadb.enabled, not both")]
+    return []
+
+
+def _check_health_checks(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    nccl = spec.health_checks.nccl_benchmark
+    base = f"{path}.healthChecks.ncclBenchmark"
+    problems = []
+    if nccl.enabled and not spec.gpu_groups:
+        problems.append(Problem(f"{base}.enabled", "the NCCL benchmark needs a worker group with gpus > 0"))
+    low, high = _bytes(nccl.min_bytes), _bytes(nccl.max_bytes)
+    if low is not None and high is not None and low > high:
+        problems.append(Problem(f"{base}.maxBytes", f"{nccl.max_bytes} is smaller than minBytes {nccl.min_bytes}"))
+    return problems
+
+
+def _bytes(quantity: int | str) -> Decimal | None:
+    try:
+        return parse_quantity(quantity)
+    except ValueError:
+        return None

@@ -1,0 +1,169 @@
+"""The kustomize tree: what `kubectl apply -k config/default` installs is valid, least-privilege and consistent."""
+
+from __future__ import annotations
+
+import subprocess
+from functools import cache
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+import slurmctl
+from test.unit.api.helpers import REPO
+
+
+@cache
+def kustomize(directory: str) -> tuple[dict[str, Any], ...]:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / "config" / directory)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return tuple(doc for doc in yaml.safe_load_all(rendered) if doc)
+
+
+def by_kind(objects: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def test_default_renders_the_expected_objects() -> None:
+    names = {(obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace")) for obj in kustomize("default")}
+    assert names == {
+        ("Namespace", "slurmctl-system", None),
+        ("CustomResourceDefinition", "slurmclusters.slurm.slurmctl.io", None),
+        ("ServiceAccount", "slurmctl-operator", "slurmctl-system"),
+        ("ClusterRole", "slurmctl-operator", None),
+        ("ClusterRoleBinding", "slurmctl-operator", None),
+        ("Role", "slurmctl-leader-election", "slurmctl-system"),
+        ("RoleBinding", "slurmctl-leader-election", "slurmctl-system"),
+        ("ClusterRole", "slurmctl-slurmcluster-editor", None),
+        ("ClusterRole", "slurmctl-slurmcluster-viewer", None),
+        ("Deployment", "slurmctl-operator", "slurmctl-system"),
+    }
+
+
+@pytest.mark.parametrize("directory", ["default", "prometheus"])
+def test_every_rendered_object_is_valid_for_kubernetes_1_30(directory: str) -> None:
+    checked = 0
+    for obj in kustomize(directory):
+        if obj["kind"] in ("CustomResourceDefinition", "ServiceMonitor"):
+            continue
+        kubernetes_validate.validate(obj, "1.30", strict=True)
+        checked += 1
+    assert checked >= (9 if directory == "default" else 1)
+
+
+def test_strict_validation_would_catch_a_typo() -> None:
+    deployment = dict(by_kind(kustomize("default"), "Deployment")[0])
+    deployment["spec"] = {**deployment["spec"], "replica": 1}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, "1.30", strict=True)
+
+
+def test_rbac_has_no_wildcards() -> None:
+    roles = [obj for obj in kustomize("default") if obj["kind"] in ("ClusterRole", "Role")]
+    assert len(roles) == 4
+    for role in roles:
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+                assert "*" not in rule.get(field, []), f"{role['metadata']['name']}: {rule}"
+                assert not any("*" in value for value in rule.get(field, [])), f"{role['metadata']['name']}: {rule}"
+
+
+def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_operator_role_grants_what_the_reconcilers_need_and_never_deletes_claims() -> None:
+    role = next(r for r in by_kind(kustomize("default"), "ClusterRole") if r["metadata"]["name"] == "slurmctl-operator")
+    grants = _grants(role)
+    crud = {"get", "list", "watch", "create", "patch", "update", "delete"}
+    for group, resource in [("", "configmaps"), ("", "secrets"), ("", "services"), ("apps", "statefulsets")]:
+        assert {verb for g, r, verb in grants if (g, r) == (group, resource)} == crud
+    for resource in ("jobs", "cronjobs"):
+        assert {verb for g, r, verb in grants if (g, r) == ("batch", resource)} == crud
+    assert {v for g, r, v in grants if r == "persistentvolumeclaims"} == {"get", "list", "watch"}
+    assert {v for g, r, v in grants if r == "pods"} == {"get", "list", "watch"}
+    assert {v for g, r, v in grants if r == "slurmclusters"} == {"get", "list", "watch"}
+    assert {v for g, r, v in grants if r == "slurmclusters/status"} == {"get", "patch", "update"}
+    assert {(g, v) for g, r, v in grants if r == "events"} == {
+        ("", "create"),
+        ("", "patch"),
+        ("events.k8s.io", "create"),
+        ("events.k8s.io", "patch"),
+    }
+    assert {v for g, r, v in grants if (g, r) == ("k8s.mariadb.com", "mariadbs")} == {
+        "get",
+        "list",
+        "watch",
+        "create",
+        "patch",
+        "delete",
+    }
+    assert {v for g, r, v in grants if r == "customresourcedefinitions"} == {"get", "list", "watch"}
+
+
+def test_leader_election_is_namespaced_and_bound_to_the_operator() -> None:
+    objects = kustomize("default")
+    role = by_kind(objects, "Role")[0]
+    assert role["metadata"]["namespace"] == "slurmctl-system"
+    assert _grants(role) >= {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+    for binding in by_kind(objects, "RoleBinding") + by_kind(objects, "ClusterRoleBinding"):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "slurmctl-operator", "namespace": "slurmctl-system"}
+        ]
+
+
+def test_operator_deployment() -> None:
+    deployment = by_kind(kustomize("default"), "Deployment")[0]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "slurmctl-operator"
+    (container,) = pod["containers"]
+    assert container["image"] == f"ghcr.io/slurmctl/operator:{slurmctl.__version__}"
+    assert container["command"] + container["args"] == [
+        "slurmctl",
+        "run",
+        "--leader-elect",
+        "--metrics-bind-address=:8080",
+        "--health-probe-bind-address=:8081",
+    ]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8081}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+
+
+def test_metrics_service_and_service_monitor_find_the_operator() -> None:
+    objects = kustomize("prometheus")
+    (service,) = by_kind(objects, "Service")
+    (monitor,) = by_kind(objects, "ServiceMonitor")
+    deployment = by_kind(kustomize("default"), "Deployment")[0]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["metadata"]["namespace"] == monitor["metadata"]["namespace"] == "slurmctl-system"
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+
+
+def test_samples_are_valid_kubernetes_objects() -> None:
+    for path in sorted((REPO / "config" / "samples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc["kind"] != "SlurmCluster":
+                kubernetes_validate.validate(doc, "1.30", strict=True)

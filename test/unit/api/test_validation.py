@@ -1,0 +1,261 @@
+"""Semantic validation: every problem the schema cannot see, reported with the path of the field at fault."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonschema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec, check_cluster, validate_spec
+from test.unit.api.helpers import apply_defaults, spec_schema
+
+
+def cluster(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "jail": {"volume": {"claimName": "jail"}},
+        "workers": [{"name": "cpu", "size": 2}, {"name": "gpu", "size": 2, "gpus": 8}],
+    }
+    return {
+        "apiVersion": "slurm.slurmctl.io/v1",
+        "kind": "SlurmCluster",
+        "metadata": {"name": "demo", "namespace": "hpc"},
+        "spec": {**base, **spec},
+    }
+
+
+def problems_of(obj: dict[str, Any]) -> list[str]:
+    _, problems = check_cluster(obj)
+    return [str(p) for p in problems]
+
+
+def test_valid_cluster_has_no_problems() -> None:
+    assert problems_of(cluster()) == []
+
+
+def test_partition_naming_an_unknown_group() -> None:
+    obj = cluster(
+        partitions=[
+            {"name": "cpu", "workers": ["cpu"], "default": True},
+            {"name": "gpu", "workers": ["gpu", "gpu2"]},
+        ]
+    )
+    assert problems_of(obj) == ['spec.partitions[1].workers[1]: unknown worker group "gpu2"']
+
+
+def test_duplicate_group_names() -> None:
+    obj = cluster(workers=[{"name": "cpu"}, {"name": "gpu"}, {"name": "cpu"}])
+    assert problems_of(obj) == ['spec.workers[2].name: duplicate worker group "cpu" (also spec.workers[0])']
+
+
+def test_default_partition_missing() -> None:
+    obj = cluster(partitions=[{"name": "a"}, {"name": "b"}])
+    assert problems_of(obj) == ["spec.partitions: no partition has default: true (exactly one must)"]
+
+
+def test_default_partition_doubled() -> None:
+    obj = cluster(partitions=[{"name": "a", "default": True}, {"name": "b"}, {"name": "c", "default": True}])
+    assert problems_of(obj) == ["spec.partitions[2].default: more than one default partition (also spec.partitions[0])"]
+
+
+def test_duplicate_partitions_and_groups_listed_twice() -> None:
+    obj = cluster(partitions=[{"name": "a", "default": True, "workers": ["cpu", "cpu"]}, {"name": "a"}])
+    assert problems_of(obj) == [
+        'spec.partitions[1].name: duplicate partition "a" (also spec.partitions[0])',
+        'spec.partitions[0].workers[1]: worker group "cpu" is listed twice',
+    ]
+
+
+def test_partition_options_the_operator_sets_itself() -> None:
+    obj = cluster(partitions=[{"name": "a", "default": True, "options": {"Nodes": "ALL", "max-time": "1"}}])
+    assert problems_of(obj) == [
+        "spec.partitions[0].options.Nodes: Nodes is set by slurmctl from name, workers and default",
+        "spec.partitions[0].options.max-time: option names are letters and digits, as slurm.conf spells them",
+    ]
+
+
+def test_accounting_enabled_without_a_database() -> None:
+    assert problems_of(cluster(accounting={"enabled": True})) == [
+        "spec.accounting: accounting is enabled but neither external nor mariadb.enabled is set"
+    ]
+    assert problems_of(cluster(accounting={"enabled": True, "mariadb": {"enabled": False}})) != []
+    assert problems_of(cluster(accounting={"enabled": True, "mariadb": {"enabled": True}})) == []
+    assert problems_of(cluster(accounting={"enabled": False})) == []
+
+
+def test_accounting_with_both_databases() -> None:
+    external = {"host": "db", "user": "slurm", "passwordSecretRef": {"name": "db"}}
+    obj = cluster(accounting={"enabled": True, "external": external, "mariadb": {"enabled": True}})
+    assert problems_of(obj) == ["spec.accounting: set either external or mariadb.enabled, not both"]
+
+
+def test_sizes_beyond_the_sane_maximum() -> None:
+    per_group = cluster(workers=[{"name": "cpu", "size": 1001}])
+    assert problems_of(per_group) == ["spec.workers[0].size: input should be less than or equal to 1000"]
+    total = cluster(workers=[{"name": f"g{i}", "size": 1000} for i in range(5)])
+    assert problems_of(total) == ["spec.workers: 5000 worker nodes in total exceed the maximum of 4096"]
+    login = cluster(login={"size": 17})
+    assert problems_of(login) == ["spec.login.size: input should be less than or equal to 16"]
+
+
+def test_names_too_long_for_the_pod_names_built_from_them() -> None:
+    long_group = cluster(workers=[{"name": "a" * 21}])
+    assert problems_of(long_group) == ["spec.workers[0].name: string should have at most 20 characters"]
+    obj = cluster()
+    obj["metadata"]["name"] = "a" * 25
+    assert problems_of(obj) == [
+        f'metadata.name: "{"a" * 25}" must be a DNS label (lowercase letters, digits and hyphens, starting with '
+        "a letter) of at most 24 characters"
+    ]
+
+
+def test_volumes_need_exactly_one_source() -> None:
+    obj = cluster(
+        jail={
+            "volume": {"claimName": "a", "source": {"nfs": {"server": "s", "path": "/"}}},
+            "subMounts": [
+                {"name": "x", "mountPath": "/data", "volume": {}},
+                {"name": "y", "mountPath": "/data/", "volume": {"source": {"nfs": {}, "hostPath": {}}}},
+                {"name": "x", "mountPath": "/", "volume": {"claimName": "c"}},
+            ],
+        }
+    )
+    assert problems_of(obj) == [
+        "spec.jail.volume: set exactly one of claimName and source (got claimName, source)",
+        'spec.jail.subMounts[2].name: duplicate sub-mount "x" (also spec.jail.subMounts[0])',
+        "spec.jail.subMounts[0].volume: set exactly one of claimName and source (got neither)",
+        "spec.jail.subMounts[1].volume.source: a volume source has exactly one key, e.g. nfs or hostPath",
+        "spec.jail.subMounts[1].mountPath: /data is mounted twice (also spec.jail.subMounts[0])",
+        "spec.jail.subMounts[2].mountPath: cannot mount over the jail's root",
+    ]
+
+
+def test_login_service_fields_that_need_another_type() -> None:
+    obj = cluster(login={"service": {"type": "ClusterIP", "nodePort": 30022, "loadBalancerIP": "192.0.2.1"}})
+    assert problems_of(obj) == [
+        "spec.login.service.nodePort: needs type NodePort or LoadBalancer",
+        "spec.login.service.loadBalancerIP: needs type LoadBalancer",
+    ]
+
+
+def test_nccl_benchmark_needs_gpus_and_ordered_sizes() -> None:
+    obj = cluster(
+        workers=[{"name": "cpu"}],
+        healthChecks={"ncclBenchmark": {"enabled": True, "minBytes": "8Gi", "maxBytes": "512Mi"}},
+    )
+    assert problems_of(obj) == [
+        "spec.healthChecks.ncclBenchmark.enabled: the NCCL benchmark needs a worker group with gpus > 0",
+        "spec.healthChecks.ncclBenchmark.maxBytes: 512Mi is smaller than minBytes 8Gi",
+    ]
+
+
+def test_schema_problems_are_reported_with_camel_case_paths() -> None:
+    obj = cluster(workers=[{"name": "cpu", "sharedMemorySize": "lots", "size": "2"}], populateJail={"overwrite": 1})
+    assert problems_of(obj) == [
+        "spec.populateJail.overwrite: input should be a valid boolean",
+        "spec.workers[0].sharedMemorySize: value error, 'lots' is not a Kubernetes quantity (e.g. 500m, 64Gi, 4)",
+        "spec.workers[0].size: input should be a valid integer",
+    ]
+    assert problems_of({"kind": "SlurmCluster"}) == ["spec: field required"]
+    assert problems_of([]) == ["<root>: expected an object, got list"]  # type: ignore[arg-type]
+
+
+def test_validate_spec_on_a_parsed_spec() -> None:
+    spec = SlurmClusterSpec.model_validate(
+        cluster(partitions=[{"name": "a", "workers": ["nope"], "default": True}])["spec"]
+    )
+    assert [p.path for p in validate_spec(spec)] == ["spec.partitions[0].workers[0]"]
+
+
+# --- property-based: generated specs never crash the validator --------------------------------------------------
+
+dns_label = st.from_regex(r"[a-z]([-a-z0-9]{0,18}[a-z0-9])?", fullmatch=True)
+quantity = st.one_of(st.integers(0, 2**40), st.from_regex(r"[0-9]{1,4}(Ki|Mi|Gi|m|k|M|G)?", fullmatch=True))
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> dict[str, Any]:
+    groups = draw(st.lists(dns_label, min_size=1, max_size=4))
+    workers = [
+        {
+            "name": name,
+            **draw(st.fixed_dictionaries({}, optional={"size": st.integers(0, 1000), "gpus": st.integers(0, 16)})),
+            **draw(st.fixed_dictionaries({}, optional={"sharedMemorySize": quantity, "features": st.just(["x"])})),
+        }
+        for name in groups
+    ]
+    spec: dict[str, Any] = {"jail": {"volume": {"claimName": draw(dns_label)}}, "workers": workers}
+    if draw(st.booleans()):
+        names = draw(st.lists(dns_label, min_size=1, max_size=3))
+        spec["partitions"] = [
+            {
+                "name": name,
+                "workers": draw(st.lists(st.sampled_from([*groups, "unknown"]), max_size=3)),
+                "default": draw(st.booleans()),
+            }
+            for name in names
+        ]
+    if draw(st.booleans()):
+        spec["accounting"] = {"enabled": draw(st.booleans())}
+        if draw(st.booleans()):
+            spec["accounting"]["mariadb"] = {"enabled": draw(st.booleans()), "storage": {"size": draw(quantity)}}
+    if draw(st.booleans()):
+        spec["healthChecks"] = {
+            "ncclBenchmark": {"enabled": draw(st.booleans()), "minBytes": draw(quantity), "maxBytes": draw(quantity)}
+        }
+    if draw(st.booleans()):
+        spec["login"] = {
+            "size": draw(st.integers(0, 16)),
+            "service": {"type": draw(st.sampled_from(["ClusterIP", "NodePort", "LoadBalancer"]))},
+        }
+    return spec
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _paths(value, (*prefix, index))
+    return found
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=specs())
+def test_generated_specs_agree_with_the_schema_and_round_trip(spec: dict[str, Any]) -> None:
+    obj = {"apiVersion": "slurm.slurmctl.io/v1", "kind": "SlurmCluster", "metadata": {"name": "c"}, "spec": spec}
+    parsed, problems = check_cluster(obj)
+    assert not list(jsonschema.Draft7Validator(spec_schema()).iter_errors(spec))
+    assert parsed is not None, problems
+    assert all(p.path.startswith("spec.") for p in problems)
+    assert SlurmCluster.model_validate(parsed.to_dict()) == parsed
+    # The API server's defaults and the models' defaults are the same defaults.
+    assert SlurmClusterSpec.model_validate(apply_defaults(spec, spec_schema())) == parsed.spec
+    assert apply_defaults(parsed.spec.to_dict(), spec_schema()) == parsed.spec.to_dict()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=specs(), data=st.data(), garbage=json_values)
+def test_mangled_specs_never_crash_the_validator(spec: dict[str, Any], data: st.DataObject, garbage: Any) -> None:
+    obj: dict[str, Any] = {"apiVersion": "slurm.slurmctl.io/v1", "kind": "SlurmCluster", "spec": copy.deepcopy(spec)}
+    path = data.draw(st.sampled_from(_paths(obj)))
+    if path:
+        parent = obj
+        for step in path[:-1]:
+            parent = parent[step]
+        parent[path[-1]] = garbage
+    else:
+        obj = garbage
+    parsed, problems = check_cluster(obj)
+    assert parsed is not None or problems
+    for problem in problems:
+        assert problem.path and problem.message and "\n" not in str(problem)
