@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Static analysis of the chroot SPANK plugin (native/spank_chroot): cppcheck and clang-tidy, any finding fails.
+# Installs cppcheck, clang-tidy and libslurm-dev with apt when they are missing (another agent may hold the dpkg lock).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SRC=$ROOT/native/spank_chroot
+FILES=("$SRC/chroot.c" "$SRC/args.c" "$SRC/test/args_harness.c")
+# The same language mode and macros the Makefile builds with, so the analysers see the code that ships.
+CFLAGS=(-std=gnu11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 "-I$SRC")
+# Checks left out, and why:
+#   DeprecatedOrUnsafeBufferHandling  asks for Annex K *_s functions, which glibc does not have
+#   easily-swappable-parameters       flags every function with two parameters of one type
+#   readability-*                     style; the plugin follows the kernel's C style (no braces on one-line ifs)
+TIDY_CHECKS='-*,clang-analyzer-*,bugprone-*,cert-*,misc-*,performance-*,portability-*,readability-function-cognitive-complexity,readability-misleading-indentation,readability-non-const-parameter,-clang-analyzer-security.insecureAPI.DeprecatedOrUnsafeBufferHandling,-bugprone-easily-swappable-parameters'
+
+need=()
+command -v cppcheck >/dev/null 2>&1 || need+=(cppcheck)
+command -v clang-tidy >/dev/null 2>&1 || need+=(clang-tidy)
+[ -f /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
+if [ ${#need[@]} -gt 0 ]; then
+    printf 'plugin-lint: installing %s\n' "${need[*]}" >&2
+    apt-get -o DPkg::Lock::Timeout=300 update >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${need[@]}" \
+        >/dev/null
+fi
+
+status=0
+printf 'plugin-lint: cppcheck\n' >&2
+cppcheck --quiet --error-exitcode=1 --enable=warning,style,performance,portability --inline-suppr \
+    --std=c11 --suppress=missingIncludeSystem -D_GNU_SOURCE "-I$SRC" "${FILES[@]}" || status=1
+
+# One file per run: clang-tidy 14 reports a false valist.Uninitialized in the second of several files in one run.
+for f in "${FILES[@]}"; do
+    printf 'plugin-lint: clang-tidy %s\n' "${f#"$ROOT"/}" >&2
+    tidy_out=$(clang-tidy --quiet --checks="$TIDY_CHECKS" --warnings-as-errors='*' "$f" -- "${CFLAGS[@]}" 2>&1) ||
+        status=1
+    # Suppressed system-header findings still print "N warnings generated"; show only the real ones.
+    grep -E 'warning:|error:' <<<"$tidy_out" && status=1
+done
+
+if [ "$status" -ne 0 ]; then
+    printf 'plugin-lint: findings above\n' >&2
+    exit 1
+fi
+printf 'plugin-lint: clean\n' >&2

@@ -1,0 +1,36 @@
+"""The plugin's plugstack.conf argument parser under AddressSanitizer and UBSan, fed odd and hostile inputs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test.e2e.slurm.local_slurm import REPO
+
+pytestmark = pytest.mark.slurm
+
+PLUGIN_DIR = REPO / "native" / "spank_chroot"
+
+
+def test_argument_parser_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
+    harness = tmp_path / "args_harness"
+    build = subprocess.run(
+        ["make", "-C", str(PLUGIN_DIR), "harness", f"HARNESS={harness}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr
+    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=86", "UBSAN_OPTIONS": "print_stacktrace=1"}
+    proc = subprocess.run([str(harness)], capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr
+    match = re.search(r"^ok (\d+) cases$", proc.stdout, re.MULTILINE)
+    assert match and int(match.group(1)) >= 30, proc.stdout
+    # Each hostile input got its own verdict, including the ones a sloppy parser crashes on.
+    for case in ("very long jail", "very long unknown key", "bare equals", "jail without value", "unknown key"):
+        assert f"ok {case}:" in proc.stdout

@@ -1,0 +1,141 @@
+"""The chroot SPANK plugin loaded by a real slurmd: what jobs see, what they write, and what stays on the host."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from test.e2e.slurm.local_slurm import LocalSlurm
+
+pytestmark = pytest.mark.slurm
+
+
+def marker(slurm: LocalSlurm) -> str:
+    return (slurm.jail / "etc" / "slurmctl-jail").read_text()
+
+
+def mounts(pid: int | str) -> Counter[tuple[str, str]]:
+    """(mount point, filesystem type) of every mount the process sees."""
+    table: Counter[tuple[str, str]] = Counter()
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        fields, _, tail = line.partition(" - ")
+        table[(fields.split()[4], tail.split()[0])] += 1
+    return table
+
+
+def step_pids(slurm: LocalSlurm, job_id: str, step: str) -> list[int]:
+    """PIDs of `step` ("extern", "batch", ...) of a running job, from `scontrol listpids` on the node."""
+    out = slurm.run("scontrol", "listpids", job_id, check=False).stdout
+    pids = []
+    for line in out.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] == step and fields[0].isdigit() and int(fields[0]) > 0:
+            pids.append(int(fields[0]))
+    return pids
+
+
+def test_srun_reads_the_jail_marker(local_slurm: LocalSlurm) -> None:
+    assert not Path("/etc/slurmctl-jail").exists(), "the host must not have the marker, or this proves nothing"
+    out = local_slurm.run("srun", "cat", "/etc/slurmctl-jail").stdout
+    assert out == marker(local_slurm)
+
+
+def test_srun_lists_the_jail_root_not_the_hosts(local_slurm: LocalSlurm) -> None:
+    listed = set(local_slurm.run("srun", "ls", "/").stdout.split())
+    jail_root = {p.name for p in local_slurm.jail.iterdir() if not p.name.startswith(".")}
+    host_root = {name for name in os.listdir("/") if not name.startswith(".")}
+    assert jail_root != host_root
+    assert listed == jail_root
+
+
+def test_proc_is_fresh_and_no_host_mount_is_visible(local_slurm: LocalSlurm) -> None:
+    out = local_slurm.run("srun", "cat", "/proc/self/mountinfo").stdout
+    seen: Counter[tuple[str, str]] = Counter()
+    for line in out.splitlines():
+        fields, _, tail = line.partition(" - ")
+        seen[(fields.split()[4], tail.split()[0])] += 1
+    assert len(mounts("self")) > 2, "the host has more than two mounts, or this proves nothing"
+    assert sorted(point for point, _ in seen) == ["/", "/proc"], out
+    assert seen[("/proc", "proc")] == 1, out
+
+
+def test_step_starts_in_its_working_directory_inside_the_jail(local_slurm: LocalSlurm) -> None:
+    assert not Path("/data").exists(), "the host must not have /data, or this proves nothing"
+    assert local_slurm.run("srun", "--chdir=/data", "pwd").stdout.strip() == "/data"
+
+
+def test_working_directory_missing_from_the_jail_fails_the_step(local_slurm: LocalSlurm) -> None:
+    # The state directory exists on the host only; a step started there must not run anywhere.
+    host_only = local_slurm.state_dir
+    ran = host_only / f"ran-{uuid.uuid4().hex[:8]}"
+    proc = local_slurm.run("srun", f"--chdir={host_only}", "touch", str(ran), check=False)
+    assert proc.returncode != 0
+    expected = f"step 'chdir-workdir' failed: job working directory {host_only}: No such file or directory"
+    assert expected in proc.stderr, proc.stderr
+    assert not ran.exists()
+
+
+def test_sbatch_writes_land_in_the_jail_directory_on_the_host(local_slurm: LocalSlurm) -> None:
+    name = f"sbatch-{uuid.uuid4().hex[:8]}"
+    script = f"#!/bin/sh\necho written by job $SLURM_JOB_ID > /data/{name}\n"
+    out = local_slurm.state_dir / f"{name}.out"
+    job_id = local_slurm.run("sbatch", "--wait", "--parsable", f"--output={out}", input=script).stdout.strip()
+    assert (local_slurm.jail / "data" / name).read_text() == f"written by job {job_id}\n", out.read_text()
+    assert not Path("/data").exists()
+
+
+def test_extern_step_stays_in_the_hosts_namespace(local_slurm: LocalSlurm) -> None:
+    job_id = local_slurm.run("sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 120").stdout.strip()
+    try:
+        found: dict[str, list[int]] = {}
+
+        def both_steps_running() -> bool:
+            found.update(extern=step_pids(local_slurm, job_id, "extern"), batch=step_pids(local_slurm, job_id, "batch"))
+            return bool(found["extern"] and found["batch"])
+
+        local_slurm.wait_until(both_steps_running, what=f"extern and batch steps of job {job_id}")
+        host_ns = os.readlink(f"/proc/{local_slurm.pid('slurmd')}/ns/mnt")
+        for pid in found["extern"]:
+            assert os.readlink(f"/proc/{pid}/ns/mnt") == host_ns
+            assert not Path(f"/proc/{pid}/root/etc/slurmctl-jail").exists()
+        # The same probes tell a jailed process apart, so the extern result is not vacuous.
+        for pid in found["batch"]:
+            assert os.readlink(f"/proc/{pid}/ns/mnt") != host_ns
+            assert Path(f"/proc/{pid}/root/etc/slurmctl-jail").exists()
+    finally:
+        local_slurm.run("scancel", job_id, check=False)
+
+
+def test_hundred_sruns_leak_no_mounts_and_slurmd_stays_healthy(local_slurm: LocalSlurm) -> None:
+    slurmd = local_slurm.pid("slurmd")
+    before = mounts(slurmd)
+    for i in range(100):
+        local_slurm.run("srun", "--quiet", "--job-name", f"leak-{i}", "true")
+    after = mounts(slurmd)
+    assert after == before, f"mounts added: {after - before}, removed: {before - after}"
+    assert not [point for point, _ in after if point.startswith(str(local_slurm.jail))]
+    assert local_slurm.pid("slurmd") == slurmd and Path(f"/proc/{slurmd}").exists()
+    local_slurm.wait_until(lambda: local_slurm.node_state() == "idle", what="node idle after 100 steps")
+    assert local_slurm.run("srun", "cat", "/etc/slurmctl-jail").stdout == marker(local_slurm)
+
+
+def test_job_of_a_non_root_user_sees_the_jail_and_owns_its_files(local_slurm: LocalSlurm) -> None:
+    user = pwd.getpwnam(local_slurm.user)
+    assert user.pw_uid != 0
+    home = Path("/home") / user.pw_name
+    name = uuid.uuid4().hex[:8]
+    script = f"#!/bin/sh\nid -u > {home}/{name}.id\nls / > {home}/{name}.ls\ncat /etc/slurmctl-jail > {home}/{name}.m\n"
+    local_slurm.run("sbatch", "--wait", f"--uid={user.pw_name}", "--output=/dev/null", input=script)
+    on_host = local_slurm.jail / "home" / user.pw_name
+    for suffix in ("id", "ls", "m"):
+        assert (on_host / f"{name}.{suffix}").stat().st_uid == user.pw_uid
+    assert (on_host / f"{name}.id").read_text().strip() == str(user.pw_uid)
+    assert set((on_host / f"{name}.ls").read_text().split()) == {
+        p.name for p in local_slurm.jail.iterdir() if not p.name.startswith(".")
+    }
+    assert (on_host / f"{name}.m").read_text() == marker(local_slurm)
