@@ -1,64 +1,52 @@
-"""Command-line entry point: `slurmctl --version`, `slurmctl run`."""
+"""Command-line entry point: `slurmctl --version`, `slurmctl run`.
+
+`run` flags are named as kubebuilder operators name them, each with an environment-variable equivalent
+(`SLURMCTL_<FLAG>`, upper-case with underscores), so users and Helm charts recognise them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.config.config_exception import ConfigException
 
 from slurmctl import __version__
+from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions
+from slurmctl.runtime.logs import configure, kv
 
 log = logging.getLogger(__name__)
 
-
-def _split_address(address: str) -> tuple[str, int]:
-    """Parse kubebuilder-style bind addresses (`:8080`, `127.0.0.1:8080`); an empty host means all interfaces."""
-    host, _, port = address.rpartition(":")
-    return host or "0.0.0.0", int(port)  # noqa: S104 - the operator's probes must be reachable from the kubelet
+Register = Callable[[Manager], Awaitable[None]]
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
-async def _health(_: web.Request) -> web.Response:
-    return web.Response(text="ok")
+def _env(flag: str, default: str | None = None) -> str | None:
+    return os.environ.get("SLURMCTL_" + flag.upper().replace("-", "_"), default)
 
 
-async def _metrics(_: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+def _env_bool(flag: str) -> bool:
+    return (_env(flag) or "").lower() in ("1", "true", "yes", "on")
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    runners: list[web.AppRunner] = []
-    try:
-        for address, routes in (
-            (args.metrics_bind_address, [web.get("/metrics", _metrics)]),
-            (args.health_probe_bind_address, [web.get("/healthz", _health), web.get("/readyz", _health)]),
-        ):
-            app = web.Application()
-            app.add_routes(routes)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            runners.append(runner)
-            host, port = _split_address(address)
-            await web.TCPSite(runner, host, port).start()
-            log.info("serving address=%s paths=%s", address, ",".join(r.path for r in routes))
-        log.info("manager started (no controllers registered yet)")
-        await stop.wait()
-        log.info("shutting down")
-    finally:
-        for runner in runners:
-            with contextlib.suppress(Exception):
-                await runner.cleanup()
+def _default_lease_namespace() -> str:
+    if IN_CLUSTER_NAMESPACE.is_file():
+        return IN_CLUSTER_NAMESPACE.read_text().strip()
+    return os.environ.get("POD_NAMESPACE", "default")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,22 +54,113 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"slurmctl {__version__}")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run the operator in the foreground")
-    run.add_argument("--metrics-bind-address", default=os.environ.get("SLURMCTL_METRICS_BIND_ADDRESS", ":8080"))
     run.add_argument(
-        "--health-probe-bind-address", default=os.environ.get("SLURMCTL_HEALTH_PROBE_BIND_ADDRESS", ":8081")
+        "--kubeconfig",
+        default=_env("kubeconfig", os.environ.get("KUBECONFIG")),
+        help="kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)",
     )
-    run.add_argument("--log-level", default=os.environ.get("SLURMCTL_LOG_LEVEL", "info"))
-    return parser
+    run.add_argument(
+        "--metrics-bind-address",
+        default=_env("metrics-bind-address", ":8080"),
+        help='address of /metrics, e.g. ":8080" or "127.0.0.1:8080"; "0" disables',
+    )
+    run.add_argument(
+        "--health-probe-bind-address",
+        default=_env("health-probe-bind-address", ":8081"),
+        help='address of /healthz and /readyz; "0" disables',
+    )
+    run.add_argument(
+        "--leader-elect",
+        action="store_true",
+        default=_env_bool("leader-elect"),
+        help="run controllers only while holding the leader lease (for more than one replica)",
+    )
+    run.add_argument(
+        "--leader-election-namespace",
+        default=_env("leader-election-namespace"),
+        help="namespace of the Lease (default: the pod's namespace)",
+    )
+    run.add_argument(
+        "--leader-election-id",
+        default=_env("leader-election-id", "slurmctl.slurm.slurmctl.io"),
+        help="name of the Lease",
+    )
+    run.add_argument(
+        "--namespace", default=_env("namespace") or None, help="watch only this namespace (default: all namespaces)"
+    )
+    run.add_argument(
+        "--max-concurrent-reconciles",
+        type=_positive_int,
+        default=_positive_int(_env("max-concurrent-reconciles", "1") or "1"),
+        help="workers per controller",
+    )
+    run.add_argument(
+        "--graceful-shutdown-timeout",
+        type=float,
+        default=float(_env("graceful-shutdown-timeout", "30") or "30"),
+        help="seconds to let reconciles finish after SIGTERM",
+    )
+    run.add_argument(
+        "--log-level", default=_env("log-level", "info"), choices=["debug", "info", "warning", "error"], type=str.lower
+    )
+    run.add_argument("--log-format", default=_env("log-format", "text"), choices=["text", "json"])
+    return parser  # fmt: skip
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command != "run":
-        _parser().print_help()
+def manager_options(args: argparse.Namespace) -> ManagerOptions:
+    election = None
+    if args.leader_elect:
+        election = LeaderElectionConfig(
+            namespace=args.leader_election_namespace or _default_lease_namespace(), name=args.leader_election_id
+        )
+    return ManagerOptions(
+        namespace=args.namespace,
+        metrics_bind_address=args.metrics_bind_address,
+        health_probe_bind_address=args.health_probe_bind_address,
+        leader_election=election,
+        grace_period=args.graceful_shutdown_timeout,
+        max_concurrent_reconciles=args.max_concurrent_reconciles,
+    )
+
+
+async def _connect(kubeconfig: str | None) -> k8s.ApiClient:
+    if kubeconfig:
+        return await k8s_config.new_client_from_config(config_file=kubeconfig)
+    configuration = k8s.Configuration()
+    k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return k8s.ApiClient(configuration=configuration)
+
+
+async def _run(args: argparse.Namespace, register: Register | None) -> int:
+    try:
+        api = await _connect(args.kubeconfig)
+    except (ConfigException, OSError) as exc:
+        where = args.kubeconfig or "the in-cluster service account"
+        log.error("cannot load cluster credentials %s", kv(source=where, error=exc))
         return 2
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(_serve(args))
+    try:
+        manager = Manager(Client(api), manager_options(args))
+        # The reconcilers register their controllers here (next issues): `await reconcilers.register(manager)`.
+        if register is not None:
+            await register(manager)
+        await manager.run()
+    except LeaderElectionLost as exc:
+        log.error("exiting so that Kubernetes restarts the operator %s", kv(error=exc))
+        return 1
+    finally:
+        await api.close()
     return 0
+
+
+def main(argv: Sequence[str] | None = None, *, register: Register | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command != "run":
+        parser.print_help()
+        return 2
+    configure(args.log_level, args.log_format)
+    log.info("starting %s", kv(version=__version__, namespace=args.namespace or "*", leader_elect=args.leader_elect))
+    return asyncio.run(_run(args, register))
 
 
 if __name__ == "__main__":

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from slurmctl import __version__
-from slurmctl.cli import _split_address, main
+from slurmctl.cli import _parser, main, manager_options
+from slurmctl.runtime.server import disabled, split_address
 
 
 def test_version_flag_prints_the_package_version() -> None:
@@ -29,4 +32,68 @@ def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) ->
     [(":8080", ("0.0.0.0", 8080)), ("127.0.0.1:9000", ("127.0.0.1", 9000))],
 )
 def test_bind_addresses_are_parsed_like_kubebuilder_flags(address: str, expected: tuple[str, int]) -> None:
-    assert _split_address(address) == expected
+    assert split_address(address) == expected
+    assert disabled("0") and not disabled(address)
+
+
+def test_run_defaults_match_kubebuilder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    opts = manager_options(_parser().parse_args(["run"]))
+    assert (opts.metrics_bind_address, opts.health_probe_bind_address) == (":8080", ":8081")
+    assert opts.leader_election is None
+    assert opts.namespace is None
+    assert opts.max_concurrent_reconciles == 1
+    assert opts.grace_period == 30
+
+
+def test_run_flags_build_the_manager_options() -> None:
+    args = _parser().parse_args(
+        ["run", "--leader-elect", "--leader-election-namespace", "ops", "--leader-election-id", "lock",
+         "--namespace", "team-a", "--max-concurrent-reconciles", "4", "--metrics-bind-address", "0",
+         "--log-format", "json", "--log-level", "DEBUG", "--graceful-shutdown-timeout", "5"]
+    )  # fmt: skip
+    opts = manager_options(args)
+    assert opts.leader_election is not None
+    assert (opts.leader_election.namespace, opts.leader_election.name) == ("ops", "lock")
+    assert (opts.leader_election.lease_duration, opts.leader_election.renew_deadline) == (15, 10)
+    assert opts.leader_election.retry_period == 2
+    assert (opts.namespace, opts.max_concurrent_reconciles, opts.grace_period) == ("team-a", 4, 5)
+    assert opts.metrics_bind_address == "0"
+    assert (args.log_format, args.log_level) == ("json", "debug")
+
+
+def test_environment_variables_stand_in_for_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURMCTL_LEADER_ELECT", "true")
+    monkeypatch.setenv("SLURMCTL_LEADER_ELECTION_NAMESPACE", "ops")
+    monkeypatch.setenv("SLURMCTL_NAMESPACE", "team-b")
+    monkeypatch.setenv("SLURMCTL_MAX_CONCURRENT_RECONCILES", "3")
+    monkeypatch.setenv("KUBECONFIG", "/tmp/kc")
+    args = _parser().parse_args(["run"])
+    opts = manager_options(args)
+    assert opts.leader_election is not None and opts.leader_election.namespace == "ops"
+    assert (opts.namespace, opts.max_concurrent_reconciles, args.kubeconfig) == ("team-b", 3, "/tmp/kc")
+    # A flag beats its environment variable.
+    assert _parser().parse_args(["run", "--namespace", "x"]).namespace == "x"
+
+
+def test_bad_flag_values_are_rejected_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        _parser().parse_args(["run", "--max-concurrent-reconciles", "0"])
+    assert exit_.value.code == 2
+    assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_run_without_usable_credentials_fails_with_a_message_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        assert main(["run", "--kubeconfig", str(tmp_path / "missing")]) == 2
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+    err = capsys.readouterr().err
+    assert "cannot load cluster credentials" in err
+    assert "Traceback" not in err

@@ -1,0 +1,120 @@
+"""Kubernetes Events (core/v1) posted from a background task, so recording never blocks a reconcile.
+
+Repeats of the same type and reason on the same object within the aggregation window update one Event (count,
+lastTimestamp, latest message) instead of creating a new one each time, as client-go's EventCorrelator does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from slurmctl.runtime.client import Client, Obj
+from slurmctl.runtime.errors import ApiError, NotFound
+from slurmctl.runtime.logs import kv
+
+log = logging.getLogger(__name__)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+MAX_MESSAGE = 1024
+
+
+@dataclass(slots=True)
+class _Posted:
+    namespace: str
+    name: str
+    count: int
+    first_seen: float
+
+
+def _timestamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EventRecorder:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        component: str,
+        instance: str = "",
+        queue_size: int = 1000,
+        aggregation_window: float = 600.0,
+    ) -> None:
+        self._client = client
+        self.component = component
+        self.instance = instance
+        self._queue: asyncio.Queue[tuple[Obj, str, str, str]] = asyncio.Queue(maxsize=queue_size)
+        self._window = aggregation_window
+        self._posted: dict[tuple[str, ...], _Posted] = {}
+
+    def record(self, obj: Mapping[str, Any], type: str, reason: str, message: str) -> None:
+        """Queue an Event about `obj` (type Normal or Warning); drops it, with a log line, if the queue is full."""
+        meta = obj.get("metadata") or {}
+        involved = {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+        try:
+            self._queue.put_nowait(({k: v for k, v in involved.items() if v}, type, reason, message[:MAX_MESSAGE]))
+        except asyncio.QueueFull:
+            log.warning("event dropped, recorder queue full %s", kv(reason=reason, object=meta.get("name", "")))
+
+    async def run(self) -> None:
+        while True:
+            involved, type_, reason, message = await self._queue.get()
+            try:
+                await self._post(involved, type_, reason, message)
+            except ApiError as exc:
+                log.warning("could not post event %s", kv(reason=reason, object=involved.get("name", ""), error=exc))
+            finally:
+                self._queue.task_done()
+
+    async def flush(self) -> None:
+        """Wait until every queued event has been posted (or failed); used on shutdown and in tests."""
+        await self._queue.join()
+
+    async def _post(self, involved: Obj, type_: str, reason: str, message: str) -> None:
+        key = (str(involved.get("uid") or involved.get("name")), str(involved.get("kind")), type_, reason)
+        now = time.monotonic()
+        posted = self._posted.get(key)
+        stamp = _timestamp()
+        if posted is not None and now - posted.first_seen < self._window:
+            patch = {"count": posted.count + 1, "lastTimestamp": stamp, "message": message}
+            try:
+                await self._client.merge_patch("v1", "Event", posted.name, patch, namespace=posted.namespace)
+                posted.count += 1
+                return
+            except NotFound:
+                pass  # expired or deleted: post a fresh one
+        namespace = involved.get("namespace") or "default"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{involved.get('name', 'object')}.{time.time_ns():x}", "namespace": namespace},
+            "involvedObject": involved,
+            "type": type_,
+            "reason": reason,
+            "message": message,
+            "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+        }
+        created = await self._client.create(body)
+        self._posted[key] = _Posted(namespace, created["metadata"]["name"], 1, now)
+        if len(self._posted) > 4096:  # bound memory: forget the oldest aggregation entries
+            for stale in list(self._posted)[:1024]:
+                del self._posted[stale]

@@ -1,0 +1,313 @@
+"""Shared informers: a reflector (paged LIST, then WATCH) feeding a local store and event listeners.
+
+Semantics follow client-go's reflector: WATCH from the LIST's resourceVersion with bookmarks and a randomised
+5-10 minute server timeout; `410 Gone` relists and replaces the store, emitting deletes for objects that vanished
+meanwhile; 429/5xx/connection failures back off (tenacity, bounded); an inactivity watchdog reconnects a watch that
+has delivered nothing, not even a bookmark, for about 70 seconds (half-open connections).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential, wait_random
+
+from slurmctl.runtime.client import Client, Obj, Resource
+from slurmctl.runtime.clock import REAL_CLOCK, Clock
+from slurmctl.runtime.errors import ApiError, Gone, ServerError
+from slurmctl.runtime.logs import kv
+from slurmctl.runtime.store import Store, object_key
+
+log = logging.getLogger(__name__)
+
+WATCHDOG_SECONDS = 70.0
+STALE_MARGIN = 10.0
+MIN_WATCH_TIMEOUT = 300
+
+
+class EventType(enum.Enum):
+    ADDED = "add"
+    UPDATED = "update"
+    DELETED = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """What listeners receive. `low_priority` marks events from an initial list, a relist or a resync."""
+
+    type: EventType
+    obj: Obj
+    old: Obj | None = None
+    low_priority: bool = False
+
+
+Listener = Callable[[Event], None]
+
+
+class Source(Protocol):
+    """Where an informer lists and watches from: the real API (`ClientSource`) or a scripted fake in tests."""
+
+    async def list_page(self, *, limit: int, continue_token: str | None) -> Obj: ...
+
+    def watch(
+        self, *, resource_version: str, timeout_seconds: int, on_open: Callable[[], None]
+    ) -> AsyncIterator[Obj]: ...
+
+
+class ClientSource:
+    """List and watch one resource type through `Client`; the resource path is resolved on first use."""
+
+    def __init__(self, client: Client, api_version: str, kind: str, *, namespace: str | None = None) -> None:
+        self._client = client
+        self.api_version = api_version
+        self.kind = kind
+        self.namespace = namespace
+        self._resource: Resource | None = None
+
+    async def _res(self) -> Resource:
+        if self._resource is None:
+            self._resource = await self._client.resource(self.api_version, self.kind)
+        return self._resource
+
+    async def list_page(self, *, limit: int, continue_token: str | None) -> Obj:
+        res = await self._res()
+        return await self._client.list(
+            self.api_version, self.kind, namespace=self.namespace if res.namespaced else None,
+            limit=limit, continue_token=continue_token,
+        )  # fmt: skip
+
+    async def watch(
+        self, *, resource_version: str, timeout_seconds: int, on_open: Callable[[], None]
+    ) -> AsyncIterator[Obj]:
+        res = await self._res()
+        namespace = self.namespace if res.namespaced else None
+        async for event in self._client.watch(
+            res, namespace=namespace, resource_version=resource_version, timeout_seconds=timeout_seconds,
+            on_open=on_open,
+        ):  # fmt: skip
+            yield event
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Everything but 410 is retried with backoff: a missing RBAC rule or CRD may be fixed while we wait."""
+    return isinstance(exc, ApiError) and not isinstance(exc, Gone)
+
+
+def _strip(obj: Obj, keep_managed_fields: bool) -> Obj:
+    if not keep_managed_fields:
+        (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj
+
+
+def _rv(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+class Informer:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        name: str,
+        clock: Clock = REAL_CLOCK,
+        page_size: int = 500,
+        resync_period: float | None = None,
+        watchdog: float = WATCHDOG_SECONDS,
+        keep_managed_fields: bool = False,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self.store = Store()
+        self._source = source
+        self._clock = clock
+        self._page_size = page_size
+        self._resync_period = resync_period
+        self._watchdog = watchdog
+        self._keep_managed_fields = keep_managed_fields
+        self._rng = rng or random.Random()  # jitter, not security
+        self._listeners: list[Listener] = []
+        self._synced = asyncio.Event()
+        self._resource_version = ""
+        self._last_activity = clock.monotonic()
+        self.relists = 0  # LISTs after the first one (410 or lost watch): for tests and logs
+
+    @property
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    @property
+    def resource_version(self) -> str:
+        return self._resource_version
+
+    def is_stale(self) -> bool:
+        """True when there has been no sign of a live connection (a list, a watch opened, an event or a bookmark)
+        for longer than the watchdog period plus a margin for the reconnect itself."""
+        return self._clock.monotonic() - self._last_activity > self._watchdog + STALE_MARGIN
+
+    def add_listener(self, listener: Listener) -> None:
+        """Listeners run synchronously in the informer task: keep them cheap (enqueue, never await)."""
+        self._listeners.append(listener)
+        if self.has_synced:  # a late listener still sees everything already cached, as client-go does
+            for obj in self.store:
+                self._emit_to(listener, Event(EventType.ADDED, obj, low_priority=True))
+
+    def _emit(self, event: Event) -> None:
+        for listener in self._listeners:
+            self._emit_to(listener, event)
+
+    def _emit_to(self, listener: Listener, event: Event) -> None:
+        try:
+            listener(event)
+        except Exception:
+            log.exception("event listener failed %s", kv(informer=self.name, event=event.type.value))
+
+    # ---- the reflector ----------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """List and watch until cancelled. Owned by the manager's TaskGroup."""
+        async with asyncio.TaskGroup() as tg:
+            if self._resync_period:
+                tg.create_task(self._resync_loop(self._resync_period))
+            while True:
+                try:
+                    await self._retrying(self._list)
+                    await self._retrying(self._watch_forever)
+                except Gone as exc:  # a compacted resourceVersion or an expired continue token
+                    log.info("resourceVersion expired, relisting %s", kv(informer=self.name, error=exc))
+                self.relists += 1
+
+    async def _retrying(self, step: Callable[[], Awaitable[None]]) -> None:
+        async for attempt in AsyncRetrying(
+            wait=wait_exponential(multiplier=0.5, max=30.0) + wait_random(0, 1),
+            retry=retry_if_exception(_retryable),
+            sleep=self._clock.sleep,
+            before_sleep=self._log_retry,
+            reraise=True,
+        ):
+            with attempt:
+                await step()
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "list/watch failed, backing off %s", kv(informer=self.name, attempt=state.attempt_number, error=exc)
+        )
+
+    async def _list(self) -> None:
+        """Paged LIST, then replace the store: adds, updates and deletes for what changed since the last list."""
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            page = await self._source.list_page(limit=self._page_size, continue_token=token)
+            items.extend(_strip(o, self._keep_managed_fields) for o in page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or None
+            if token is None:
+                break
+        self._resource_version = str(meta.get("resourceVersion", ""))
+        self._replace(items)
+        self._touch()
+        self._synced.set()
+        log.debug("listed %s", kv(informer=self.name, objects=len(items), resourceVersion=self._resource_version))
+
+    def _replace(self, items: list[Obj]) -> None:
+        fresh = {object_key(o) for o in items}
+        for key in self.store.keys() - fresh:
+            gone = self.store.remove(key)
+            if gone is not None:
+                self._emit(Event(EventType.DELETED, gone, low_priority=True))
+        for obj in items:
+            old = self.store.put(obj)
+            if old is None:
+                self._emit(Event(EventType.ADDED, obj, low_priority=True))
+            elif _rv(old) != _rv(obj):
+                self._emit(Event(EventType.UPDATED, obj, old, low_priority=True))
+
+    def _touch(self) -> None:
+        self._last_activity = self._clock.monotonic()
+
+    async def _watch_forever(self) -> None:
+        """Consecutive watches from the last seen resourceVersion; each ends at the server's timeout."""
+        while True:
+            timeout = self._rng.randint(MIN_WATCH_TIMEOUT, 2 * MIN_WATCH_TIMEOUT)
+            opened = self._clock.monotonic()
+            consumer = asyncio.ensure_future(self._consume(timeout))
+            watchdog = asyncio.ensure_future(self._watchdog_expiry(opened))
+            try:
+                done, _ = await asyncio.wait([consumer, watchdog], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (consumer, watchdog):
+                    task.cancel()
+                await asyncio.gather(consumer, watchdog, return_exceptions=True)
+            if consumer in done:
+                if consumer.result() == 0 and self._clock.monotonic() - opened < 1.0:
+                    # A server that ends watches at once would otherwise be hammered in a tight loop.
+                    raise ServerError(f"watch {self.name}: closed at once", status=0, reason="WatchClosed")
+            else:
+                # Presumed a half-open connection: reconnect at once from the same resourceVersion. A server that
+                # cannot be reached fails the reconnect, which then backs off.
+                log.info("watch silent, reconnecting %s", kv(informer=self.name, seconds=self._watchdog))
+
+    async def _watchdog_expiry(self, opened: float) -> None:
+        while (remaining := max(self._last_activity, opened) + self._watchdog - self._clock.monotonic()) > 0:
+            await self._clock.sleep(remaining)
+
+    async def _consume(self, server_timeout: int) -> int:
+        """Apply one watch's events; returns how many arrived."""
+        stream = self._source.watch(
+            resource_version=self._resource_version, timeout_seconds=server_timeout, on_open=self._touch
+        )
+        received = 0
+        try:
+            async for event in stream:
+                received += 1
+                self._touch()
+                self._handle(event)
+            return received
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def _handle(self, event: Obj) -> None:
+        kind = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            log.warning("malformed watch event ignored %s", kv(informer=self.name, type=kind))
+            return
+        rv = _rv(obj)
+        if kind == "BOOKMARK":
+            self._resource_version = rv or self._resource_version
+            return
+        obj = _strip(obj, self._keep_managed_fields)
+        key = object_key(obj)
+        if kind in ("ADDED", "MODIFIED"):
+            old = self.store.put(obj)
+            if old is None:
+                self._emit(Event(EventType.ADDED, obj))
+            else:
+                self._emit(Event(EventType.UPDATED, obj, old))
+        elif kind == "DELETED":
+            old = self.store.remove(key)
+            self._emit(Event(EventType.DELETED, old if old is not None else obj))
+        else:
+            log.warning("unknown watch event ignored %s", kv(informer=self.name, type=kind))
+            return
+        if rv:
+            self._resource_version = rv
+
+    async def _resync_loop(self, period: float) -> None:
+        """Re-deliver every cached object as a low-priority update; no API call (controller-runtime's SyncPeriod)."""
+        while True:
+            await self._clock.sleep(period)
+            if self.has_synced:
+                for obj in self.store:
+                    self._emit(Event(EventType.UPDATED, obj, obj, low_priority=True))

@@ -1,0 +1,238 @@
+"""The manager: shared informers, controllers, leader election, events and HTTP endpoints under one TaskGroup.
+
+Typical use (the reconcilers register before `run`):
+
+    manager = Manager(client, ManagerOptions(namespace=None, leader_election=LeaderElectionConfig(ns, "slurmctl")))
+    (manager.controller("workers", reconcile, for_=("slurm.slurmctl.io/v1", "SlurmCluster"))
+        .owns("apps/v1", "StatefulSet")
+        .owns("v1", "Service"))
+    await manager.run()          # returns after SIGTERM/SIGINT; raises LeaderElectionLost when the lease is lost
+
+Informers start at once (followers keep warm caches); controllers start only once this process leads and every
+informer has synced. Shutdown stops the queues, waits up to the grace period for reconciles in flight, releases the
+lease, then cancels whatever is left: nothing outlives `run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from slurmctl.runtime.apply import Applier
+from slurmctl.runtime.cache import Cache
+from slurmctl.runtime.client import Client, Obj
+from slurmctl.runtime.clock import REAL_CLOCK, Clock
+from slurmctl.runtime.controller import Controller, Reconcile
+from slurmctl.runtime.events import EventRecorder
+from slurmctl.runtime.handlers import Handler, Predicate, enqueue_object, enqueue_owner
+from slurmctl.runtime.informer import ClientSource, Informer
+from slurmctl.runtime.leader import LeaderElectionConfig, LeaderElectionLost, LeaderElector
+from slurmctl.runtime.logs import kv
+from slurmctl.runtime.server import metrics_routes, probe_routes, start_site
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ManagerOptions:
+    namespace: str | None = None  # watch one namespace; None watches all
+    metrics_bind_address: str = ":8080"  # "0" disables
+    health_probe_bind_address: str = ":8081"  # "0" disables
+    leader_election: LeaderElectionConfig | None = None
+    grace_period: float = 30.0
+    max_concurrent_reconciles: int = 1
+    resync_period: float | None = None
+    field_manager: str = "slurmctl"
+    component: str = "slurmctl"
+    handle_signals: bool = True
+
+
+class ControllerBuilder:
+    """Fluent registration of what a controller watches; every watch shares the manager's informer for its kind."""
+
+    def __init__(self, manager: Manager, controller: Controller, for_: tuple[str, str]) -> None:
+        self._manager = manager
+        self.controller = controller
+        self._for = for_
+
+    def watches(
+        self, api_version: str, kind: str, handler: Handler, *, predicates: Iterable[Predicate] = ()
+    ) -> ControllerBuilder:
+        self._manager.informer(api_version, kind).add_listener(self.controller.listener(handler, predicates))
+        return self
+
+    def owns(self, api_version: str, kind: str, *, predicates: Iterable[Predicate] = ()) -> ControllerBuilder:
+        """Children whose controller owner reference names this controller's primary kind enqueue that owner."""
+        return self.watches(api_version, kind, enqueue_owner(*self._for), predicates=predicates)
+
+
+class Manager:
+    def __init__(self, client: Client, options: ManagerOptions | None = None, *, clock: Clock = REAL_CLOCK) -> None:
+        self.client = client
+        self.options = options or ManagerOptions()
+        self._clock = clock
+        self._informers: dict[tuple[str, str], Informer] = {}
+        self._controllers: list[Controller] = []
+        self.cache = Cache(self._informers, namespace=self.options.namespace)
+        self.applier = Applier(client, lookup=self.cache.lookup)
+        le = self.options.leader_election
+        self.elector = LeaderElector(client, le, clock=clock) if le else None
+        self.recorder = EventRecorder(
+            client, component=self.options.component, instance=le.identity if le else self.options.component
+        )
+        self._stop = asyncio.Event()
+        self._running = False
+        self._leading = asyncio.Event()
+
+    # ---- registration -----------------------------------------------------------------------------------------
+    def informer(self, api_version: str, kind: str) -> Informer:
+        """The one shared informer for a kind (created on first request; started by `run`)."""
+        key = (api_version, kind)
+        if key not in self._informers:
+            if self._running:
+                raise RuntimeError("register informers before Manager.run")
+            source = ClientSource(self.client, api_version, kind, namespace=self.options.namespace)
+            self._informers[key] = Informer(
+                source, name=f"{kind}.{api_version}", clock=self._clock, resync_period=self.options.resync_period
+            )
+        return self._informers[key]
+
+    def controller(
+        self,
+        name: str,
+        reconcile: Reconcile,
+        *,
+        for_: tuple[str, str],
+        predicates: Iterable[Predicate] = (),
+        max_concurrent_reconciles: int | None = None,
+        reconcile_timeout: float | None = None,
+    ) -> ControllerBuilder:
+        """A controller reconciling objects of kind `for_` = (apiVersion, kind), keyed by their namespace/name."""
+        if self._running:
+            raise RuntimeError("register controllers before Manager.run")
+        ctrl = Controller(
+            name,
+            reconcile,
+            max_concurrent_reconciles=max_concurrent_reconciles or self.options.max_concurrent_reconciles,
+            reconcile_timeout=reconcile_timeout,
+            clock=self._clock,
+        )
+        self._controllers.append(ctrl)
+        builder = ControllerBuilder(self, ctrl, for_)
+        return builder.watches(*for_, enqueue_object, predicates=predicates)
+
+    # ---- what reconcilers call --------------------------------------------------------------------------------
+    async def apply(self, intent: Mapping[str, Any], *, field_manager: str | None = None) -> Obj:
+        return await self.applier.apply(intent, field_manager=field_manager or self.options.field_manager)
+
+    async def apply_status(self, obj: Mapping[str, Any], *, field_manager: str) -> Obj:
+        return await self.applier.apply_status(obj, field_manager=field_manager)
+
+    async def is_served(self, api_version: str, kind: str) -> bool:
+        return await self.client.is_served(api_version, kind)
+
+    # ---- health -----------------------------------------------------------------------------------------------
+    def healthz(self) -> tuple[bool, str]:
+        return (True, "ok") if self._running else (False, "manager not running")
+
+    def readyz(self) -> tuple[bool, str]:
+        for informer in self._informers.values():
+            if not informer.has_synced:
+                return False, f"informer {informer.name} not synced"
+            if informer.is_stale():
+                return False, f"informer {informer.name} watch is stale"
+        return True, "ok"
+
+    @property
+    def is_leading(self) -> bool:
+        return self._leading.is_set()
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown (what SIGTERM and SIGINT do)."""
+        self._stop.set()
+
+    # ---- run --------------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT) if self.options.handle_signals else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, self.stop)
+        runners: list[web.AppRunner] = []
+        lost = False
+        self._running = True
+        try:
+            for address, routes in (
+                (self.options.metrics_bind_address, metrics_routes()),
+                (self.options.health_probe_bind_address, probe_routes(self.healthz, self.readyz)),
+            ):
+                runner = await start_site(address, routes)
+                if runner is not None:
+                    runners.append(runner)
+            lost = await self._run_tasks()
+        finally:
+            self._running = False
+            self._leading.clear()
+            for runner in runners:
+                await runner.cleanup()
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+        log.info("manager stopped")
+        if lost:
+            raise LeaderElectionLost("leadership lost; controllers stopped")
+
+    async def _run_tasks(self) -> bool:
+        """Everything long-running, in one TaskGroup. Returns True when leadership was lost."""
+        tasks: list[asyncio.Task[Any]] = []
+        workers: list[asyncio.Task[None]] = []
+        lost = asyncio.Event()
+        async with asyncio.TaskGroup() as tg:
+            for informer in self._informers.values():
+                tasks.append(tg.create_task(informer.run(), name=f"informer-{informer.name}"))
+            tasks.append(tg.create_task(self.recorder.run(), name="event-recorder"))
+            tasks.append(tg.create_task(self._lead(tg, workers, lost), name="leader"))
+            log.info("manager started %s", kv(informers=len(self._informers), controllers=len(self._controllers)))
+            await self._stop.wait()
+            log.info("shutting down %s", kv(grace_period=self.options.grace_period, leadership_lost=lost.is_set()))
+            # After losing the lease another replica may already lead: stop reconciling at once, no grace.
+            await self._shutdown(tasks, workers, grace=0.0 if lost.is_set() else self.options.grace_period)
+        return lost.is_set()
+
+    async def _lead(self, tg: asyncio.TaskGroup, workers: list[asyncio.Task[None]], lost: asyncio.Event) -> None:
+        if self.elector is not None:
+            await self.elector.acquire()
+        await asyncio.gather(*(i.wait_synced() for i in self._informers.values()))
+        for ctrl in self._controllers:
+            workers.extend(ctrl.start(tg))
+        self._leading.set()
+        if self.elector is not None:
+            try:
+                await self.elector.hold()
+            except LeaderElectionLost:
+                lost.set()
+                self.stop()
+
+    async def _shutdown(
+        self, tasks: list[asyncio.Task[Any]], workers: list[asyncio.Task[None]], *, grace: float
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        for ctrl in self._controllers:
+            ctrl.queue.shutdown()
+        if workers and grace > 0:
+            _, pending = await asyncio.wait(workers, timeout=grace)
+            if pending:
+                log.warning("reconciles still running at the end of the grace period %s", kv(cancelled=len(pending)))
+        self._leading.clear()
+        if self.elector is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.1, deadline - loop.time())):
+                    await self.elector.release()
+        for task in (*tasks, *workers):
+            task.cancel()

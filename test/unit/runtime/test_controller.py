@@ -1,0 +1,190 @@
+"""The controller loop follows controller-runtime's outcome table; a failing reconcile never kills a worker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from prometheus_client import REGISTRY
+
+from slurmctl.runtime.controller import Controller, Result
+from slurmctl.runtime.errors import TerminalError
+from slurmctl.runtime.handlers import Request
+from slurmctl.runtime.logs import reconcile_id
+from test.unit.runtime.fakes import FakeClock, settle, until
+
+Outcome = Callable[[Request], Awaitable[Result | None]]
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+class Harness:
+    def __init__(self, name: str, clock: FakeClock) -> None:
+        self.clock = clock
+        self.calls: list[tuple[str, str | None]] = []
+        self.behaviour: dict[str, Outcome] = {}
+        self.controller = Controller(name, self._reconcile, clock=clock, max_concurrent_reconciles=2)
+
+    async def _reconcile(self, request: Request) -> Result | None:
+        self.calls.append((request.name, reconcile_id.get()))
+        behaviour = self.behaviour.get(request.name)
+        return await behaviour(request) if behaviour else None
+
+    def count(self, name: str) -> int:
+        return sum(1 for n, _ in self.calls if n == name)
+
+
+@pytest.fixture
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    h = Harness(f"ctrl-{request.node.name}"[:60], FakeClock())
+    async with asyncio.TaskGroup() as tg:
+        h.controller.start(tg)
+        yield h
+        h.controller.queue.shutdown()
+
+
+def req(name: str) -> Request:
+    return Request("ns", name)
+
+
+async def test_success_forgets_the_item_and_counts_success(harness: Harness) -> None:
+    harness.controller.queue.add(req("ok"))
+    await until(lambda: harness.count("ok") == 1)
+    await settle()
+    name = harness.controller.name
+    assert sample("controller_runtime_reconcile_total", controller=name, result="success") == 1
+    assert harness.controller.queue.num_requeues(req("ok")) == 0
+    await harness.clock.advance(3600)
+    assert harness.count("ok") == 1
+
+
+async def test_an_exception_requeues_with_growing_backoff_and_the_worker_survives(harness: Harness) -> None:
+    async def boom(_: Request) -> None:
+        raise RuntimeError("transient")
+
+    harness.behaviour["bad"] = boom
+    harness.controller.queue.add(req("bad"))
+    await until(lambda: harness.count("bad") == 1)
+    await harness.clock.advance(0.004)
+    assert harness.count("bad") == 1
+    await harness.clock.advance(0.001)  # 5 ms backoff
+    assert harness.count("bad") == 2
+    await harness.clock.advance(0.0099)
+    assert harness.count("bad") == 2
+    await harness.clock.advance(0.0001)  # then 10 ms
+    assert harness.count("bad") == 3
+    name = harness.controller.name
+    assert sample("controller_runtime_reconcile_errors_total", controller=name) == 3
+    assert sample("controller_runtime_reconcile_total", controller=name, result="error") == 3
+    # The workers are still alive: other items are reconciled.
+    harness.controller.queue.add(req("ok"))
+    await until(lambda: harness.count("ok") == 1)
+
+
+async def test_a_terminal_error_is_not_retried_but_counted(harness: Harness) -> None:
+    async def invalid(_: Request) -> None:
+        raise TerminalError("spec.workers[0].name is not DNS-safe")
+
+    harness.behaviour["invalid"] = invalid
+    harness.controller.queue.add(req("invalid"))
+    await until(lambda: harness.count("invalid") == 1)
+    await harness.clock.advance(2000)
+    assert harness.count("invalid") == 1
+    name = harness.controller.name
+    assert sample("controller_runtime_terminal_reconcile_errors_total", controller=name) == 1
+    assert sample("controller_runtime_reconcile_errors_total", controller=name) == 1
+    harness.controller.queue.add(req("invalid"))  # the object changed: reconciled again
+    await until(lambda: harness.count("invalid") == 2)
+
+
+async def test_requeue_after_resets_backoff_and_polls_after_the_delay(harness: Harness) -> None:
+    failures = 0
+
+    async def poll(_: Request) -> Result:
+        nonlocal failures
+        if failures < 3:
+            failures += 1
+            raise RuntimeError("not yet")
+        return Result(requeue_after=30)
+
+    harness.behaviour["poll"] = poll
+    harness.controller.queue.add(req("poll"))
+    await harness.clock.advance(1)  # three failures with 5/10/20 ms backoff, then success
+    assert harness.count("poll") == 4
+    assert harness.controller.queue.num_requeues(req("poll")) == 0  # forgotten
+    await harness.clock.advance(29)  # success came at 35 ms: the poll is due at 30.035 s
+    assert harness.count("poll") == 4
+    await harness.clock.advance(0.1)
+    assert harness.count("poll") == 5
+    name = harness.controller.name
+    assert sample("controller_runtime_reconcile_total", controller=name, result="requeue_after") == 2
+
+
+async def test_requeue_true_uses_the_rate_limiter(harness: Harness) -> None:
+    async def again(_: Request) -> Result:
+        return Result(requeue=True)
+
+    harness.behaviour["again"] = again
+    harness.controller.queue.add(req("again"))
+    await until(lambda: harness.count("again") == 1)
+    await harness.clock.advance(0.005)
+    assert harness.count("again") == 2
+    assert harness.controller.queue.num_requeues(req("again")) == 2
+
+
+async def test_every_attempt_gets_a_fresh_reconcile_id(harness: Harness) -> None:
+    for name in ("a", "b"):
+        harness.controller.queue.add(req(name))
+    await until(lambda: len(harness.calls) == 2)
+    harness.controller.queue.add(req("a"))
+    await until(lambda: len(harness.calls) == 3)
+    ids = [rid for _, rid in harness.calls]
+    assert all(ids) and len(set(ids)) == 3
+    assert reconcile_id.get() is None  # not leaked into the caller's context
+
+
+async def test_a_reconcile_timeout_counts_as_an_error_and_retries() -> None:
+    started = asyncio.Event()
+
+    async def hang(_: Request) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    controller = Controller("ctrl-timeout", hang, clock=FakeClock(), reconcile_timeout=0.01)
+    async with asyncio.TaskGroup() as tg:
+        controller.start(tg)
+        controller.queue.add(req("slow"))
+        await asyncio.wait_for(started.wait(), 1)
+        await until(lambda: controller.queue.num_requeues(req("slow")) == 1, rounds=10_000)
+        controller.queue.shutdown()
+    assert sample("controller_runtime_reconcile_errors_total", controller="ctrl-timeout") == 1
+
+
+async def test_two_workers_never_reconcile_the_same_request_concurrently(harness: Harness) -> None:
+    inside: set[str] = set()
+    overlaps = 0
+
+    async def slow(request: Request) -> None:
+        nonlocal overlaps
+        if request.name in inside:
+            overlaps += 1
+        inside.add(request.name)
+        await harness.clock.sleep(1)
+        inside.discard(request.name)
+
+    harness.behaviour["same"] = slow
+    harness.controller.queue.add(req("same"))
+    await until(lambda: harness.count("same") == 1)
+    harness.controller.queue.add(req("same"))  # changed mid-reconcile
+    await settle()
+    assert harness.count("same") == 1
+    await harness.clock.advance(1)
+    assert harness.count("same") == 2  # exactly one more
+    await harness.clock.advance(1)
+    assert harness.count("same") == 2
+    assert overlaps == 0
+    name = harness.controller.name
+    assert sample("controller_runtime_max_concurrent_reconciles", controller=name) == 2
