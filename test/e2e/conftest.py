@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
-from test.e2e.harness import ControlPlane, control_plane_script
+from test.e2e.harness import REPO, ControlPlane, control_plane_script
 
 TIMEOUT = 10
 
@@ -61,3 +61,14 @@ async def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> As
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+CRD_NAME = "slurmclusters.slurm.slurmctl.io"
+
+
+@pytest.fixture(scope="session")
+def installed(control_plane: ControlPlane) -> ControlPlane:
+    """config/default applied the way the README says (CRD, RBAC, operator Deployment), with the CRD established."""
+    control_plane.kubectl("apply", "--server-side", "-k", str(REPO / "config" / "default"))
+    control_plane.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=30s")
+    return control_plane

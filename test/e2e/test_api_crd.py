@@ -25,14 +25,6 @@ VALID: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
-def installed(control_plane: ControlPlane) -> ControlPlane:
-    """config/default applied the way the README says, with the CRD established."""
-    control_plane.kubectl("apply", "--server-side", "-k", str(REPO / "config" / "default"))
-    control_plane.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=30s")
-    return control_plane
-
-
 def _leaves(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:
     if isinstance(node, dict) and node:
         return [leaf for key, value in node.items() for leaf in _leaves(value, (*prefix, key))]

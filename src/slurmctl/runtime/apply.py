@@ -6,6 +6,12 @@ returned, hash of the intent) and skip while the live resourceVersion still matc
 from the informer cache when the kind is watched (no request at all), else from a GET (a read, never a write).
 Entries expire after a TTL (default 30 min) so ownership of the fields is re-asserted now and then, which also
 repairs a field some other actor changed without changing the resourceVersion we compare (impossible in practice).
+
+A restarted operator remembers nothing, yet a converged cluster must still cost no writes. So with no remembered
+entry an apply is also skipped when the live object already holds the intent: every value in the intent is there
+(`covers`, which catches drift by other actors) and, for objects, the digest of this very intent is the one the last
+apply stamped into an annotation (which catches fields dropped from the intent while the operator was down). The
+/status subresource cannot carry that annotation, so for status `covers` alone decides.
 """
 
 from __future__ import annotations
@@ -62,6 +68,42 @@ def intent_digest(body: Mapping[str, Any], field_manager: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _same_scalar(live: Any, want: Any) -> bool:
+    # The server stores int-or-string values and quantities as strings ("2" for 2).
+    return bool(live == want or (not isinstance(want, bool) and str(live) == str(want)))
+
+
+def _is_zero(value: Any) -> bool:
+    """Go's omitempty: the server stores no key for "", 0, false, {} or []."""
+    return value in ("", 0, False, None) or value == {} or value == []
+
+
+def _key_of(item: Mapping[str, Any]) -> tuple[str, Any] | None:
+    for field in ("name", "type"):
+        if field in item:
+            return field, item[field]
+    return None
+
+
+def covers(live: Any, want: Any) -> bool:
+    """Whether `live` already holds every value of `want`: keys the server defaulted may be extra; list items that
+    are named (by `name` or `type`) are matched by name, so items other field managers own may be extra too;
+    other lists must match item by item."""
+    if isinstance(want, Mapping):
+        return isinstance(live, Mapping) and all(
+            covers(live[k], v) if k in live else _is_zero(v) for k, v in want.items()
+        )
+    if isinstance(want, list):
+        if not isinstance(live, list):
+            return False
+        keys = [_key_of(item) if isinstance(item, Mapping) else None for item in want]
+        if want and all(keys):
+            by_key = {_key_of(item): item for item in live if isinstance(item, Mapping)}
+            return all(k in by_key and covers(by_key[k], item) for k, item in zip(keys, want, strict=True))
+        return len(live) == len(want) and all(covers(a, b) for a, b in zip(live, want, strict=True))
+    return _same_scalar(live, want)
+
+
 def _rv(obj: Mapping[str, Any] | None) -> str | None:
     return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
 
@@ -72,12 +114,16 @@ class Applier:
         transport: ApplyTransport,
         *,
         lookup: LiveLookup = _not_watched,
+        digest_annotation: str = "slurmctl.io/intent-digest",
         ttl: float = DEFAULT_TTL,
         maxsize: int = 100_000,
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
         self._transport = transport
         self._lookup = lookup
+        self._digest_annotation = digest_annotation
+        # Keys this process has applied: once seen, an expired entry means "re-assert", not "just started".
+        self._seen: set[tuple[str, ...]] = set()
         self._applied: TTLCache[tuple[str, ...], _Applied] = TTLCache(maxsize=maxsize, ttl=ttl, timer=timer)
 
     async def apply(self, intent: Mapping[str, Any], *, field_manager: str) -> Obj:
@@ -101,20 +147,45 @@ class Applier:
         namespace, name = meta.get("namespace") or "", meta["name"]
         key = (api_version, kind, namespace, name, field_manager, subresource or "")
         digest = intent_digest(body, field_manager)
+        if subresource is None:
+            body = {
+                **body,
+                "metadata": {**meta, "annotations": {**meta.get("annotations", {}), self._digest_annotation: digest}},
+            }
         remembered = self._applied.get(key)
-        if remembered is not None and remembered.digest == digest:
+        if remembered is None or remembered.digest == digest:
             live = await self._live(api_version, kind, namespace, name)
-            if live is not None and _rv(live) == remembered.resource_version:
+            fresh = remembered is None and key not in self._seen
+            if (
+                live is not None
+                and (remembered is not None or fresh)
+                and self._in_place(live, body, remembered, digest=digest, subresource=subresource)
+            ):
+                if remembered is None:  # re-inserting a remembered entry would restart its TTL
+                    self._applied[key] = _Applied(_rv(live) or "", digest)
                 metrics.APPLY_CACHE_HITS.labels(kind).inc()
                 return live
         metrics.APPLY_CACHE_MISSES.labels(kind).inc()
         self._applied.pop(key, None)
         applied = await self._transport.apply(body, field_manager=field_manager, subresource=subresource)
+        self._seen.add(key)
         rv = _rv(applied)
         if rv:
             self._applied[key] = _Applied(rv, digest)
         log.debug("applied %s", kv(kind=kind, namespace=namespace, name=name, manager=field_manager, rv=rv or ""))
         return applied
+
+    def _in_place(
+        self, live: Obj, body: Obj, remembered: _Applied | None, *, digest: str, subresource: str | None
+    ) -> bool:
+        if remembered is not None:
+            return _rv(live) == remembered.resource_version
+        if subresource is not None:
+            return covers(live.get(subresource), body.get(subresource))
+        stamped = ((live.get("metadata") or {}).get("annotations") or {}).get(self._digest_annotation)
+        # Objects from a LIST carry no apiVersion/kind; the key already says what they are.
+        content = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
+        return stamped == digest and covers(live, content)
 
     async def _live(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | None:
         cached = self._lookup(api_version, kind, namespace, name)
@@ -127,4 +198,5 @@ class Applier:
 
     def forget(self) -> None:
         """Drop every remembered apply (the next apply of each object is sent)."""
+        self._seen.update(self._applied.keys())
         self._applied.clear()

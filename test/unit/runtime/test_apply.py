@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from slurmctl.runtime.apply import Applier, Cached
+from slurmctl.runtime.apply import Applier, Cached, covers
 from slurmctl.runtime.errors import Conflict, NotFound
 
 Obj = dict[str, Any]
@@ -100,7 +100,8 @@ async def test_identical_reapplies_are_skipped_while_the_live_object_is_unchange
 async def test_the_body_never_contains_nulls(api: FakeApi, applier: Applier) -> None:
     await applier.apply(intent(k="v", dropped=None), field_manager="slurmctl")
     body, manager, subresource = api.applies[0]
-    assert "annotations" not in body["metadata"]
+    # The intent's `annotations: None` is dropped; the only annotation is the digest the applier stamps.
+    assert list(body["metadata"]["annotations"]) == ["slurmctl.io/intent-digest"]
     assert body["data"] == {"k": "v"}
     assert (manager, subresource) == ("slurmctl", None)
 
@@ -158,7 +159,7 @@ async def test_unwatched_kinds_compare_against_a_get_never_a_write(api: FakeApi)
     for _ in range(5):
         await applier.apply(intent(), field_manager="slurmctl")
     assert len(api.applies) == 1
-    assert api.gets == 5
+    assert api.gets == 6  # the first apply looks first too: the object may already be in place (a restart)
 
 
 async def test_status_goes_to_the_status_subresource_with_only_the_status(api: FakeApi, applier: Applier) -> None:
@@ -180,3 +181,35 @@ async def test_status_goes_to_the_status_subresource_with_only_the_status(api: F
         "status": {"phase": "Available"},
     }
     assert (manager, subresource) == ("slurmctl-workers", "status")
+
+
+async def test_a_restarted_applier_writes_nothing_for_an_object_already_in_place(api: FakeApi) -> None:
+    await Applier(api).apply(intent(), field_manager="slurmctl")
+    restarted = Applier(api)
+    for _ in range(3):
+        await restarted.apply(intent(), field_manager="slurmctl")
+    assert len(api.applies) == 1
+
+
+async def test_a_restarted_applier_repairs_drift_and_drops_fields_removed_from_the_intent(api: FakeApi) -> None:
+    await Applier(api).apply(intent(k="v", extra="x"), field_manager="slurmctl")
+    api.objects[("ns", "cfg")]["data"]["k"] = "changed by hand"
+    await Applier(api).apply(intent(k="v", extra="x"), field_manager="slurmctl")
+    assert len(api.applies) == 2  # drift: a value of the intent is not in place
+    await Applier(api).apply(intent(k="v"), field_manager="slurmctl")
+    assert len(api.applies) == 3  # `extra` is still there but no longer intended: the digest differs
+
+
+def test_covers_allows_server_defaults_and_other_managers_list_items() -> None:
+    live = {
+        "spec": {"replicas": 2, "ports": [{"name": "a", "port": 1, "protocol": "TCP"}], "args": ["x", "y"]},
+        "status": {"conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "False"}]},
+        "cpu": "2",
+    }
+    assert covers(live, {"spec": {"ports": [{"name": "a", "port": 1}], "args": ["x", "y"]}, "cpu": 2})
+    assert covers(live, {"status": {"conditions": [{"type": "B", "status": "False"}]}})
+    assert not covers(live, {"status": {"conditions": [{"type": "B", "status": "True"}]}})
+    assert not covers(live, {"spec": {"args": ["y", "x"]}})
+    assert not covers(live, {"spec": {"replicas": 3}})
+    assert not covers(live, {"spec": {"missing": 1}})
+    assert covers(live, {"spec": {"value": "", "readOnly": False, "items": []}})  # omitempty zero values

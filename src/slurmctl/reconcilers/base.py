@@ -1,0 +1,155 @@
+"""What every component reconciler shares: reading its SlurmCluster from the cache, applying children, pruning the
+children it no longer wants, and writing its one condition with its own field manager.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from slurmctl.api.v1 import API_VERSION, KIND, SlurmCluster, check_cluster
+from slurmctl.render import meta
+from slurmctl.runtime import WARNING, Manager, Request
+from slurmctl.runtime.logs import kv
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+SECRET = ("v1", "Secret")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The live object (for status and events) and its parsed, valid model."""
+
+    obj: Mapping[str, Any]
+    cluster: SlurmCluster
+
+    @property
+    def name(self) -> str:
+        return meta.cluster_name(self.cluster)
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.metadata.namespace or ""
+
+    @property
+    def generation(self) -> int:
+        return self.cluster.metadata.generation or 0
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ComponentReconciler:
+    """Base of the per-component reconcilers. Subclasses set `component` and `condition_type` and implement
+    `reconcile_valid`; an invalid spec is the cluster reconciler's to report, so the others leave everything as is.
+    """
+
+    component: str = ""
+    condition_type: str = ""
+
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+        self.cache = manager.cache
+        self.field_manager = f"slurmctl-{self.component}"
+
+    def load(self, req: Request) -> tuple[Mapping[str, Any] | None, SlurmCluster | None]:
+        obj = self.cache.get(API_VERSION, KIND, req.name, namespace=req.namespace)
+        if obj is None:
+            return None, None
+        cluster, problems = check_cluster(obj)
+        return obj, (cluster if not problems else None)
+
+    async def __call__(self, req: Request) -> None:
+        obj, cluster = self.load(req)
+        if obj is None or cluster is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return  # gone, invalid (the cluster reconciler reports it) or being deleted (the garbage collector's turn)
+        await self.reconcile_valid(Loaded(obj, cluster))
+
+    async def reconcile_valid(self, loaded: Loaded) -> None:
+        raise NotImplementedError
+
+    # ---- children ---------------------------------------------------------------------------------------------
+    def live(self, api_version: str, kind: str, name: str, namespace: str) -> Obj | None:
+        return self.cache.get(api_version, kind, name, namespace=namespace)
+
+    async def apply(self, loaded: Loaded, intents: Iterable[Mapping[str, Any]]) -> None:
+        for intent in intents:
+            md = intent["metadata"]
+            created = self.live(intent["apiVersion"], intent["kind"], md["name"], md["namespace"]) is None
+            await self.manager.apply(intent)
+            if created:
+                self.event(loaded, "Normal", "Created", f"created {intent['kind']} {md['name']}")
+
+    async def prune(
+        self, loaded: Loaded, api_version: str, kind: str, *, keep: Iterable[str], labels: Mapping[str, str]
+    ) -> None:
+        """Delete this component's children of a kind that the spec no longer asks for (never claims: user data)."""
+        wanted = set(keep)
+        uid = loaded.cluster.metadata.uid
+        for child in self.cache.list(api_version, kind, namespace=loaded.namespace, labels=labels, owner_uid=uid):
+            name = child["metadata"]["name"]
+            if name not in wanted:
+                await self.manager.client.delete(api_version, kind, name, namespace=loaded.namespace)
+                self.event(loaded, "Normal", "Deleted", f"deleted {kind} {name}: no longer in the spec")
+
+    def event(self, loaded: Loaded, type_: str, reason: str, message: str) -> None:
+        log.info(
+            "event %s",
+            kv(
+                controller=self.component,
+                namespace=loaded.namespace,
+                name=loaded.name,
+                type=type_,
+                reason=reason,
+                message=message,
+            ),
+        )
+        self.manager.recorder.record(loaded.obj, type_, reason, message)
+
+    def warn(self, loaded: Loaded, reason: str, message: str) -> None:
+        self.event(loaded, WARNING, reason, message)
+
+    # ---- status -----------------------------------------------------------------------------------------------
+    def condition(self, loaded: Loaded, *, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        return build_condition(loaded.obj, self.condition_type, ok=ok, reason=reason, message=message)
+
+    async def write_status(self, loaded: Loaded, status: Mapping[str, Any]) -> None:
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": loaded.name, "namespace": loaded.namespace},
+            "status": dict(status),
+        }
+        await self.manager.apply_status(body, field_manager=self.field_manager)
+
+    def munge_key_id(self, loaded: Loaded) -> str | None:
+        """The munge Secret's uid (a new key means a new Secret, so it rolls the pods), or None while it is missing."""
+        secret = self.live(*SECRET, meta.munge_secret(loaded.name), loaded.namespace)
+        return None if secret is None else str(secret["metadata"].get("uid", ""))
+
+
+def build_condition(obj: Mapping[str, Any], type_: str, *, ok: bool, reason: str, message: str) -> dict[str, Any]:
+    """A condition for the live object `obj`; lastTransitionTime is kept verbatim while the status does not flip,
+    so an unchanged condition renders an identical intent and its apply is skipped."""
+    status = "True" if ok else "False"
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    previous = next((c for c in conditions if c.get("type") == type_), None)
+    since = previous.get("lastTransitionTime") if previous and previous.get("status") == status else None
+    return {
+        "type": type_,
+        "status": status,
+        "observedGeneration": (obj.get("metadata") or {}).get("generation", 0),
+        "lastTransitionTime": since or now(),
+        "reason": reason,
+        "message": message,
+    }
+
+
+def statefulset_ready(sts: Mapping[str, Any] | None) -> int:
+    return int(((sts or {}).get("status") or {}).get("readyReplicas") or 0)

@@ -1,0 +1,91 @@
+"""Run the operator in-process against the real control plane, authenticated as its own ServiceAccount, so every
+request it makes is checked against the RBAC in config/rbac (an admin client would hide a missing rule)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from pathlib import Path
+
+import yaml
+from kubernetes_asyncio import client, config
+from prometheus_client import REGISTRY
+
+from slurmctl.reconcilers import register
+from slurmctl.runtime import Client, Manager, ManagerOptions
+from test.e2e.harness import ControlPlane
+
+NAMESPACE = "slurmctl-system"
+SERVICE_ACCOUNT = "slurmctl-operator"
+
+
+def service_account_kubeconfig(cp: ControlPlane, path: Path, *, timeout: float = 60) -> Path:
+    """A kubeconfig with the operator ServiceAccount's token (1.20 keeps it in a Secret the token controller makes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sa = json.loads(cp.kubectl("get", "sa", SERVICE_ACCOUNT, "-n", NAMESPACE, "-o", "json").stdout)
+        secrets = [s["name"] for s in sa.get("secrets") or [] if "token" in s["name"]]
+        if secrets:
+            secret = secrets[0]
+            break
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no token Secret for ServiceAccount {NAMESPACE}/{SERVICE_ACCOUNT} within {timeout}s")
+        time.sleep(0.2)
+    data = json.loads(cp.kubectl("get", "secret", secret, "-n", NAMESPACE, "-o", "json").stdout)["data"]
+    admin = yaml.safe_load(cp.kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": base64.b64decode(data["token"]).decode()}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": SERVICE_ACCOUNT}}],
+        "current-context": "operator",
+    }
+    path.write_text(yaml.safe_dump(kubeconfig))
+    path.chmod(0o600)
+    return path
+
+
+class RunningOperator:
+    """The manager with every reconciler registered, running as a task until `stop`."""
+
+    def __init__(self, kubeconfig: Path, *, resync_period: float | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.resync_period = resync_period
+        self.manager: Manager | None = None
+        self._api: client.ApiClient | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> RunningOperator:
+        self._api = await config.new_client_from_config(config_file=str(self.kubeconfig))
+        options = ManagerOptions(
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            handle_signals=False,
+            resync_period=self.resync_period,
+        )
+        self.manager = Manager(Client(self._api), options)
+        await register(self.manager)
+        self._task = asyncio.create_task(self.manager.run(), name="operator")
+        return self
+
+    async def stop(self) -> None:
+        if self.manager is not None and self._task is not None:
+            self.manager.stop()
+            await asyncio.wait_for(self._task, timeout=60)
+        if self._api is not None:
+            await self._api.close()
+
+
+def reconciles(controller: str) -> float:
+    """How many reconciles a controller has finished in this process (any result)."""
+    total = 0.0
+    for metric in REGISTRY.collect():
+        if metric.name == "controller_runtime_reconcile":
+            for sample in metric.samples:
+                if sample.name.endswith("_total") and sample.labels.get("controller") == controller:
+                    total += sample.value
+    return total
