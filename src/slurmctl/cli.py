@@ -1,4 +1,4 @@
-"""Command-line entry point: `slurmctl --version`, `slurmctl run`.
+"""Command-line entry point: `slurmctl --version`, `slurmctl run`, `slurmctl render -f FILE`.
 
 `run` flags are named as kubebuilder operators name them, each with an environment-variable equivalent
 (`SLURMCTL_<FLAG>`, upper-case with underscores), so users and Helm charts recognise them.
@@ -13,12 +13,16 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from slurmctl import __version__
+from slurmctl import __version__, reconcilers
+from slurmctl.api.v1 import KIND, check_cluster
+from slurmctl.render.manifests import render_manifests
 from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions
 from slurmctl.runtime.logs import configure, kv
 
@@ -104,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
         "--log-level", default=_env("log-level", "info"), choices=["debug", "info", "warning", "error"], type=str.lower
     )
     run.add_argument("--log-format", default=_env("log-format", "text"), choices=["text", "json"])
+    render = sub.add_parser("render", help="print the manifests the operator would apply for SlurmClusters in a file")
+    render.add_argument("-f", "--filename", required=True, help="YAML file with SlurmCluster objects ('-': stdin)")
+    render.add_argument("-n", "--namespace", default="default", help="namespace for objects that name none")
     return parser  # fmt: skip
 
 
@@ -140,9 +147,7 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
         return 2
     try:
         manager = Manager(Client(api), manager_options(args))
-        # The reconcilers register their controllers here (next issues): `await reconcilers.register(manager)`.
-        if register is not None:
-            await register(manager)
+        await (register or reconcilers.register)(manager)
         await manager.run()
     except LeaderElectionLost as exc:
         log.error("exiting so that Kubernetes restarts the operator %s", kv(error=exc))
@@ -152,9 +157,40 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
     return 0
 
 
+def render_command(filename: str, *, namespace: str) -> int:
+    """`slurmctl render`: what the operator would apply, without a cluster (for reviews and GitOps diffs).
+
+    Invalid clusters are reported on stderr with every problem's field path, and nothing is printed for them.
+    """
+    text = sys.stdin.read() if filename == "-" else Path(filename).read_text()
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    except yaml.YAMLError as exc:
+        sys.stderr.write(f"{filename}: not valid YAML: {exc}\n")
+        return 1
+    failed = False
+    rendered: list[dict[str, Any]] = []
+    for doc in documents:
+        if doc.get("kind") != KIND:
+            continue
+        doc.setdefault("metadata", {}).setdefault("namespace", namespace)
+        cluster, problems = check_cluster(doc)
+        if cluster is None or problems:
+            failed = True
+            name = doc["metadata"].get("name", "?")
+            for problem in [str(p) for p in problems] or ["the object could not be read"]:
+                sys.stderr.write(f"{filename}: SlurmCluster {name}: {problem}\n")
+            continue
+        rendered.extend(render_manifests(cluster))
+    sys.stdout.write(yaml.safe_dump_all(rendered, sort_keys=False))
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None, *, register: Register | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "render":
+        return render_command(args.filename, namespace=args.namespace)
     if args.command != "run":
         parser.print_help()
         return 2

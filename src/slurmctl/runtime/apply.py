@@ -75,7 +75,7 @@ def _same_scalar(live: Any, want: Any) -> bool:
 
 def _is_zero(value: Any) -> bool:
     """Go's omitempty: the server stores no key for "", 0, false, {} or []."""
-    return value in ("", 0, False, None) or value == {} or value == []
+    return not value  # exactly JSON's zero values: "", 0, false, null, {}, []
 
 
 def _key_of(item: Mapping[str, Any]) -> tuple[str, Any] | None:

@@ -1,0 +1,93 @@
+"""The `benchmark` component: the CronJob that runs the NCCL benchmark on every idle GPU node through Slurm.
+
+The Job is a Slurm client: it gets the Slurm configs and the munge key and starts munged itself (entrypoint-nccl-
+benchmark), then `srun`s all_reduce_perf on the nodes. It is rendered whenever the cluster has GPU groups and is
+suspended while the benchmark is disabled, so toggling `enabled` is one field, not a create/delete.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from slurmctl.api.v1 import SlurmCluster, parse_quantity
+from slurmctl.render import meta, pods
+
+COMPONENT = "benchmark"
+CRONJOB_API_VERSIONS = ("batch/v1", "batch/v1beta1")
+ENTRYPOINT = ["/usr/bin/tini", "--", "/usr/lib/slurmctl/entrypoint-nccl-benchmark"]
+HISTORY_LIMIT = 3
+# A schedule missed by more than this (operator or controller-manager down) is skipped rather than run late.
+STARTING_DEADLINE_SECONDS = 600
+# timeoutSeconds bounds each node's run (they run in parallel); the Job also starts munged, asks Slurm for idle nodes
+# and drains failed ones, so it gets this much longer before Kubernetes kills it.
+DEADLINE_GRACE_SECONDS = 120
+RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+
+
+def _bytes(quantity: int | str) -> str:
+    """Plain bytes: the benchmark reads 512M as 512 MiB, so Kubernetes' decimal and binary suffixes end here."""
+    return str(max(1, math.floor(parse_quantity(quantity))))
+
+
+def benchmark_env(cluster: SlurmCluster) -> list[dict[str, Any]]:
+    nccl = cluster.spec.health_checks.nccl_benchmark
+    # --gpus-per-node must fit every benchmarked node: the smallest GPU group decides.
+    gpus = min((g.gpus for g in cluster.spec.gpu_groups), default=1)
+    values = {
+        "NCCL_MIN_BYTES": _bytes(nccl.min_bytes),
+        "NCCL_MAX_BYTES": _bytes(nccl.max_bytes),
+        "NCCL_STEP_FACTOR": str(nccl.step_factor),
+        "NCCL_MIN_BUS_BANDWIDTH_GBPS": f"{nccl.min_bus_bandwidth_gbps:g}",
+        "NCCL_DRAIN_ON_FAILURE": "true" if nccl.drain_on_failure else "false",
+        "NCCL_TIMEOUT_SECONDS": str(nccl.timeout_seconds),
+        "GPUS_PER_NODE": str(gpus),
+    }
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
+def render_benchmark_cronjob(cluster: SlurmCluster, *, api_version: str = "batch/v1") -> dict[str, Any]:
+    """`api_version` is `batch/v1`, or `batch/v1beta1` where discovery shows only that is served (Kubernetes < 1.21);
+    the body is the same for both."""
+    if api_version not in CRONJOB_API_VERSIONS:
+        raise ValueError(f"CronJob apiVersion must be one of {', '.join(CRONJOB_API_VERSIONS)}, not {api_version!r}")
+    c = meta.cluster_name(cluster)
+    nccl = cluster.spec.health_checks.nccl_benchmark
+    benchmark = {
+        "name": "nccl-benchmark",
+        "image": cluster.spec.image_for("nccl-benchmark", nccl.image),
+        "command": list(ENTRYPOINT),
+        "env": benchmark_env(cluster),
+        "volumeMounts": pods.slurm_mounts(),
+        "resources": RESOURCES,
+    }
+    return {
+        "apiVersion": api_version,
+        "kind": "CronJob",
+        "metadata": meta.object_meta(cluster, meta.nccl_benchmark(c), COMPONENT),
+        "spec": {
+            "schedule": nccl.schedule,
+            "suspend": not nccl.enabled,
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": STARTING_DEADLINE_SECONDS,
+            "successfulJobsHistoryLimit": HISTORY_LIMIT,
+            "failedJobsHistoryLimit": HISTORY_LIMIT,
+            "jobTemplate": {
+                "metadata": {"labels": meta.labels(c, COMPONENT)},
+                "spec": {
+                    # A failed run has already drained what failed; a retry would only benchmark the rest again.
+                    "backoffLimit": 0,
+                    "activeDeadlineSeconds": nccl.timeout_seconds + DEADLINE_GRACE_SECONDS,
+                    "template": {
+                        "metadata": {"labels": meta.labels(c, COMPONENT)},
+                        "spec": {
+                            "automountServiceAccountToken": False,
+                            "restartPolicy": "Never",
+                            "containers": [benchmark],
+                            "volumes": pods.slurm_volumes(c),
+                        },
+                    },
+                },
+            },
+        },
+    }

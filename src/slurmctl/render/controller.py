@@ -1,0 +1,86 @@
+"""Objects the `controller` component owns: slurmctld's StatefulSet and its headless Service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmctl.api.v1 import SlurmCluster
+from slurmctl.render import meta, pods
+from slurmctl.render.slurm_conf import render_slurm_configs
+
+COMPONENT = "controller"
+STATE_DIR = "/var/spool/slurmctld"
+
+
+def config_hash(cluster: SlurmCluster, *, munge_key_id: str) -> str:
+    """slurmctld reads every config file, node list included: Slurm 22.05 learns new nodes only on restart."""
+    return meta.content_hash(render_slurm_configs(cluster), munge_key_id)
+
+
+def render_controller_service(cluster: SlurmCluster) -> dict[str, Any]:
+    """Headless, and publishing not-ready pods, so `<c>-controller-0.<c>-controller` resolves as soon as it runs."""
+    c = meta.cluster_name(cluster)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta.object_meta(cluster, meta.controller(c), COMPONENT),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": meta.selector(c, COMPONENT),
+            "ports": [
+                {"name": "slurmctld", "port": meta.SLURMCTLD_PORT, "targetPort": meta.SLURMCTLD_PORT, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def render_controller_statefulset(cluster: SlurmCluster, *, munge_key_id: str) -> dict[str, Any]:
+    c = meta.cluster_name(cluster)
+    spec = cluster.spec
+    ctl = spec.controller
+    image = spec.image_for("controller", ctl.image)
+    claim: dict[str, Any] = {
+        "metadata": {"name": "state", "labels": meta.labels(c, COMPONENT)},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": pods.quantity(ctl.state_volume.size)}},
+        },
+    }
+    if ctl.state_volume.storage_class_name:
+        claim["spec"]["storageClassName"] = ctl.state_volume.storage_class_name
+    slurmctld = {
+        "name": "slurmctld",
+        "image": image,
+        "ports": [{"name": "slurmctld", "containerPort": meta.SLURMCTLD_PORT, "protocol": "TCP"}],
+        "volumeMounts": [*pods.slurm_mounts(), {"name": "state", "mountPath": STATE_DIR}],
+        "readinessProbe": {"tcpSocket": {"port": meta.SLURMCTLD_PORT}, "periodSeconds": 10},
+        "resources": pods.resources(ctl.resources),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": meta.object_meta(cluster, meta.controller(c), COMPONENT),
+        "spec": {
+            "replicas": ctl.size,
+            "serviceName": meta.controller(c),
+            "selector": {"matchLabels": meta.selector(c, COMPONENT)},
+            "template": {
+                "metadata": {
+                    "labels": meta.labels(c, COMPONENT),
+                    "annotations": {meta.CONFIG_HASH_ANNOTATION: config_hash(cluster, munge_key_id=munge_key_id)},
+                },
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "containers": [slurmctld, pods.munge_container(image)],
+                    "volumes": pods.slurm_volumes(c),
+                    **pods.scheduling(ctl),
+                },
+            },
+            "volumeClaimTemplates": [claim],
+        },
+    }
+
+
+def render_controller(cluster: SlurmCluster, *, munge_key_id: str) -> list[dict[str, Any]]:
+    return [render_controller_service(cluster), render_controller_statefulset(cluster, munge_key_id=munge_key_id)]

@@ -1,0 +1,132 @@
+"""Objects the `login` component owns: the sshd ConfigMap, the login Services and the login StatefulSet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmctl.api.v1 import SlurmCluster
+from slurmctl.render import meta, pods
+from slurmctl.render.slurm_conf import NODE_LOCAL_FILES, render_slurm_configs
+from slurmctl.render.sshd import AUTHORIZED_KEYS, SSHD_CONFIG, render_authorized_keys, render_sshd_config
+
+COMPONENT = "login"
+SSHD_CONFIGS_MOUNT = "/mnt/sshd-configs"
+SSH_HOST_KEYS_MOUNT = "/mnt/ssh-host-keys"
+
+
+def sshd_configs_data(cluster: SlurmCluster) -> dict[str, str]:
+    return {SSHD_CONFIG: render_sshd_config(cluster), AUTHORIZED_KEYS: render_authorized_keys(cluster)}
+
+
+def config_hash(cluster: SlurmCluster, *, munge_key_id: str, host_keys_id: str) -> str:
+    return meta.content_hash(
+        meta.subset(render_slurm_configs(cluster), NODE_LOCAL_FILES),
+        sshd_configs_data(cluster),
+        munge_key_id,
+        host_keys_id,
+    )
+
+
+def render_sshd_configmap(cluster: SlurmCluster) -> dict[str, Any]:
+    c = meta.cluster_name(cluster)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta.object_meta(cluster, meta.sshd_configs(c), COMPONENT),
+        "data": sshd_configs_data(cluster),
+    }
+
+
+def render_login_service(cluster: SlurmCluster) -> dict[str, Any]:
+    c = meta.cluster_name(cluster)
+    svc = cluster.spec.login.service
+    port: dict[str, Any] = {"name": "ssh", "port": svc.port, "targetPort": meta.SSH_PORT, "protocol": "TCP"}
+    spec: dict[str, Any] = {"type": svc.type, "selector": meta.selector(c, COMPONENT), "ports": [port]}
+    if svc.type != "ClusterIP" and svc.node_port is not None:
+        port["nodePort"] = svc.node_port
+    if svc.type == "LoadBalancer":
+        if svc.load_balancer_ip:
+            spec["loadBalancerIP"] = svc.load_balancer_ip
+        if svc.load_balancer_source_ranges:
+            spec["loadBalancerSourceRanges"] = list(svc.load_balancer_source_ranges)
+    metadata = meta.object_meta(cluster, meta.login(c), COMPONENT)
+    if svc.annotations:
+        metadata["annotations"] = dict(svc.annotations)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
+
+
+def render_login_headless_service(cluster: SlurmCluster) -> dict[str, Any]:
+    c = meta.cluster_name(cluster)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta.object_meta(cluster, meta.login_headless(c), COMPONENT),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": meta.selector(c, COMPONENT),
+            "ports": [{"name": "ssh", "port": meta.SSH_PORT, "targetPort": meta.SSH_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def render_login_statefulset(cluster: SlurmCluster, *, munge_key_id: str, host_keys_id: str) -> dict[str, Any]:
+    c = meta.cluster_name(cluster)
+    spec = cluster.spec
+    login = spec.login
+    image = spec.image_for("login", login.image)
+    sshd = {
+        "name": "sshd",
+        "image": image,
+        "env": pods.jail_env(spec),
+        "ports": [{"name": "ssh", "containerPort": meta.SSH_PORT, "protocol": "TCP"}],
+        # complement-jail bind-mounts node-local pieces into the jail before sshd starts.
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            *pods.slurm_mounts(),
+            *pods.jail_mounts(spec),
+            {"name": "sshd-configs", "mountPath": SSHD_CONFIGS_MOUNT, "readOnly": True},
+            {"name": "ssh-host-keys", "mountPath": SSH_HOST_KEYS_MOUNT, "readOnly": True},
+        ],
+        "readinessProbe": {"tcpSocket": {"port": meta.SSH_PORT}, "periodSeconds": 10},
+        "resources": pods.resources(login.resources),
+    }
+    volumes = [
+        *pods.slurm_volumes(c),
+        *pods.jail_volumes(spec),
+        {"name": "sshd-configs", "configMap": {"name": meta.sshd_configs(c)}},
+        {"name": "ssh-host-keys", "secret": {"secretName": meta.ssh_host_keys_secret(c), "defaultMode": 0o400}},
+    ]
+    hash_ = config_hash(cluster, munge_key_id=munge_key_id, host_keys_id=host_keys_id)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": meta.object_meta(cluster, meta.login(c), COMPONENT),
+        "spec": {
+            "replicas": login.size,
+            "serviceName": meta.login_headless(c),
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": meta.selector(c, COMPONENT)},
+            "template": {
+                "metadata": {
+                    "labels": meta.labels(c, COMPONENT),
+                    "annotations": {meta.CONFIG_HASH_ANNOTATION: hash_},
+                },
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "containers": [sshd, pods.munge_container(image)],
+                    "volumes": volumes,
+                    **pods.scheduling(login),
+                },
+            },
+        },
+    }
+
+
+def render_login(cluster: SlurmCluster, *, munge_key_id: str, host_keys_id: str) -> list[dict[str, Any]]:
+    return [
+        render_sshd_configmap(cluster),
+        render_login_service(cluster),
+        render_login_headless_service(cluster),
+        render_login_statefulset(cluster, munge_key_id=munge_key_id, host_keys_id=host_keys_id),
+    ]

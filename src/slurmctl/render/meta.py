@@ -1,0 +1,155 @@
+"""Names, labels, owner references and hashes shared by every renderer.
+
+Object names are part of the user interface (DESIGN.md, "Objects per SlurmCluster"): they are built here only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from slurmctl.api.v1 import API_VERSION, KIND, SlurmCluster
+
+MANAGED_BY = "slurmctl"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_WORKER_GROUP = "slurm.slurmctl.io/worker-group"
+CONFIG_HASH_ANNOTATION = "slurm.slurmctl.io/config-hash"
+
+SLURMCTLD_PORT = 6817
+SLURMD_PORT = 6818
+SLURMDBD_PORT = 6819
+SSH_PORT = 22
+
+
+def cluster_name(cluster: SlurmCluster) -> str:
+    return cluster.metadata.name or ""
+
+
+def munge_secret(c: str) -> str:
+    return f"{c}-munge"
+
+
+def ssh_host_keys_secret(c: str) -> str:
+    return f"{c}-ssh-host-keys"
+
+
+def slurm_configs(c: str) -> str:
+    return f"{c}-slurm-configs"
+
+
+def controller(c: str) -> str:
+    return f"{c}-controller"
+
+
+def workers_service(c: str) -> str:
+    return f"{c}-workers"
+
+
+def worker_group(c: str, group: str) -> str:
+    return f"{c}-worker-{group}"
+
+
+def login(c: str) -> str:
+    return f"{c}-login"
+
+
+def login_headless(c: str) -> str:
+    return f"{c}-login-headless"
+
+
+def sshd_configs(c: str) -> str:
+    return f"{c}-sshd"
+
+
+def populate_jail(c: str) -> str:
+    return f"{c}-populate-jail"
+
+
+def slurmdbd_secret(c: str) -> str:
+    return f"{c}-slurmdbd"
+
+
+def accounting(c: str) -> str:
+    """The slurmdbd Service and Deployment, and the pod's hostname (slurmdbd insists DbdHost is its own name)."""
+    return f"{c}-accounting"
+
+
+def mariadb(c: str) -> str:
+    """The MariaDB resource; mariadb-operator names the database Service after it."""
+    return f"{c}-mariadb"
+
+
+def mariadb_passwords(c: str) -> str:
+    return f"{c}-mariadb-passwords"
+
+
+def nccl_benchmark(c: str) -> str:
+    return f"{c}-nccl-benchmark"
+
+
+def labels(c: str, component: str, **extra: str) -> dict[str, str]:
+    """Labels every child carries; `component` is how each controller finds the children it owns."""
+    return {
+        LABEL_NAME: "slurmcluster",
+        LABEL_INSTANCE: c,
+        LABEL_COMPONENT: component,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        **extra,
+    }
+
+
+def selector(c: str, component: str, **extra: str) -> dict[str, str]:
+    """The immutable subset of `labels` that selects a workload's pods."""
+    return {LABEL_INSTANCE: c, LABEL_COMPONENT: component, **extra}
+
+
+def owner_references(cluster: SlurmCluster) -> list[dict[str, Any]]:
+    """The SlurmCluster as controller owner, so the garbage collector deletes children with it.
+
+    Offline rendering (`slurmctl render`) has no uid yet, and an owner reference without one is invalid: omit it.
+    """
+    if not cluster.metadata.uid:
+        return []
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": cluster_name(cluster),
+            "uid": cluster.metadata.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def object_meta(
+    cluster: SlurmCluster, name: str, component: str, *, extra_labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": cluster.metadata.namespace or "default",
+        "labels": labels(cluster_name(cluster), component, **(extra_labels or {})),
+    }
+    owners = owner_references(cluster)
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta
+
+
+def content_hash(*parts: Any) -> str:
+    """A short, stable hash of JSON-serialisable parts (dict order does not matter)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(json.dumps(part, sort_keys=True, separators=(",", ":")).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def subset(data: Mapping[str, str], keys: Iterable[str]) -> dict[str, str]:
+    wanted = set(keys)
+    return {k: v for k, v in data.items() if k in wanted}

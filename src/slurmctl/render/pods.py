@@ -1,0 +1,116 @@
+"""Pod pieces every Slurm workload shares: config and munge volumes, the munge sidecar, jail mounts, scheduling.
+
+Paths match the entrypoints in images/scripts (lib.sh): configs at /mnt/slurm-configs, the munge key at
+/mnt/munge-key/munge.key, the munge socket directory /run/munge, the jail at /mnt/jail and its sub-mounts under
+/mnt/jail-submounts/<name>.
+
+Every pod slurmctl renders sets `automountServiceAccountToken: false`: no Slurm process talks to the Kubernetes API,
+and a token mounted under /run would be one bind mount away from users' jobs inside the jail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmctl.api.v1 import ResourceRequirements, Scheduling, SlurmClusterSpec, VolumeRef
+from slurmctl.render import meta
+from slurmctl.render.slurm_conf import JAIL_PATH
+
+SLURM_CONFIGS_MOUNT = "/mnt/slurm-configs"
+MUNGE_KEY_MOUNT = "/mnt/munge-key"
+MUNGE_SOCKET_DIR = "/run/munge"
+SUBMOUNTS_ROOT = "/mnt/jail-submounts"
+ENTRYPOINT_MUNGE = "/usr/lib/slurmctl/entrypoint-munge"
+MUNGE_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+
+
+def volume(name: str, ref: VolumeRef) -> dict[str, Any]:
+    if ref.claim_name:
+        return {"name": name, "persistentVolumeClaim": {"claimName": ref.claim_name}}
+    return {"name": name, **(ref.source or {})}
+
+
+def slurm_volumes(c: str) -> list[dict[str, Any]]:
+    """Configs, munge key and the munge socket directory shared between the daemon and its munge sidecar."""
+    return [
+        {"name": "slurm-configs", "configMap": {"name": meta.slurm_configs(c)}},
+        {
+            "name": "munge-key",
+            "secret": {"secretName": meta.munge_secret(c), "defaultMode": 0o400},
+        },
+        {"name": "munge-socket", "emptyDir": {}},
+    ]
+
+
+def slurm_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": "slurm-configs", "mountPath": SLURM_CONFIGS_MOUNT, "readOnly": True},
+        {"name": "munge-key", "mountPath": MUNGE_KEY_MOUNT, "readOnly": True},
+        {"name": "munge-socket", "mountPath": MUNGE_SOCKET_DIR},
+    ]
+
+
+def munge_container(image: str) -> dict[str, Any]:
+    """munged in its own container: the daemon's container waits for its socket in the shared directory."""
+    return {
+        "name": "munge",
+        "image": image,
+        "command": [ENTRYPOINT_MUNGE],
+        "volumeMounts": [
+            {"name": "munge-key", "mountPath": MUNGE_KEY_MOUNT, "readOnly": True},
+            {"name": "munge-socket", "mountPath": MUNGE_SOCKET_DIR},
+        ],
+        "resources": MUNGE_RESOURCES,
+    }
+
+
+def jail_volumes(spec: SlurmClusterSpec) -> list[dict[str, Any]]:
+    vols = [volume("jail", spec.jail.volume)]
+    vols += [volume(f"submount-{m.name}", m.volume) for m in sorted(spec.jail.sub_mounts, key=lambda m: m.name)]
+    return vols
+
+
+def jail_mounts(spec: SlurmClusterSpec) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [{"name": "jail", "mountPath": JAIL_PATH}]
+    for m in sorted(spec.jail.sub_mounts, key=lambda m: m.name):
+        mount: dict[str, Any] = {"name": f"submount-{m.name}", "mountPath": f"{SUBMOUNTS_ROOT}/{m.name}"}
+        if m.read_only:
+            mount["readOnly"] = True
+        mounts.append(mount)
+    return mounts
+
+
+def jail_env(spec: SlurmClusterSpec) -> list[dict[str, Any]]:
+    """complement-jail re-binds each sub-mount from /mnt/jail-submounts/<name> to its path inside the jail."""
+    pairs = " ".join(f"{m.name}:{m.mount_path}" for m in sorted(spec.jail.sub_mounts, key=lambda m: m.name))
+    return [{"name": "JAIL_DIR", "value": JAIL_PATH}, {"name": "JAIL_SUBMOUNTS", "value": pairs}]
+
+
+def quantity(value: int | str) -> str:
+    """Quantities as strings: server-side apply on older API servers rejects a bare number where a quantity goes."""
+    return str(value)
+
+
+def resources(req: ResourceRequirements, *, extra_limits: dict[str, int] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if req.requests:
+        out["requests"] = {k: quantity(v) for k, v in req.requests.items()}
+    limits = {**req.limits, **(extra_limits or {})}
+    if limits:
+        out["limits"] = {k: quantity(v) for k, v in limits.items()}
+    return out
+
+
+def scheduling(s: Scheduling) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if s.node_selector:
+        out["nodeSelector"] = dict(s.node_selector)
+    if s.tolerations:
+        out["tolerations"] = list(s.tolerations)
+    if s.affinity:
+        out["affinity"] = s.affinity
+    return out
+
+
+def node_name_env() -> dict[str, Any]:
+    return {"name": "SLURMD_NODENAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}

@@ -1,0 +1,87 @@
+"""Objects the `workers` component owns: one slurmd StatefulSet per worker group and their headless Service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmctl.api.v1 import SlurmCluster, WorkerGroup
+from slurmctl.render import meta, pods
+from slurmctl.render.slurm_conf import NODE_LOCAL_FILES, render_slurm_configs
+
+COMPONENT = "worker"
+
+
+def config_hash(cluster: SlurmCluster, *, munge_key_id: str) -> str:
+    """slurmd reads its configs once at start; the node list (nodes.conf) is left out so scaling rolls no worker."""
+    return meta.content_hash(meta.subset(render_slurm_configs(cluster), NODE_LOCAL_FILES), munge_key_id)
+
+
+def render_workers_service(cluster: SlurmCluster) -> dict[str, Any]:
+    """Per-pod DNS `<pod>.<c>-workers`, the NodeAddr of every Slurm node; not-ready pods too, so nodes can register."""
+    c = meta.cluster_name(cluster)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta.object_meta(cluster, meta.workers_service(c), COMPONENT),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": meta.selector(c, COMPONENT),
+            "ports": [{"name": "slurmd", "port": meta.SLURMD_PORT, "targetPort": meta.SLURMD_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def render_worker_statefulset(
+    cluster: SlurmCluster, group: WorkerGroup, *, replicas: int, munge_key_id: str
+) -> dict[str, Any]:
+    """`replicas` is passed separately from `group.size`: scale-in goes through the reconciler's gate first."""
+    c = meta.cluster_name(cluster)
+    spec = cluster.spec
+    image = spec.image_for("worker", group.image)
+    group_label = {meta.LABEL_WORKER_GROUP: group.name}
+    slurmd = {
+        "name": "slurmd",
+        "image": image,
+        "env": [pods.node_name_env(), *pods.jail_env(spec)],
+        "ports": [{"name": "slurmd", "containerPort": meta.SLURMD_PORT, "protocol": "TCP"}],
+        # pivot_root, mount namespaces and bind mounts into the jail need the full capability set.
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            *pods.slurm_mounts(),
+            *pods.jail_mounts(spec),
+            {"name": "dev-shm", "mountPath": "/dev/shm"},  # noqa: S108 - the pod's own memory-backed shm
+        ],
+        "readinessProbe": {"tcpSocket": {"port": meta.SLURMD_PORT}, "periodSeconds": 10},
+        "resources": pods.resources(
+            group.resources, extra_limits={"nvidia.com/gpu": group.gpus} if group.gpus else None
+        ),
+    }
+    shm = {
+        "name": "dev-shm",
+        "emptyDir": {"medium": "Memory", "sizeLimit": pods.quantity(spec.shared_memory_size(group))},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": meta.object_meta(cluster, meta.worker_group(c, group.name), COMPONENT, extra_labels=group_label),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": meta.workers_service(c),
+            # Slurm nodes are independent: start and replace them all at once, not one ready pod after another.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": meta.selector(c, COMPONENT, **group_label)},
+            "template": {
+                "metadata": {
+                    "labels": meta.labels(c, COMPONENT, **group_label),
+                    "annotations": {meta.CONFIG_HASH_ANNOTATION: config_hash(cluster, munge_key_id=munge_key_id)},
+                },
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "containers": [slurmd, pods.munge_container(image)],
+                    "volumes": [*pods.slurm_volumes(c), *pods.jail_volumes(spec), shm],
+                    **pods.scheduling(group),
+                },
+            },
+        },
+    }

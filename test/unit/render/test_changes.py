@@ -1,0 +1,112 @@
+"""Which objects a spec change touches: a user editing one worker group or scaling must not roll unrelated pods."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from slurmctl.api.v1 import SlurmCluster
+from slurmctl.render.meta import CONFIG_HASH_ANNOTATION
+from test.unit.render.samples import manifests, object_key, sample_doc, to_yaml
+
+
+def _render(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {object_key(obj): obj for obj in manifests(SlurmCluster.model_validate(doc))}
+
+
+def _edit(change: Callable[[dict[str, Any]], None]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    doc = sample_doc("research")
+    before = _render(doc)
+    change(doc)
+    return before, _render(doc)
+
+
+def _h100(doc: dict[str, Any]) -> dict[str, Any]:
+    groups: list[dict[str, Any]] = [g for g in doc["spec"]["workers"] if g["name"] == "h100"]
+    (group,) = groups
+    return group
+
+
+def _changed(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> set[str]:
+    assert before.keys() == after.keys()
+    return {key for key in before if before[key] != after[key]}
+
+
+def _hash(obj: dict[str, Any]) -> str:
+    annotations: dict[str, str] = obj["spec"]["template"]["metadata"]["annotations"]
+    return annotations[CONFIG_HASH_ANNOTATION]
+
+
+NODE_LIST = {"configmap-research-slurm-configs", "statefulset-research-controller"}
+
+
+@pytest.mark.parametrize(
+    ("change", "touched"),
+    [
+        # Features live in slurmctld's node table only: slurmd needs no restart for them.
+        pytest.param(lambda g: g.update(features=["h100", "nvlink", "ib"]), NODE_LIST, id="features"),
+        pytest.param(
+            lambda g: g["resources"]["requests"].update(cpu=96),
+            {*NODE_LIST, "statefulset-research-worker-h100"},
+            id="cpus",
+        ),
+        pytest.param(
+            lambda g: g.update(sharedMemorySize="256Gi"), {"statefulset-research-worker-h100"}, id="shared-memory"
+        ),
+    ],
+)
+def test_editing_one_group_changes_only_that_group_and_the_node_list(
+    change: Callable[[dict[str, Any]], None], touched: set[str]
+) -> None:
+    before, after = _edit(lambda doc: change(_h100(doc)))
+    # The controller restarts on a node list change because Slurm 22.05's slurmctld learns nodes only on restart.
+    assert _changed(before, after) == touched
+    old, new = before["configmap-research-slurm-configs"]["data"], after["configmap-research-slurm-configs"]["data"]
+    assert {name for name in old if old[name] != new[name]} <= {"nodes.conf"}
+    assert _hash(before["statefulset-research-worker-h100"]) == _hash(after["statefulset-research-worker-h100"])
+
+
+def test_scaling_a_group_rolls_only_the_controller() -> None:
+    before, after = _edit(lambda doc: _h100(doc).update(size=6))
+    assert after["statefulset-research-worker-h100"]["spec"]["replicas"] == 6
+    assert _changed(before, after) == {
+        "statefulset-research-worker-h100",
+        "configmap-research-slurm-configs",
+        "statefulset-research-controller",
+    }
+    for name in ("worker-h100", "worker-cpu", "login"):
+        key = f"statefulset-research-{name}"
+        assert _hash(before[key]) == _hash(after[key]), key
+    assert _hash(before["statefulset-research-controller"]) != _hash(after["statefulset-research-controller"])
+    nodes = after["configmap-research-slurm-configs"]["data"]["nodes.conf"]
+    assert "NodeSet=h100 Nodes=research-worker-h100-[0-5]" in nodes
+
+
+def test_a_slurm_conf_change_rolls_every_slurm_pod_but_not_slurmdbd() -> None:
+    before, after = _edit(lambda doc: doc["spec"]["slurm"]["config"].update(maxJobCount=60000))
+    for rolled in (
+        "statefulset-research-controller",
+        "statefulset-research-worker-cpu",
+        "statefulset-research-worker-h100",
+        "statefulset-research-login",
+    ):
+        assert _hash(before[rolled]) != _hash(after[rolled]), rolled
+    assert _hash(before["deployment-research-accounting"]) == _hash(after["deployment-research-accounting"])
+
+
+def test_rendering_is_deterministic() -> None:
+    doc = sample_doc("research")
+    first = [to_yaml(obj) for obj in manifests(SlurmCluster.model_validate(doc))]
+    second = [to_yaml(obj) for obj in manifests(SlurmCluster.model_validate(doc))]
+    assert first == second
+
+
+def test_the_order_of_groups_and_partitions_in_the_spec_does_not_matter() -> None:
+    doc = sample_doc("research")
+    before = _render(doc)
+    doc["spec"]["workers"].reverse()
+    doc["spec"]["partitions"].reverse()
+    doc["spec"]["jail"]["subMounts"].reverse()
+    assert _render(doc) == before
