@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slurmctl import __version__
 from slurmctl.cli import _parser, main, manager_options
@@ -97,3 +98,29 @@ def test_run_without_usable_credentials_fails_with_a_message_not_a_traceback(
     err = capsys.readouterr().err
     assert "cannot load cluster credentials" in err
     assert "Traceback" not in err
+
+
+def test_render_prints_the_manifests_of_a_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "-f", "config/samples/slurmcluster_minimal.yaml", "-n", "hpc"]) == 0
+    objects = list(yaml.safe_load_all(capsys.readouterr().out))
+    names = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert ("StatefulSet", "minimal-worker-cpu") in names
+    assert ("ConfigMap", "minimal-slurm-configs") in names
+    assert all(o["metadata"]["namespace"] == "hpc" for o in objects)
+    assert not any(o["kind"] == "Secret" and o["metadata"]["name"] == "minimal-munge" for o in objects)
+
+
+def test_render_reports_every_invalid_field_and_prints_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: slurm.slurmctl.io/v1\nkind: SlurmCluster\nmetadata: {name: bad}\nspec:\n"
+        "  jail: {volume: {claimName: j}}\n  workers: [{name: cpu, size: 1}, {name: cpu, size: 2}]\n"
+        "  partitions: [{name: main, workers: [gpu2], default: true}]\n"
+    )
+    assert main(["render", "-f", str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert 'spec.partitions[0].workers[0]: unknown worker group "gpu2"' in captured.err
+    assert "spec.workers[1]" in captured.err
+    assert captured.out.strip() in ("", "[]")
