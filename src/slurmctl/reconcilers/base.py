@@ -128,10 +128,19 @@ class ComponentReconciler:
         }
         await self.manager.apply_status(body, field_manager=self.field_manager)
 
-    def munge_key_id(self, loaded: Loaded) -> str | None:
-        """The munge Secret's uid (a new key means a new Secret, so it rolls the pods), or None while it is missing."""
-        secret = self.live(*SECRET, meta.munge_secret(loaded.name), loaded.namespace)
-        return None if secret is None else str(secret["metadata"].get("uid", ""))
+    async def secret_ids(self, loaded: Loaded, *names: str) -> list[str] | None:
+        """The uids of key Secrets the pods mount (a new key means a new Secret, so its uid in the config hash rolls
+        the pods), or None after saying in the condition which one is missing. The cluster reconciler creates them;
+        their add events wake this reconciler again, so nothing polls."""
+        ids = []
+        for name in names:
+            secret = self.live(*SECRET, name, loaded.namespace)
+            if secret is None:
+                cond = self.condition(loaded, ok=False, reason="WaitingForKeys", message=f"waiting for Secret {name}")
+                await self.write_status(loaded, {"conditions": [cond]})
+                return None
+            ids.append(str(secret["metadata"].get("uid", "")))
+        return ids
 
 
 def build_condition(obj: Mapping[str, Any], type_: str, *, ok: bool, reason: str, message: str) -> dict[str, Any]:

@@ -13,11 +13,10 @@ class ControllerReconciler(ComponentReconciler):
     condition_type = CONTROLLER_READY
 
     async def reconcile_valid(self, loaded: Loaded) -> None:
-        munge_key_id = self.munge_key_id(loaded)
-        if munge_key_id is None:
-            # Woken by the munge Secret's add event (the cluster reconciler creates it): no polling.
-            await self.write_status(loaded, {"conditions": [self._waiting(loaded)]})
+        ids = await self.secret_ids(loaded, meta.munge_secret(loaded.name))
+        if ids is None:
             return
+        (munge_key_id,) = ids
         await self.apply(loaded, render_controller(loaded.cluster, munge_key_id=munge_key_id))
         desired = loaded.cluster.spec.controller.size
         ready = min(
@@ -31,11 +30,3 @@ class ControllerReconciler(ComponentReconciler):
         else:
             cond = self.condition(loaded, ok=False, reason="NotReady", message="slurmctld is not ready yet")
         await self.write_status(loaded, {"conditions": [cond], "controllerReady": ready_summary(ready, desired)})
-
-    def _waiting(self, loaded: Loaded) -> dict[str, object]:
-        return self.condition(
-            loaded,
-            ok=False,
-            reason="WaitingForMungeKey",
-            message=f"waiting for Secret {meta.munge_secret(loaded.name)}",
-        )

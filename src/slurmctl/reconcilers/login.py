@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from slurmctl.api.v1 import LOGIN_READY, ready_summary
-from slurmctl.reconcilers.base import SECRET, ComponentReconciler, Loaded, statefulset_ready
+from slurmctl.reconcilers.base import ComponentReconciler, Loaded, statefulset_ready
 from slurmctl.render import meta
 from slurmctl.render.login import render_login
 
@@ -14,19 +14,11 @@ class LoginReconciler(ComponentReconciler):
 
     async def reconcile_valid(self, loaded: Loaded) -> None:
         c, ns = loaded.name, loaded.namespace
-        munge_key_id = self.munge_key_id(loaded)
-        host_keys = self.live(*SECRET, meta.ssh_host_keys_secret(c), ns)
-        if munge_key_id is None or host_keys is None:
-            missing = meta.munge_secret(c) if munge_key_id is None else meta.ssh_host_keys_secret(c)
-            cond = self.condition(loaded, ok=False, reason="WaitingForKeys", message=f"waiting for Secret {missing}")
-            await self.write_status(loaded, {"conditions": [cond]})
+        ids = await self.secret_ids(loaded, meta.munge_secret(c), meta.ssh_host_keys_secret(c))
+        if ids is None:
             return
-        await self.apply(
-            loaded,
-            render_login(
-                loaded.cluster, munge_key_id=munge_key_id, host_keys_id=str(host_keys["metadata"].get("uid", ""))
-            ),
-        )
+        munge_key_id, host_keys_id = ids
+        await self.apply(loaded, render_login(loaded.cluster, munge_key_id=munge_key_id, host_keys_id=host_keys_id))
         desired = loaded.cluster.spec.login.size
         ready = min(desired, statefulset_ready(self.live("apps/v1", "StatefulSet", meta.login(c), ns)))
         if ready == desired:

@@ -35,13 +35,10 @@ class WorkersReconciler(ComponentReconciler):
 
     async def reconcile_valid(self, loaded: Loaded) -> None:
         c, ns = loaded.name, loaded.namespace
-        munge_key_id = self.munge_key_id(loaded)
-        if munge_key_id is None:
-            cond = self.condition(
-                loaded, ok=False, reason="WaitingForMungeKey", message=f"waiting for Secret {meta.munge_secret(c)}"
-            )
-            await self.write_status(loaded, {"conditions": [cond]})
+        ids = await self.secret_ids(loaded, meta.munge_secret(c))
+        if ids is None:
             return
+        (munge_key_id,) = ids
         groups = sorted(loaded.cluster.spec.workers, key=lambda g: g.name)
         intents: list[dict[str, Any]] = [render_workers_service(loaded.cluster)]
         for group in groups:

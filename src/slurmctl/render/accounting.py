@@ -144,17 +144,7 @@ def render_mariadb_secret(cluster: SlurmCluster, *, password: str, root_password
 def render_accounting_service(cluster: SlurmCluster) -> dict[str, Any]:
     """AccountingStorageHost of slurm.conf: slurmctld reaches slurmdbd through it."""
     c = meta.cluster_name(cluster)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta.object_meta(cluster, meta.accounting(c), COMPONENT),
-        "spec": {
-            "selector": meta.selector(c, COMPONENT),
-            "ports": [
-                {"name": "slurmdbd", "port": meta.SLURMDBD_PORT, "targetPort": meta.SLURMDBD_PORT, "protocol": "TCP"}
-            ],
-        },
-    }
+    return meta.service(cluster, meta.accounting(c), COMPONENT, port_name="slurmdbd", port=meta.SLURMDBD_PORT)
 
 
 def config_hash(cluster: SlurmCluster, *, munge_key_id: str, dbd_password_id: str) -> str:

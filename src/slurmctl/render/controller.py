@@ -18,21 +18,11 @@ def config_hash(cluster: SlurmCluster, *, munge_key_id: str) -> str:
 
 
 def render_controller_service(cluster: SlurmCluster) -> dict[str, Any]:
-    """Headless, and publishing not-ready pods, so `<c>-controller-0.<c>-controller` resolves as soon as it runs."""
+    """Headless, so `<c>-controller-0.<c>-controller` (SlurmctldHost) resolves as soon as the pod runs."""
     c = meta.cluster_name(cluster)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta.object_meta(cluster, meta.controller(c), COMPONENT),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": meta.selector(c, COMPONENT),
-            "ports": [
-                {"name": "slurmctld", "port": meta.SLURMCTLD_PORT, "targetPort": meta.SLURMCTLD_PORT, "protocol": "TCP"}
-            ],
-        },
-    }
+    return meta.service(
+        cluster, meta.controller(c), COMPONENT, port_name="slurmctld", port=meta.SLURMCTLD_PORT, headless=True
+    )
 
 
 def render_controller_statefulset(cluster: SlurmCluster, *, munge_key_id: str) -> dict[str, Any]:

@@ -57,17 +57,7 @@ def render_login_service(cluster: SlurmCluster) -> dict[str, Any]:
 
 def render_login_headless_service(cluster: SlurmCluster) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta.object_meta(cluster, meta.login_headless(c), COMPONENT),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": meta.selector(c, COMPONENT),
-            "ports": [{"name": "ssh", "port": meta.SSH_PORT, "targetPort": meta.SSH_PORT, "protocol": "TCP"}],
-        },
-    }
+    return meta.service(cluster, meta.login_headless(c), COMPONENT, port_name="ssh", port=meta.SSH_PORT, headless=True)
 
 
 def render_login_statefulset(cluster: SlurmCluster, *, munge_key_id: str, host_keys_id: str) -> dict[str, Any]:

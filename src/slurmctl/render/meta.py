@@ -141,6 +141,17 @@ def object_meta(
     return meta
 
 
+def service(
+    cluster: SlurmCluster, name: str, component: str, *, port_name: str, port: int, headless: bool = False
+) -> dict[str, Any]:
+    """A Service for one TCP port of a component's pods. Headless ones publish not-ready pods too: Slurm daemons
+    must resolve each other (`<pod>.<service>`) before they pass their readiness probes."""
+    spec: dict[str, Any] = {"clusterIP": "None", "publishNotReadyAddresses": True} if headless else {}
+    spec["selector"] = selector(cluster_name(cluster), component)
+    spec["ports"] = [{"name": port_name, "port": port, "targetPort": port, "protocol": "TCP"}]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": object_meta(cluster, name, component), "spec": spec}
+
+
 def content_hash(*parts: Any) -> str:
     """A short, stable hash of JSON-serialisable parts (dict order does not matter)."""
     digest = hashlib.sha256()

@@ -17,19 +17,11 @@ def config_hash(cluster: SlurmCluster, *, munge_key_id: str) -> str:
 
 
 def render_workers_service(cluster: SlurmCluster) -> dict[str, Any]:
-    """Per-pod DNS `<pod>.<c>-workers`, the NodeAddr of every Slurm node; not-ready pods too, so nodes can register."""
+    """Per-pod DNS `<pod>.<c>-workers`, the NodeAddr of every Slurm node."""
     c = meta.cluster_name(cluster)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta.object_meta(cluster, meta.workers_service(c), COMPONENT),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": meta.selector(c, COMPONENT),
-            "ports": [{"name": "slurmd", "port": meta.SLURMD_PORT, "targetPort": meta.SLURMD_PORT, "protocol": "TCP"}],
-        },
-    }
+    return meta.service(
+        cluster, meta.workers_service(c), COMPONENT, port_name="slurmd", port=meta.SLURMD_PORT, headless=True
+    )
 
 
 def render_worker_statefulset(
