@@ -114,6 +114,29 @@ class Cluster:
             raise
         return dict(cm.data or {})
 
+    async def populate_jail(self) -> None:
+        """Mark the populate-jail Job succeeded, as the Job controller would once its pod finished the copy."""
+        batch = client.BatchV1Api(self.custom.api_client)
+
+        async def job_exists() -> bool:
+            try:
+                await batch.read_namespaced_job(f"{NAME}-populate-jail", self.ns, _request_timeout=T)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+            return True
+
+        await eventually(job_exists, timeout=30, what="the populate-jail Job")
+        complete = {"type": "Complete", "status": "True", "lastProbeTime": None, "lastTransitionTime": None}
+        await batch.patch_namespaced_job_status(
+            f"{NAME}-populate-jail",
+            self.ns,
+            {"status": {"succeeded": 1, "conditions": [complete]}},
+            _content_type=MERGE_PATCH,
+            _request_timeout=T,
+        )
+
     async def make_pods_ready(self) -> int:
         """Mark every pod of the cluster Running and Ready, as a kubelet would once the containers pass probes."""
         pods = await self.core.list_namespaced_pod(
@@ -132,6 +155,8 @@ class Cluster:
         return len(pods.items)
 
     async def become_available(self, expected_pods: int) -> None:
+        await self.populate_jail()
+
         async def all_ready() -> bool:
             await self.make_pods_ready()
             return await self.phase() == "Available"
@@ -146,6 +171,7 @@ class Cluster:
             ("Secret", self.core.list_namespaced_secret),
             ("Service", self.core.list_namespaced_service),
             ("StatefulSet", self.apps.list_namespaced_stateful_set),
+            ("Job", client.BatchV1Api(self.custom.api_client).list_namespaced_job),
         ):
             for item in (await lister(self.ns, label_selector=selector, _request_timeout=T)).items:
                 found[(kind, item.metadata.name)] = item
@@ -154,12 +180,14 @@ class Cluster:
 
 OPERATOR_RESOURCES = (
     "configmaps",
+    "jobs",
+    "cronjobs",
+    "deployments",
     "secrets",
     "services",
     "statefulsets",
     "slurmclusters",
     "slurmclusters/status",
-    "events",
 )
 EXPECTED_CHILDREN = {
     ("ConfigMap", "c1-slurm-configs"),
@@ -173,6 +201,7 @@ EXPECTED_CHILDREN = {
     ("StatefulSet", "c1-controller"),
     ("StatefulSet", "c1-worker-cpu"),
     ("StatefulSet", "c1-login"),
+    ("Job", "c1-populate-jail"),
 }
 
 
@@ -181,6 +210,15 @@ async def test_sample_creates_every_child_and_status_follows_the_workloads(
 ) -> None:
     cluster = Cluster(api, namespace)
     await cluster.create(spec())
+
+    async def gated() -> bool:
+        found = set(await cluster.children())
+        return ("Job", "c1-populate-jail") in found and ("StatefulSet", "c1-controller") in found
+
+    await eventually(gated, timeout=30, what="the populate-jail Job and the controller")
+    # The jail is empty until the Job succeeds: no worker or login node may start on it.
+    assert not {("StatefulSet", "c1-worker-cpu"), ("StatefulSet", "c1-login")} & set(await cluster.children())
+    await cluster.populate_jail()
 
     async def all_children() -> dict[tuple[str, str], Any] | None:
         found = await cluster.children()
@@ -210,7 +248,14 @@ async def test_sample_creates_every_child_and_status_follows_the_workloads(
     assert status["loginReady"] == "1/1"
     assert status["workers"] == [{"name": "cpu", "desired": 2, "ready": 2}]
     types = {c["type"]: c["status"] for c in status["conditions"]}
-    assert types == {"SpecValid": "True", "ControllerReady": "True", "WorkersReady": "True", "LoginReady": "True"}
+    assert types == {
+        "SpecValid": "True",
+        "JailPopulated": "True",
+        "ControllerReady": "True",
+        "WorkersReady": "True",
+        "LoginReady": "True",
+        "BenchmarkScheduled": "False",
+    }
 
     # A worker that was ready and is not any more makes the cluster Degraded, not Reconciling.
     pod = await cluster.core.read_namespaced_pod("c1-worker-cpu-0", namespace, _request_timeout=T)
@@ -233,6 +278,7 @@ async def test_scaling_a_group_follows_the_edit_and_the_node_list(
 ) -> None:
     cluster = Cluster(api, namespace)
     await cluster.create(spec(size=2))
+    await cluster.populate_jail()
 
     async def replicas_are(n: int) -> bool:
         return await cluster.replicas("c1-worker-cpu") == n
@@ -264,6 +310,7 @@ async def test_drift_is_repaired_and_fields_of_other_managers_are_left_alone(
 ) -> None:
     cluster = Cluster(api, namespace)
     await cluster.create(spec())
+    await cluster.populate_jail()
 
     async def children_exist() -> bool:
         return set(await cluster.children()) >= EXPECTED_CHILDREN
@@ -391,11 +438,23 @@ async def test_steady_state_and_restart_cost_zero_writes(
             r: n for r in OPERATOR_RESOURCES for r, n in [(r, sum(writes(before, after, resource=r).values()))] if n
         }
 
+    async def our_events() -> dict[str, tuple[int, str]]:
+        """Events slurmctl reported (kube-controller-manager writes Events too: count only ours)."""
+        events = await cluster.core.list_namespaced_event(namespace, _request_timeout=T)
+        return {
+            e.metadata.name: (e.count or 1, str(e.last_timestamp))
+            for e in events.items
+            if e.source is not None and e.source.component == "slurmctl"
+        }
+
+    events_before = await our_events()
     assert await operator_writes(5) == {}, "a converged cluster must cost no API writes per resync"
+    assert await our_events() == events_before
 
     await operator.stop()
     restarted = await RunningOperator(operator_kubeconfig, resync_period=1.0).start()
     try:
         assert await operator_writes(3) == {}, "restarting on a converged cluster must cost no API writes"
+        assert await our_events() == events_before
     finally:
         await restarted.stop()

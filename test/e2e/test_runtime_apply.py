@@ -90,4 +90,5 @@ async def test_the_apply_body_owns_only_what_the_intent_names(api: client.ApiCli
     await applier.apply(intent(namespace, k="v"), field_manager="slurmctl")
     live = await rt.get("v1", "ConfigMap", "converged", namespace=namespace)
     assert [m["manager"] for m in live["metadata"]["managedFields"]] == ["slurmctl"]
-    assert "annotations" not in live["metadata"]  # the None in the intent was dropped, not sent as null
+    # The None in the intent was dropped, not sent as null: the only annotation is the applier's intent digest.
+    assert list(live["metadata"]["annotations"]) == ["slurmctl.io/intent-digest"]

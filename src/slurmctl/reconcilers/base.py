@@ -5,14 +5,14 @@ children it no longer wants, and writing its one condition with its own field ma
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from slurmctl.api.v1 import API_VERSION, KIND, SlurmCluster, check_cluster
 from slurmctl.render import meta
-from slurmctl.runtime import WARNING, Manager, Request
+from slurmctl.runtime import WARNING, Conflict, Manager, NotFound, Request, Result
 from slurmctl.runtime.logs import kv
 
 log = logging.getLogger(__name__)
@@ -65,13 +65,13 @@ class ComponentReconciler:
         cluster, problems = check_cluster(obj)
         return obj, (cluster if not problems else None)
 
-    async def __call__(self, req: Request) -> None:
+    async def __call__(self, req: Request) -> Result | None:
         obj, cluster = self.load(req)
         if obj is None or cluster is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
-            return  # gone, invalid (the cluster reconciler reports it) or being deleted (the garbage collector's turn)
-        await self.reconcile_valid(Loaded(obj, cluster))
+            return None  # gone, invalid (the cluster reconciler reports it) or being deleted (the GC's turn)
+        return await self.reconcile_valid(Loaded(obj, cluster))
 
-    async def reconcile_valid(self, loaded: Loaded) -> None:
+    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
         raise NotImplementedError
 
     # ---- children ---------------------------------------------------------------------------------------------
@@ -86,17 +86,30 @@ class ComponentReconciler:
             if created:
                 self.event(loaded, "Normal", "Created", f"created {intent['kind']} {md['name']}")
 
-    async def prune(
-        self, loaded: Loaded, api_version: str, kind: str, *, keep: Iterable[str], labels: Mapping[str, str]
-    ) -> None:
+    async def prune(self, loaded: Loaded, api_version: str, kind: str, *, component: str, keep: Iterable[str]) -> None:
         """Delete this component's children of a kind that the spec no longer asks for (never claims: user data)."""
         wanted = set(keep)
-        uid = loaded.cluster.metadata.uid
-        for child in self.cache.list(api_version, kind, namespace=loaded.namespace, labels=labels, owner_uid=uid):
+        for child in self.owned(loaded, api_version, kind, component):
             name = child["metadata"]["name"]
             if name not in wanted:
                 await self.manager.client.delete(api_version, kind, name, namespace=loaded.namespace)
                 self.event(loaded, "Normal", "Deleted", f"deleted {kind} {name}: no longer in the spec")
+
+    async def create_once(self, loaded: Loaded, name: str, render: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        """Key material is created, never applied: POST fails on an existing Secret, so a stale cache can never
+        make the operator overwrite (rotate) a key that pods already use."""
+        if self.live(*SECRET, name, loaded.namespace) is not None:
+            return
+        try:
+            await self.manager.client.get(*SECRET, name, namespace=loaded.namespace)
+            return
+        except NotFound:
+            pass
+        try:
+            await self.manager.client.create(await render())
+        except Conflict:
+            return
+        self.event(loaded, "Normal", "Created", f"created Secret {name}")
 
     def event(self, loaded: Loaded, type_: str, reason: str, message: str) -> None:
         log.info(
@@ -128,6 +141,18 @@ class ComponentReconciler:
         }
         await self.manager.apply_status(body, field_manager=self.field_manager)
 
+    def owned(self, loaded: Loaded, api_version: str, kind: str, component: str) -> list[Obj]:
+        """This cluster's children of a kind that carry a component label."""
+        labels = meta.selector(loaded.name, component)
+        uid = loaded.cluster.metadata.uid
+        return self.cache.list(api_version, kind, namespace=loaded.namespace, labels=labels, owner_uid=uid)
+
+    async def wait(self, loaded: Loaded, *, reason: str, message: str) -> None:
+        """Say in this component's condition what it waits for; the event that ends the wait wakes it again."""
+        await self.write_status(
+            loaded, {"conditions": [self.condition(loaded, ok=False, reason=reason, message=message)]}
+        )
+
     async def secret_ids(self, loaded: Loaded, *names: str) -> list[str] | None:
         """The uids of key Secrets the pods mount (a new key means a new Secret, so its uid in the config hash rolls
         the pods), or None after saying in the condition which one is missing. The cluster reconciler creates them;
@@ -136,8 +161,7 @@ class ComponentReconciler:
         for name in names:
             secret = self.live(*SECRET, name, loaded.namespace)
             if secret is None:
-                cond = self.condition(loaded, ok=False, reason="WaitingForKeys", message=f"waiting for Secret {name}")
-                await self.write_status(loaded, {"conditions": [cond]})
+                await self.wait(loaded, reason="WaitingForKeys", message=f"waiting for Secret {name}")
                 return None
             ids.append(str(secret["metadata"].get("uid", "")))
         return ids

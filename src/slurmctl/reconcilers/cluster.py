@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from slurmctl.api.v1 import (
+    ACCOUNTING_READY,
     API_VERSION,
     CONTROLLER_READY,
+    JAIL_POPULATED,
     KIND,
     LOGIN_READY,
     SPEC_VALID,
@@ -23,28 +25,38 @@ from slurmctl.api.v1 import (
     SlurmCluster,
     check_cluster,
 )
-from slurmctl.reconcilers.base import SECRET, ComponentReconciler, Loaded, build_condition
+from slurmctl.reconcilers.base import ComponentReconciler, Loaded, build_condition
 from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_munge_secret, render_slurm_configs_map, render_ssh_host_keys_secret
-from slurmctl.runtime import Conflict, NotFound, Request
+from slurmctl.runtime import Request
 from slurmctl.runtime.logs import kv
 
 log = logging.getLogger(__name__)
 
-# The conditions that must all be True for the cluster to be Available (later components add theirs).
-COMPONENT_CONDITIONS = (CONTROLLER_READY, WORKERS_READY, LOGIN_READY)
+# Reasons of a False condition that mean "on its way"; any other reason is a failure that needs a person.
+PROGRESS_REASONS = frozenset(
+    {"Populating", "Overwriting", "NotReady", "WaitingForKeys", "WaitingForJail", "Stopped", "RecreatingJob"}
+)
+
+
+def required_conditions(cluster: SlurmCluster) -> tuple[str, ...]:
+    """The conditions that must all be True for the cluster to be Available (the benchmark is not one of them)."""
+    required = (JAIL_POPULATED, CONTROLLER_READY, WORKERS_READY, LOGIN_READY)
+    return (*required, ACCOUNTING_READY) if cluster.spec.accounting.enabled else required
 
 
 def aggregate_phase(cluster: SlurmCluster, *, previous: Phase | None, previous_generation: int | None) -> Phase:
     generation = cluster.metadata.generation or 0
     status = cluster.status
-    conditions = [status.condition(t) if status else None for t in COMPONENT_CONDITIONS]
+    conditions = [status.condition(t) if status else None for t in required_conditions(cluster)]
     if all(c is None for c in conditions):
         return "Pending"
     current = [c for c in conditions if c is not None and c.observed_generation == generation]
     if len(current) == len(conditions) and all(c.status == "True" for c in current):
         return "Available"
+    if any(c.status == "False" and c.reason not in PROGRESS_REASONS for c in current):
+        return "Degraded"
     was_available = previous in ("Available", "Degraded") and previous_generation == generation
     return "Degraded" if was_available else "Reconciling"
 
@@ -98,8 +110,8 @@ class ClusterReconciler(ComponentReconciler):
             # RSA key generation takes a noticeable fraction of a second: keep it off the event loop.
             return render_ssh_host_keys_secret(cluster, await asyncio.to_thread(new_ssh_host_keys))
 
-        await self._create_once(loaded, meta.munge_secret(loaded.name), munge)
-        await self._create_once(loaded, meta.ssh_host_keys_secret(loaded.name), host_keys)
+        await self.create_once(loaded, meta.munge_secret(loaded.name), munge)
+        await self.create_once(loaded, meta.ssh_host_keys_secret(loaded.name), host_keys)
         await self.apply(loaded, [render_slurm_configs_map(loaded.cluster)])
         status = loaded.cluster.status
         phase = aggregate_phase(
@@ -115,19 +127,3 @@ class ClusterReconciler(ComponentReconciler):
                 "conditions": [self.condition(loaded, ok=True, reason="Valid", message="the spec is valid")],
             },
         )
-
-    async def _create_once(self, loaded: Loaded, name: str, render: Callable[[], Awaitable[dict[str, Any]]]) -> None:
-        """Key material is created, never applied: POST fails on an existing Secret, so a stale cache can never
-        make the operator overwrite (rotate) a key that pods already use."""
-        if self.live(*SECRET, name, loaded.namespace) is not None:
-            return
-        try:
-            await self.manager.client.get(*SECRET, name, namespace=loaded.namespace)
-            return
-        except NotFound:
-            pass
-        try:
-            await self.manager.client.create(await render())
-        except Conflict:
-            return
-        self.event(loaded, "Normal", "Created", f"created Secret {name}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from slurmctl.api.v1 import LOGIN_READY, ready_summary
 from slurmctl.reconcilers.base import ComponentReconciler, Loaded, statefulset_ready
+from slurmctl.reconcilers.populate_jail import jail_gate_open
 from slurmctl.render import meta
-from slurmctl.render.login import render_login
+from slurmctl.render.login import COMPONENT, render_login
 
 
 class LoginReconciler(ComponentReconciler):
@@ -18,6 +19,9 @@ class LoginReconciler(ComponentReconciler):
         if ids is None:
             return
         munge_key_id, host_keys_id = ids
+        if not jail_gate_open(self, loaded) and not self.owned(loaded, "apps/v1", "StatefulSet", COMPONENT):
+            await self.wait(loaded, reason="WaitingForJail", message="waiting for the populate-jail Job to succeed")
+            return
         await self.apply(loaded, render_login(loaded.cluster, munge_key_id=munge_key_id, host_keys_id=host_keys_id))
         desired = loaded.cluster.spec.login.size
         ready = min(desired, statefulset_ready(self.live("apps/v1", "StatefulSet", meta.login(c), ns)))

@@ -10,6 +10,7 @@ from typing import Any
 
 from slurmctl.api.v1 import WORKERS_READY, WorkerGroup, WorkerGroupStatus, ready_summary
 from slurmctl.reconcilers.base import ComponentReconciler, Loaded, statefulset_ready
+from slurmctl.reconcilers.populate_jail import jail_gate_open
 from slurmctl.render import meta
 from slurmctl.render.workers import COMPONENT, render_worker_statefulset, render_workers_service
 
@@ -39,6 +40,9 @@ class WorkersReconciler(ComponentReconciler):
         if ids is None:
             return
         (munge_key_id,) = ids
+        if not jail_gate_open(self, loaded) and not self.owned(loaded, *STATEFULSET, COMPONENT):
+            await self.wait(loaded, reason="WaitingForJail", message="waiting for the populate-jail Job to succeed")
+            return
         groups = sorted(loaded.cluster.spec.workers, key=lambda g: g.name)
         intents: list[dict[str, Any]] = [render_workers_service(loaded.cluster)]
         for group in groups:
@@ -51,12 +55,7 @@ class WorkersReconciler(ComponentReconciler):
                 render_worker_statefulset(loaded.cluster, group, replicas=replicas, munge_key_id=munge_key_id)
             )
         await self.apply(loaded, intents)
-        await self.prune(
-            loaded,
-            *STATEFULSET,
-            keep=[meta.worker_group(c, g.name) for g in groups],
-            labels=meta.selector(c, COMPONENT),
-        )
+        await self.prune(loaded, *STATEFULSET, component=COMPONENT, keep=[meta.worker_group(c, g.name) for g in groups])
         rows = [
             WorkerGroupStatus(
                 name=group.name,

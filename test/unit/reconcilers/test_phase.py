@@ -18,7 +18,7 @@ def cluster(generation: int, conditions: dict[str, tuple[str, int]]) -> SlurmClu
                 "status": s,
                 "observedGeneration": g,
                 "lastTransitionTime": "2026-01-01T00:00:00Z",
-                "reason": "R",
+                "reason": "Ready" if s == "True" else "NotReady",
                 "message": "",
             }
             for t, (s, g) in conditions.items()
@@ -33,7 +33,12 @@ def cluster(generation: int, conditions: dict[str, tuple[str, int]]) -> SlurmClu
     )
 
 
-ALL_TRUE = {"ControllerReady": ("True", 2), "WorkersReady": ("True", 2), "LoginReady": ("True", 2)}
+ALL_TRUE = {
+    "JailPopulated": ("True", 2),
+    "ControllerReady": ("True", 2),
+    "WorkersReady": ("True", 2),
+    "LoginReady": ("True", 2),
+}
 
 
 def test_no_component_has_reported_yet_is_pending() -> None:
@@ -66,3 +71,18 @@ def test_not_ready_is_degraded_only_when_it_was_available_at_this_generation(
     assert (
         aggregate_phase(cluster(2, not_ready), previous=previous, previous_generation=previous_generation) == expected
     )
+
+
+def test_a_failed_component_is_degraded_at_once_but_progress_is_not() -> None:
+    failed = {**ALL_TRUE, "JailPopulated": ("False", 2)}
+    c = cluster(2, failed)
+    assert c.status is not None
+    c.status.conditions[0].reason = "JobFailed"
+    assert aggregate_phase(c, previous="Reconciling", previous_generation=2) == "Degraded"
+    c.status.conditions[0].reason = "Populating"
+    assert aggregate_phase(c, previous="Reconciling", previous_generation=2) == "Reconciling"
+
+
+def test_the_benchmark_does_not_decide_availability() -> None:
+    with_benchmark = {**ALL_TRUE, "BenchmarkScheduled": ("False", 2)}
+    assert aggregate_phase(cluster(2, with_benchmark), previous=None, previous_generation=None) == "Available"
