@@ -1,0 +1,32 @@
+"""The CronJob's API version follows discovery: batch/v1 where served, batch/v1beta1 only on older clusters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from slurmctl.reconcilers.benchmark import cronjob_api_version
+
+
+class Discovery:
+    """Stands in for the manager: answers `is_served` from a fixed set of (apiVersion, kind)."""
+
+    def __init__(self, *served: tuple[str, str]) -> None:
+        self.served = set(served)
+
+    async def is_served(self, api_version: str, kind: str) -> bool:
+        return (api_version, kind) in self.served
+
+
+@pytest.mark.parametrize(
+    ("served", "expected"),
+    [
+        ([("batch/v1", "CronJob"), ("batch/v1beta1", "CronJob")], "batch/v1"),  # 1.21 to 1.24
+        ([("batch/v1", "CronJob")], "batch/v1"),  # 1.25 and later
+        ([("batch/v1beta1", "CronJob"), ("batch/v1", "Job")], "batch/v1beta1"),  # 1.20
+    ],
+)
+async def test_cronjob_version_comes_from_discovery(served: list[tuple[str, str]], expected: str) -> None:
+    manager: Any = Discovery(*served)
+    assert await cronjob_api_version(manager) == expected
