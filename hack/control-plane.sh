@@ -12,6 +12,8 @@
 #   SLURMCTL_CACHE         binary cache (default: ~/.cache/slurmctl)
 #   KUBE_SRC_PACKAGE       Debian source package to build (default: kubernetes)
 #   ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT   fixed ports (default: free ports picked at start)
+#   CONTROL_PLANE_NO_CONTROLLER_MANAGER=1   `up` starts no kube-controller-manager, so a benchmark or test can write
+#                          workload status itself without the StatefulSet/Job controllers overwriting it
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -176,8 +178,9 @@ pid_alive() {
 
 all_running() {
     [ -d "$STATE/pids" ] || return 1
-    local n
-    for n in etcd kube-apiserver kube-controller-manager; do
+    local n daemons=(etcd kube-apiserver)
+    [ -f "$STATE/no-controller-manager" ] || daemons+=(kube-controller-manager)
+    for n in "${daemons[@]}"; do
         pid_alive "$(cat "$STATE/pids/$n" 2>/dev/null)" "$n" || return 1
     done
 }
@@ -304,6 +307,12 @@ users:
   user: {token: $token}
 EOF
     chmod 600 "$STATE/kubeconfig"
+    if [ "${CONTROL_PLANE_NO_CONTROLLER_MANAGER:-}" = 1 ]; then
+        touch "$STATE/no-controller-manager"
+        log "up without kube-controller-manager: $server (state in $STATE)"
+        print_export
+        return 0
+    fi
     start_bg kube-controller-manager "$bin/kube-controller-manager" \
         --kubeconfig "$STATE/kubeconfig" \
         --service-account-private-key-file "$STATE/certs/sa.key" \

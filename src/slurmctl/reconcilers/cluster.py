@@ -110,9 +110,11 @@ class ClusterReconciler(ComponentReconciler):
             # RSA key generation takes a noticeable fraction of a second: keep it off the event loop.
             return render_ssh_host_keys_secret(cluster, await asyncio.to_thread(new_ssh_host_keys))
 
+        # Configs and the munge key first: controller and workers need only these. Host keys (the slow RSA key)
+        # are for the login nodes alone.
+        await self.apply(loaded, [render_slurm_configs_map(loaded.cluster)])
         await self.create_once(loaded, meta.munge_secret(loaded.name), munge)
         await self.create_once(loaded, meta.ssh_host_keys_secret(loaded.name), host_keys)
-        await self.apply(loaded, [render_slurm_configs_map(loaded.cluster)])
         status = loaded.cluster.status
         phase = aggregate_phase(
             loaded.cluster,
