@@ -12,7 +12,7 @@ from typing import Any
 
 from slurmctl.api.v1 import API_VERSION, KIND, SlurmCluster, check_cluster
 from slurmctl.render import meta
-from slurmctl.runtime import WARNING, Conflict, Manager, NotFound, Request, Result
+from slurmctl.runtime import WARNING, Conflict, Manager, NotFound, NotWatched, Request, Result
 from slurmctl.runtime.logs import kv
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,10 @@ class ComponentReconciler:
     async def apply(self, loaded: Loaded, intents: Iterable[Mapping[str, Any]]) -> None:
         for intent in intents:
             md = intent["metadata"]
-            created = self.live(intent["apiVersion"], intent["kind"], md["name"], md["namespace"]) is None
+            try:
+                created = self.live(intent["apiVersion"], intent["kind"], md["name"], md["namespace"]) is None
+            except NotWatched:  # a kind installed after start (MariaDB): the applier reads it itself
+                created = False
             await self.manager.apply(intent)
             if created:
                 self.event(loaded, "Normal", "Created", f"created {intent['kind']} {md['name']}")
