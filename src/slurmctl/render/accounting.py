@@ -183,19 +183,16 @@ def render_slurmdbd_deployment(cluster: SlurmCluster, *, munge_key_id: str, dbd_
             "replicas": 1,
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": meta.selector(c, COMPONENT)},
-            "template": {
-                "metadata": {
-                    "labels": meta.labels(c, COMPONENT),
-                    "annotations": {meta.CONFIG_HASH_ANNOTATION: hash_},
-                },
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "hostname": meta.accounting(c),
-                    "containers": [slurmdbd, pods.munge_container(image)],
-                    "volumes": volumes,
-                    **pods.scheduling(acc),
-                },
-            },
+            "template": pods.slurm_pod_template(
+                c,
+                COMPONENT,
+                config_hash=hash_,
+                daemon=slurmdbd,
+                image=image,
+                volumes=volumes,
+                placement=acc,
+                hostname=meta.accounting(c),
+            ),
         },
     }
 

@@ -55,18 +55,15 @@ def render_controller_statefulset(cluster: SlurmCluster, *, munge_key_id: str) -
             "replicas": ctl.size,
             "serviceName": meta.controller(c),
             "selector": {"matchLabels": meta.selector(c, COMPONENT)},
-            "template": {
-                "metadata": {
-                    "labels": meta.labels(c, COMPONENT),
-                    "annotations": {meta.CONFIG_HASH_ANNOTATION: config_hash(cluster, munge_key_id=munge_key_id)},
-                },
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "containers": [slurmctld, pods.munge_container(image)],
-                    "volumes": pods.slurm_volumes(c),
-                    **pods.scheduling(ctl),
-                },
-            },
+            "template": pods.slurm_pod_template(
+                c,
+                COMPONENT,
+                config_hash=config_hash(cluster, munge_key_id=munge_key_id),
+                daemon=slurmctld,
+                image=image,
+                volumes=pods.slurm_volumes(c),
+                placement=ctl,
+            ),
             "volumeClaimTemplates": [claim],
         },
     }

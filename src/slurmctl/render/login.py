@@ -97,18 +97,9 @@ def render_login_statefulset(cluster: SlurmCluster, *, munge_key_id: str, host_k
             "serviceName": meta.login_headless(c),
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": meta.selector(c, COMPONENT)},
-            "template": {
-                "metadata": {
-                    "labels": meta.labels(c, COMPONENT),
-                    "annotations": {meta.CONFIG_HASH_ANNOTATION: hash_},
-                },
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "containers": [sshd, pods.munge_container(image)],
-                    "volumes": volumes,
-                    **pods.scheduling(login),
-                },
-            },
+            "template": pods.slurm_pod_template(
+                c, COMPONENT, config_hash=hash_, daemon=sshd, image=image, volumes=volumes, placement=login
+            ),
         },
     }
 

@@ -114,3 +114,30 @@ def scheduling(s: Scheduling) -> dict[str, Any]:
 
 def node_name_env() -> dict[str, Any]:
     return {"name": "SLURMD_NODENAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+
+
+def slurm_pod_template(
+    c: str,
+    component: str,
+    *,
+    config_hash: str,
+    daemon: dict[str, Any],
+    image: str,
+    volumes: list[dict[str, Any]],
+    placement: Scheduling,
+    extra_labels: dict[str, str] | None = None,
+    hostname: str | None = None,
+) -> dict[str, Any]:
+    """The pod template of a Slurm daemon: its container plus the munge sidecar, the config hash that rolls it, and
+    no service-account token (nothing in these pods talks to Kubernetes, and the jail must not expose one)."""
+    spec: dict[str, Any] = {"automountServiceAccountToken": False}
+    if hostname:
+        spec["hostname"] = hostname
+    spec |= {"containers": [daemon, munge_container(image)], "volumes": volumes, **scheduling(placement)}
+    return {
+        "metadata": {
+            "labels": meta.labels(c, component, **(extra_labels or {})),
+            "annotations": {meta.CONFIG_HASH_ANNOTATION: config_hash},
+        },
+        "spec": spec,
+    }

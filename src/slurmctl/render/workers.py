@@ -63,17 +63,15 @@ def render_worker_statefulset(
             # Slurm nodes are independent: start and replace them all at once, not one ready pod after another.
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": meta.selector(c, COMPONENT, **group_label)},
-            "template": {
-                "metadata": {
-                    "labels": meta.labels(c, COMPONENT, **group_label),
-                    "annotations": {meta.CONFIG_HASH_ANNOTATION: config_hash(cluster, munge_key_id=munge_key_id)},
-                },
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "containers": [slurmd, pods.munge_container(image)],
-                    "volumes": [*pods.slurm_volumes(c), *pods.jail_volumes(spec), shm],
-                    **pods.scheduling(group),
-                },
-            },
+            "template": pods.slurm_pod_template(
+                c,
+                COMPONENT,
+                config_hash=config_hash(cluster, munge_key_id=munge_key_id),
+                daemon=slurmd,
+                image=image,
+                volumes=[*pods.slurm_volumes(c), *pods.jail_volumes(spec), shm],
+                placement=group,
+                extra_labels=group_label,
+            ),
         },
     }
