@@ -115,27 +115,40 @@ class Cluster:
         return dict(cm.data or {})
 
     async def populate_jail(self) -> None:
-        """Mark the populate-jail Job succeeded, as the Job controller would once its pod finished the copy."""
-        batch = client.BatchV1Api(self.custom.api_client)
+        """Mark the populate-jail Job succeeded, as the Job controller would once its pod finished the copy.
 
-        async def job_exists() -> bool:
+        The write must come after the Job controller's first sync (it counts the pending pod as active), or that
+        sync overwrites it; and it is repeated until it stays.
+        """
+        batch = client.BatchV1Api(self.custom.api_client)
+        name = f"{NAME}-populate-jail"
+
+        async def started() -> Any | None:
             try:
-                await batch.read_namespaced_job(f"{NAME}-populate-jail", self.ns, _request_timeout=T)
+                job = await batch.read_namespaced_job(name, self.ns, _request_timeout=T)
             except ApiException as exc:
                 if exc.status == 404:
-                    return False
+                    return None
                 raise
-            return True
+            return job if (job.status.active or 0) >= 1 else None
 
-        await eventually(job_exists, timeout=30, what="the populate-jail Job")
-        complete = {"type": "Complete", "status": "True", "lastProbeTime": None, "lastTransitionTime": None}
-        await batch.patch_namespaced_job_status(
-            f"{NAME}-populate-jail",
-            self.ns,
-            {"status": {"succeeded": 1, "conditions": [complete]}},
-            _content_type=MERGE_PATCH,
-            _request_timeout=T,
-        )
+        await eventually(started, timeout=30, what="the populate-jail Job to be started by its controller")
+        complete = {"type": "Complete", "status": "True"}
+
+        async def succeeded() -> bool:
+            job = await batch.read_namespaced_job(name, self.ns, _request_timeout=T)
+            if (job.status.succeeded or 0) >= 1:
+                return True
+            await batch.patch_namespaced_job_status(
+                name,
+                self.ns,
+                {"status": {"succeeded": 1, "conditions": [complete]}},
+                _content_type=MERGE_PATCH,
+                _request_timeout=T,
+            )
+            return False
+
+        await eventually(succeeded, timeout=15, interval=0.05, what="the Job's succeeded status to stay written")
 
     async def make_pods_ready(self) -> int:
         """Mark every pod of the cluster Running and Ready, as a kubelet would once the containers pass probes."""
