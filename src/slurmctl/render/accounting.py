@@ -12,9 +12,7 @@ the `<c>-slurmdbd` and `<c>-mariadb-passwords` Secrets, never in annotations, la
 
 from __future__ import annotations
 
-import base64
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,27 +114,18 @@ def render_slurmdbd_conf(cluster: SlurmCluster, *, dbd_password: str) -> str:
     return header + "".join(f"{k}={v}\n" for k, v in [*_settings(cluster), ("StoragePass", dbd_password)])
 
 
-def _secret(cluster: SlurmCluster, name: str, data: Mapping[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": meta.object_meta(cluster, name, COMPONENT),
-        "type": "Opaque",
-        "data": {key: base64.b64encode(value.encode()).decode() for key, value in sorted(data.items())},
-    }
-
-
 def render_slurmdbd_secret(cluster: SlurmCluster, *, dbd_password: str) -> dict[str, Any]:
     conf = render_slurmdbd_conf(cluster, dbd_password=dbd_password)
-    return _secret(cluster, meta.slurmdbd_secret(meta.cluster_name(cluster)), {SLURMDBD_CONF: conf})
+    return meta.secret(cluster, meta.slurmdbd_secret(meta.cluster_name(cluster)), COMPONENT, {SLURMDBD_CONF: conf})
 
 
 def render_mariadb_secret(cluster: SlurmCluster, *, password: str, root_password: str) -> dict[str, Any]:
     """The passwords of the MariaDB resource: random, generated once by the reconciler, never rotated."""
     check_password(password)
-    return _secret(
+    return meta.secret(
         cluster,
         meta.mariadb_passwords(meta.cluster_name(cluster)),
+        COMPONENT,
         {PASSWORD_KEY: password, ROOT_PASSWORD_KEY: root_password},
     )
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,27 +15,12 @@ MUNGE_KEY = "munge.key"
 
 def render_slurm_configs_map(cluster: SlurmCluster) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": meta.object_meta(cluster, meta.slurm_configs(c), COMPONENT),
-        "data": render_slurm_configs(cluster),
-    }
-
-
-def _secret(cluster: SlurmCluster, name: str, files: Mapping[str, bytes]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": meta.object_meta(cluster, name, COMPONENT),
-        "type": "Opaque",
-        "data": {key: base64.b64encode(value).decode() for key, value in sorted(files.items())},
-    }
+    return meta.configmap(cluster, meta.slurm_configs(c), COMPONENT, render_slurm_configs(cluster))
 
 
 def render_munge_secret(cluster: SlurmCluster, key: bytes) -> dict[str, Any]:
-    return _secret(cluster, meta.munge_secret(meta.cluster_name(cluster)), {MUNGE_KEY: key})
+    return meta.secret(cluster, meta.munge_secret(meta.cluster_name(cluster)), COMPONENT, {MUNGE_KEY: key})
 
 
 def render_ssh_host_keys_secret(cluster: SlurmCluster, files: Mapping[str, bytes]) -> dict[str, Any]:
-    return _secret(cluster, meta.ssh_host_keys_secret(meta.cluster_name(cluster)), files)
+    return meta.secret(cluster, meta.ssh_host_keys_secret(meta.cluster_name(cluster)), COMPONENT, files)

@@ -29,12 +29,7 @@ def config_hash(cluster: SlurmCluster, *, munge_key_id: str, host_keys_id: str) 
 
 def render_sshd_configmap(cluster: SlurmCluster) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": meta.object_meta(cluster, meta.sshd_configs(c), COMPONENT),
-        "data": sshd_configs_data(cluster),
-    }
+    return meta.configmap(cluster, meta.sshd_configs(c), COMPONENT, sshd_configs_data(cluster))
 
 
 def render_login_service(cluster: SlurmCluster) -> dict[str, Any]:

@@ -5,6 +5,7 @@ Object names are part of the user interface (DESIGN.md, "Objects per SlurmCluste
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -139,6 +140,27 @@ def object_meta(
     if owners:
         meta["ownerReferences"] = owners
     return meta
+
+
+def configmap(cluster: SlurmCluster, name: str, component: str, data: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": object_meta(cluster, name, component),
+        "data": dict(data),
+    }
+
+
+def secret(cluster: SlurmCluster, name: str, component: str, files: Mapping[str, bytes | str]) -> dict[str, Any]:
+    """An Opaque Secret; text values are stored as UTF-8."""
+    encoded = {k: base64.b64encode(v.encode() if isinstance(v, str) else v).decode() for k, v in sorted(files.items())}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": object_meta(cluster, name, component),
+        "type": "Opaque",
+        "data": encoded,
+    }
 
 
 def service(
