@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import ACCOUNTING_READY, API_VERSION, KIND
@@ -36,7 +36,7 @@ SERVICE = ("v1", "Service")
 MARIADB_RECHECK_SECONDS = 15.0
 
 
-def password_secret_requests(manager: Manager) -> Any:
+def password_secret_requests(manager: Manager) -> Callable[[Mapping[str, Any]], Iterable[Request]]:
     """Map a Secret to the clusters whose external database password it holds, so creating it ends their wait."""
 
     def mapper(secret: Mapping[str, Any]) -> Iterable[Request]:

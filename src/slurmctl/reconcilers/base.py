@@ -58,18 +58,18 @@ class ComponentReconciler:
         self.cache = manager.cache
         self.field_manager = f"slurmctl-{self.component}"
 
-    def load(self, req: Request) -> tuple[Mapping[str, Any] | None, SlurmCluster | None]:
-        obj = self.cache.get(API_VERSION, KIND, req.name, namespace=req.namespace)
-        if obj is None:
-            return None, None
-        cluster, problems = check_cluster(obj)
-        return obj, (cluster if not problems else None)
-
     async def __call__(self, req: Request) -> Result | None:
-        obj, cluster = self.load(req)
-        if obj is None or cluster is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
-            return None  # gone, invalid (the cluster reconciler reports it) or being deleted (the GC's turn)
+        obj = self.cache.get(API_VERSION, KIND, req.name, namespace=req.namespace)
+        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return None  # gone, or being deleted: the garbage collector's turn
+        cluster, problems = check_cluster(obj)
+        if cluster is None or problems:
+            await self.invalid(obj, [str(p) for p in problems])
+            return None
         return await self.reconcile_valid(Loaded(obj, cluster))
+
+    async def invalid(self, obj: Mapping[str, Any], problems: list[str]) -> None:
+        """An invalid spec changes no child. Only the cluster reconciler reports it; the others leave all as is."""
 
     async def reconcile_valid(self, loaded: Loaded) -> Result | None:
         raise NotImplementedError

@@ -23,13 +23,11 @@ from slurmctl.api.v1 import (
     WORKERS_READY,
     Phase,
     SlurmCluster,
-    check_cluster,
 )
 from slurmctl.reconcilers.base import ComponentReconciler, Loaded, build_condition
 from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_munge_secret, render_slurm_configs_map, render_ssh_host_keys_secret
-from slurmctl.runtime import Request
 from slurmctl.runtime.logs import kv
 
 log = logging.getLogger(__name__)
@@ -65,17 +63,7 @@ class ClusterReconciler(ComponentReconciler):
     component = "cluster"
     condition_type = SPEC_VALID
 
-    async def __call__(self, req: Request) -> None:
-        obj = self.cache.get(API_VERSION, KIND, req.name, namespace=req.namespace)
-        if obj is None:
-            return
-        cluster, problems = check_cluster(obj)
-        if cluster is None or problems:
-            await self._report_invalid(obj, [str(p) for p in problems])
-            return
-        await self.reconcile_valid(Loaded(obj, cluster))
-
-    async def _report_invalid(self, obj: Mapping[str, Any], problems: list[str]) -> None:
+    async def invalid(self, obj: Mapping[str, Any], problems: list[str]) -> None:
         """An invalid spec changes no child: only the status says what is wrong, naming each field."""
         md = obj.get("metadata") or {}
         message = "; ".join(problems) or "the spec could not be read"

@@ -74,11 +74,11 @@ async def register(manager: Manager) -> None:
             [(cronjob, "benchmark")],
         ),
     ]
+    builders = {}
     for name, reconciler, owned in components:
         builder = manager.controller(name, reconciler, for_=for_, predicates=[any_of(generation_changed, resync)])
         for kind, label in owned:
             builder.owns(*kind, predicates=[component_is(label)])
-        builder.owns(*SECRET, predicates=[component_is("cluster")])
-        if name == "accounting":
-            # The external database's password Secret is the user's, not ours: map it to the clusters naming it.
-            builder.watches(*SECRET, enqueue_mapped(password_secret_requests(manager)))
+        builders[name] = builder.owns(*SECRET, predicates=[component_is("cluster")])
+    # The external database's password Secret is the user's, not ours: map it to the clusters naming it.
+    builders["accounting"].watches(*SECRET, enqueue_mapped(password_secret_requests(manager)))
