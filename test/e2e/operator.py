@@ -15,7 +15,8 @@ from prometheus_client import REGISTRY
 
 from slurmctl.reconcilers import register
 from slurmctl.runtime import Client, Manager, ManagerOptions
-from test.e2e.harness import ControlPlane
+from test.e2e.apiserver_metrics import Counts, writes
+from test.e2e.harness import ControlPlane, eventually
 
 NAMESPACE = "slurmctl-system"
 SERVICE_ACCOUNT = "slurmctl-operator"
@@ -89,3 +90,44 @@ def reconciles(controller: str) -> float:
                 if sample.name.endswith("_total") and sample.labels.get("controller") == controller:
                     total += sample.value
     return total
+
+
+# Resources the operator writes. The apiserver counts every client's requests, and kube-controller-manager keeps
+# writing pods, endpoints and Events, so steady-state checks count only these (and compare slurmctl's Events apart).
+OPERATOR_RESOURCES = (
+    "configmaps",
+    "secrets",
+    "services",
+    "statefulsets",
+    "deployments",
+    "jobs",
+    "cronjobs",
+    "slurmclusters",
+    "slurmclusters/status",
+)
+
+
+def operator_writes(before: Counts, after: Counts) -> dict[str, int]:
+    """Write requests to the operator's resources between two `request_counts` snapshots; `{}` means none."""
+    counted = {r: sum(writes(before, after, resource=r).values()) for r in OPERATOR_RESOURCES}
+    return {r: n for r, n in counted.items() if n}
+
+
+async def slurmctl_events(api: client.ApiClient, namespace: str) -> dict[str, tuple[int, str]]:
+    """Events slurmctl reported in a namespace: name -> (count, last timestamp), so that any new one shows."""
+    events = await client.CoreV1Api(api).list_namespaced_event(namespace, _request_timeout=10)
+    return {
+        e.metadata.name: (e.count or 1, str(e.last_timestamp))
+        for e in events.items
+        if e.source is not None and e.source.component == "slurmctl"
+    }
+
+
+async def no_namespace_terminating(api: client.ApiClient) -> None:
+    """Earlier tests' namespace deletions write too: wait for them to finish before counting writes."""
+
+    async def done() -> bool:
+        namespaces = await client.CoreV1Api(api).list_namespace(_request_timeout=10)
+        return all(n.status.phase != "Terminating" for n in namespaces.items)
+
+    await eventually(done, timeout=120, interval=0.5, what="earlier test namespaces to be deleted")

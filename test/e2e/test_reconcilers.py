@@ -17,9 +17,16 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
-from test.e2e.apiserver_metrics import request_counts, writes
+from test.e2e.apiserver_metrics import request_counts
 from test.e2e.harness import ControlPlane, eventually
-from test.e2e.operator import RunningOperator, reconciles, service_account_kubeconfig
+from test.e2e.operator import (
+    RunningOperator,
+    no_namespace_terminating,
+    operator_writes,
+    reconciles,
+    service_account_kubeconfig,
+    slurmctl_events,
+)
 
 pytestmark = pytest.mark.e2e
 T = 10
@@ -191,17 +198,6 @@ class Cluster:
         return found
 
 
-OPERATOR_RESOURCES = (
-    "configmaps",
-    "jobs",
-    "cronjobs",
-    "deployments",
-    "secrets",
-    "services",
-    "statefulsets",
-    "slurmclusters",
-    "slurmclusters/status",
-)
 EXPECTED_CHILDREN = {
     ("ConfigMap", "c1-slurm-configs"),
     ("ConfigMap", "c1-sshd"),
@@ -434,40 +430,22 @@ async def test_steady_state_and_restart_cost_zero_writes(
 
         await eventually(resynced, timeout=60, what=f"{periods} resyncs of every controller")
 
-    async def no_namespace_terminating() -> bool:
-        namespaces = await cluster.core.list_namespace(_request_timeout=T)
-        return all(n.status.phase != "Terminating" for n in namespaces.items)
-
-    # The apiserver counts every client's requests: let earlier tests' namespace deletions finish first, and count
-    # only the resources slurmctl writes (kube-controller-manager keeps writing pod and endpoint status).
-    await eventually(no_namespace_terminating, timeout=120, interval=0.5, what="earlier test namespaces to be deleted")
+    await no_namespace_terminating(api)
     await quiet_for(2)  # let the last status writes of convergence land
 
-    async def operator_writes(periods: int) -> dict[str, int]:
+    async def writes_over(periods: int) -> dict[str, int]:
         before = await request_counts(api)
         await quiet_for(periods)
-        after = await request_counts(api)
-        return {
-            r: n for r in OPERATOR_RESOURCES for r, n in [(r, sum(writes(before, after, resource=r).values()))] if n
-        }
+        return operator_writes(before, await request_counts(api))
 
-    async def our_events() -> dict[str, tuple[int, str]]:
-        """Events slurmctl reported (kube-controller-manager writes Events too: count only ours)."""
-        events = await cluster.core.list_namespaced_event(namespace, _request_timeout=T)
-        return {
-            e.metadata.name: (e.count or 1, str(e.last_timestamp))
-            for e in events.items
-            if e.source is not None and e.source.component == "slurmctl"
-        }
-
-    events_before = await our_events()
-    assert await operator_writes(5) == {}, "a converged cluster must cost no API writes per resync"
-    assert await our_events() == events_before
+    events_before = await slurmctl_events(api, namespace)
+    assert await writes_over(5) == {}, "a converged cluster must cost no API writes per resync"
+    assert await slurmctl_events(api, namespace) == events_before
 
     await operator.stop()
     restarted = await RunningOperator(operator_kubeconfig, resync_period=1.0).start()
     try:
-        assert await operator_writes(3) == {}, "restarting on a converged cluster must cost no API writes"
-        assert await our_events() == events_before
+        assert await writes_over(3) == {}, "restarting on a converged cluster must cost no API writes"
+        assert await slurmctl_events(api, namespace) == events_before
     finally:
         await restarted.stop()

@@ -21,9 +21,9 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 
-from test.e2e.apiserver_metrics import request_counts, writes
+from test.e2e.apiserver_metrics import request_counts
 from test.e2e.harness import ControlPlane, eventually
-from test.e2e.operator import reconciles
+from test.e2e.operator import no_namespace_terminating, operator_writes, reconciles, slurmctl_events
 from test.e2e.test_reconcilers import (  # noqa: F401 - the fixtures are used by name
     MERGE_PATCH,
     NAME,
@@ -504,19 +504,6 @@ async def test_nccl_benchmark_cronjob_uses_batch_v1beta1_on_1_20_and_suspends_wh
 
 # ---- steady state -------------------------------------------------------------------------------------------------
 
-COUNTED_RESOURCES = (
-    "configmaps",
-    "secrets",
-    "services",
-    "statefulsets",
-    "deployments",
-    "jobs",
-    "cronjobs",
-    "slurmclusters",
-    "slurmclusters/status",
-    "events",
-)
-
 
 async def test_steady_state_costs_zero_writes_with_every_component(api: client.ApiClient, namespace: str) -> None:
     cluster = FullCluster(api, namespace)
@@ -531,16 +518,11 @@ async def test_steady_state_costs_zero_writes_with_every_component(api: client.A
     assert (await cluster.condition("AccountingReady") or {}).get("status") == "True"
     await cluster.wait_condition("BenchmarkScheduled", "True", "Scheduled")
 
-    async def no_namespace_terminating() -> bool:
-        namespaces = await cluster.core.list_namespace(_request_timeout=T)
-        return all(n.status.phase != "Terminating" for n in namespaces.items)
-
-    # The apiserver counts every client's writes: let earlier tests' namespaces go and the last status writes of
-    # convergence land before counting.
-    await eventually(no_namespace_terminating, timeout=120, interval=0.5, what="earlier test namespaces to be deleted")
+    await no_namespace_terminating(api)
     await cluster.resyncs(2)
+    events_before = await slurmctl_events(api, namespace)
     before = await request_counts(api)
     await cluster.resyncs(5)
     after = await request_counts(api)
-    found = {r: n for r in COUNTED_RESOURCES if (n := sum(writes(before, after, resource=r).values()))}
-    assert found == {}, "a converged cluster with every component must cost no API writes per resync"
+    assert operator_writes(before, after) == {}, "a converged cluster with every component must cost no API writes"
+    assert await slurmctl_events(api, namespace) == events_before, "no Event from slurmctl either"
