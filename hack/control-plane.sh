@@ -66,7 +66,11 @@ ensure_apt_packages() {
         env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${missing[@]}"
 }
 
-bin_dir_for() { printf '%s/kube-%s/bin' "$CACHE" "$1"; }
+# The cache key names the source version and the patch set: a change to the patches below must bump PATCHSET, so a
+# machine with binaries from older patches rebuilds instead of running them.
+PATCHSET=node1
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+bin_dir_for() { printf '%s/kube-%s-%s/bin' "$CACHE" "$1" "$PATCHSET"; }
 
 cached_bin_dir() {
     local ver
@@ -74,7 +78,10 @@ cached_bin_dir() {
     ver=$(cat "$CACHE/kube-version")
     local dir
     dir=$(bin_dir_for "$ver")
-    [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kube-controller-manager" ] || return 1
+    local b
+    for b in "${KUBE_BINARIES[@]}"; do
+        [ -x "$dir/$b" ] || return 1
+    done
     printf '%s' "$dir"
 }
 
@@ -126,15 +133,16 @@ cmd_build() {
     find "$vend" -maxdepth 1 \( -name '*.go' -o -name '*.s' \) -delete
     cp "$fixed"/*.go "$vend"/
     cp "$fixed"/*.s "$vend"/ 2>/dev/null || true
+    patch_kubelet "$work/tree"
     mkdir -p "$work/tree/.go/src/k8s.io"
     ln -sfn ../../.. "$work/tree/.go/src/k8s.io/kubernetes"
     run_step go-build "$logs/go-build.log" in_dir "$work/tree" env GOPATH="$work/tree/.go" CGO_ENABLED=0 \
-        GOCACHE="$CACHE/gocache" make WHAT="cmd/kube-apiserver cmd/kube-controller-manager"
+        GOCACHE="$CACHE/gocache" make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubelet"
     local out
     out=$(bin_dir_for "$ver")
     mkdir -p "$out"
     local b
-    for b in kube-apiserver kube-controller-manager; do
+    for b in "${KUBE_BINARIES[@]}"; do
         local f
         f=$(find "$work/tree/_output" -type f -name "$b" -perm -u+x | head -n 1)
         [ -n "$f" ] || die "step 'install': $b was not produced (see $logs/go-build.log)"
@@ -143,6 +151,17 @@ cmd_build() {
     printf '%s\n' "$ver" >"$CACHE/kube-version"
     rm -rf "$work" "$CACHE/gocache"
     log "built $out"
+}
+
+# Two kubelet patches (../shared/notes/real-node.md): A lets the node IP be 127.0.0.1, so every connection to the
+# kubelet stays on loopback; B drops the in-tree cloud credential providers, which query cloud metadata addresses.
+patch_kubelet() {
+    local tree=$1
+    local a=$tree/pkg/kubelet/kubelet_node_status.go b=$tree/cmd/kubelet/app/plugins.go
+    perl -0pi -e 's/\n\tif nodeIP\.IsLoopback\(\) \{\n\t\treturn fmt\.Errorf\("nodeIP can.t be loopback address"\)\n\t\}//' "$a"
+    ! grep -q "can't be loopback address" "$a" || die "step 'patch-kubelet': loopback check not removed from $a"
+    sed -i -E '/_ "k8s\.io\/kubernetes\/pkg\/credentialprovider\/(aws|azure|gcp)"/d' "$b"
+    ! grep -qE 'credentialprovider/(aws|azure|gcp)"' "$b" || die "step 'patch-kubelet': credential providers left in $b"
 }
 
 # A random unused loopback port (pure bash: `cluster-up` must work before Python is installed). A port taken between
