@@ -22,7 +22,8 @@
 # Inside the root filesystem these host paths are visible at the same path: /tmp, the repository, the state
 # directory, the jail, /proc, /sys, /dev and /etc/hosts. An instance also gets a private tmpfs /run (munge's socket),
 # /etc/slurm (= $LOCAL_SLURM_DIR/etc: slurm.conf, cgroup.conf, plugstack.conf) and /etc/passwd + /etc/group with the
-# LOCAL_SLURM_JAIL_USERS added, so a non-root user can reach munge and read slurm.conf.
+# LOCAL_SLURM_JAIL_USERS added, so a non-root user can reach munge and read slurm.conf. The rest of the root
+# filesystem is read-only there.
 #
 # Environment:
 #   LOCAL_SLURM_DIR          state directory (default: <repo>/.local-slurm)
@@ -53,7 +54,7 @@ SUITE=trixie
 # busybox-static for the test jail; python3, procps and coreutils for the image scripts the tests run.
 ROOTFS_PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev gcc make libc6-dev busybox-static python3 procps)
 DAEMONS=(slurmd slurmctld munged)
-CACHE=${LOCAL_SLURM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmctl/slurm-rootfs}
+CACHE=${LOCAL_SLURM_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/slurmctl/slurm-rootfs}
 # Inside an instance's namespace.
 NS_CONF_DIR=/etc/slurm
 NS_MUNGE_SOCKET=/run/munge/munge.socket
@@ -171,6 +172,9 @@ cmd_enter() {
         mount --bind "$STATE/rootfs-etc/passwd" "$R/etc/passwd"
         mount --bind "$STATE/rootfs-etc/group" "$R/etc/group"
     fi
+    # The cached tree is shared by every instance and build: nothing may write to it (what Slurm writes goes to the
+    # state directory, /tmp or the private /run). Submounts keep their own flags.
+    mount -o remount,bind,ro "$R"
     exec chroot "$R" /usr/bin/env -C "$cwd" "$@"
 }
 
@@ -266,7 +270,7 @@ write_rootfs_etc() {
     done
 }
 
-# The busybox jail: a shell and coreutils applets, a marker, and passwd/group entries for root and the named users.
+# The busybox jail: a shell and coreutils applets, /dev/null, a marker, and passwd/group entries for root and the named users.
 build_jail() {
     local jail=$STATE/jail applet u r
     r=$(rootfs_dir)
@@ -280,6 +284,8 @@ build_jail() {
     ln -s bin "$jail/sbin"
     mkdir -p "$jail/usr"
     ln -s ../bin "$jail/usr/bin"
+    # /dev/null: shells redirect the stdin of background jobs from it.
+    mknod -m 666 "$jail/dev/null" c 1 3
     printf 'slurmctl test jail\n' >"$jail/etc/slurmctl-jail"
     getent passwd root | sed 's#:[^:]*$#:/bin/sh#' >"$jail/etc/passwd"
     getent group root >"$jail/etc/group"
