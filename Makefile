@@ -53,8 +53,9 @@ plugin-lint:
 manifests: setup
 	$(BIN)/python hack/gen_crd.py
 
+# Compiled inside the cached Debian trixie root filesystem of hack/local-slurm.sh, against Slurm 24.11's headers.
 plugin:
-	$(MAKE) -C native/spank_chroot
+	hack/local-slurm.sh plugin
 
 bench: setup cluster-build
 	$(BIN)/python -m bench

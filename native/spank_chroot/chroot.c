@@ -27,9 +27,18 @@
 #include <unistd.h>
 
 #include <slurm/slurm.h>
+#include <slurm/slurm_version.h>
 #include <slurm/spank.h>
 
 #include "args.h"
+
+/*
+ * Built and tested against Slurm 24.11 only: install_script relies on how slurmstepd holds a batch step's argument
+ * vector (see there), which is internal to slurmstepd and must be re-checked for every new Slurm release.
+ */
+#if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(24, 11, 0) || SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 12, 0)
+#error "chroot.so is built for Slurm 24.11; re-check install_script before building it for another release"
+#endif
 
 SPANK_PLUGIN(chroot, 1);
 
@@ -97,6 +106,13 @@ static int copy_fd(int from, int to)
  * that exists only in this task's mount namespace (on the emptied old-root directory) and point this process's
  * argv[0] there. The argv array is slurmstepd's, but this is the forked task process about to exec, so the change
  * is seen by nobody else.
+ *
+ * Slurm 24.11: S_JOB_ARGV hands out the step's argv, while the task executes task->argv (execve(task->argv[0], ...)
+ * in slurmstepd's exec_task). For a batch step the two are one array (slurmstepd_job.c: task[0]->argv = step->argv),
+ * so the rewrite reaches the exec. spank_prepend_task_argv (since 23.11) cannot do this job: it only puts words in
+ * front of the script's host path, it cannot replace it. If another plugin prepends words to the batch task in the
+ * same callback before this one, task->argv becomes a new array and the exec fails on the host path (closed, not
+ * open: the script does not exist in the jail); the batch tests catch a Slurm release that changes the aliasing.
  */
 static int install_script(const struct task *t, int script_fd)
 {

@@ -1,4 +1,9 @@
-"""A real local Slurm instance (hack/local-slurm.sh) for tests: start, run clients against it, read its logs, stop."""
+"""A real local Slurm 24.11 instance (hack/local-slurm.sh) for tests: start, run clients against it, read logs, stop.
+
+The daemons run inside a Debian trixie root filesystem in a mount namespace of their own; clients must run in that
+namespace too (`LocalSlurm.run`, `LocalSlurm.command`). /tmp, the repository and the state directory are visible there
+at the same paths as on the host, so tests can hand paths from `tmp_path` to jobs and read what the jobs wrote.
+"""
 
 from __future__ import annotations
 
@@ -18,15 +23,31 @@ PLUGIN = REPO / "native" / "spank_chroot" / "chroot.so"
 TEST_USER = "slurmctl-e2e"
 
 
+def in_rootfs(*argv: str, user: str | None = None, fresh: bool = False) -> list[str]:
+    """The argv that runs `argv` inside the Slurm root filesystem: in the instance named by LOCAL_SLURM_DIR in the
+    environment it is run with, or (`fresh`, or no instance up) in a namespace of its own; as `user` when given."""
+    prefix = ["bash", str(SCRIPT), "run"]
+    if user is not None:
+        prefix += ["--user", user]
+    if fresh:
+        prefix.append("--fresh")
+    return [*prefix, "--", *argv]
+
+
 @dataclass(frozen=True)
 class LocalSlurm:
-    """A running instance: `env` is what Slurm clients need (SLURM_CONF), `jail` the jail's root on the host."""
+    """A running instance: `env` is what Slurm clients need (SLURM_CONF, LOCAL_SLURM_DIR), `jail` the jail's root."""
 
     state_dir: Path
     env: dict[str, str]
     node: str
     jail: Path
     user: str
+
+    def command(self, *argv: str, user: str | None = None) -> list[str]:
+        """The argv that runs `argv` (a Slurm client, or a script calling them) in this instance's namespace, as
+        `user` (default root); run it with `self.env` (or an env holding its LOCAL_SLURM_DIR)."""
+        return in_rootfs(*argv, user=user)
 
     def run(
         self,
@@ -35,10 +56,19 @@ class LocalSlurm:
         check: bool = True,
         input: str | None = None,
         cwd: str | Path = "/",
+        user: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a Slurm client. The default cwd "/" exists in the jail: steps start in the submitter's directory."""
+        """Run a Slurm client in the instance's namespace, as `user` (default root). The default cwd "/" exists in
+        the jail: steps start in the submitter's directory."""
         proc = subprocess.run(
-            list(argv), env=self.env, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, check=False
+            self.command(*argv, user=user),
+            env=self.env,
+            cwd=cwd,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         if check and proc.returncode != 0:
             raise AssertionError(
@@ -106,13 +136,25 @@ def local_slurm_instance(
     jail: Path | None = None,
     jail_users: tuple[str, ...] = (),
     extra_conf: str = "",
+    proctrack: str = "",
+    task_plugin: str = "",
+    cgroup_conf: str = "",
 ) -> Iterator[LocalSlurm]:
-    """Start an instance in `state_dir` with the chroot plugin loaded (jail= `jail`, default the built busybox jail)."""
+    """Start an instance in `state_dir` with the chroot plugin loaded (jail= `jail`, default the built busybox jail).
+
+    `proctrack`, `task_plugin` and `cgroup_conf` replace ProctrackType (proctrack/linuxproc), TaskPlugin (task/none)
+    and cgroup.conf (CgroupPlugin=autodetect, IgnoreSystemd=yes)."""
     extra = {"LOCAL_SLURM_JAIL_USERS": " ".join(jail_users)}
     if jail is not None:
         extra["LOCAL_SLURM_JAIL"] = str(jail)
     if extra_conf:
         extra["LOCAL_SLURM_EXTRA_CONF"] = extra_conf
+    if proctrack:
+        extra["LOCAL_SLURM_PROCTRACK"] = proctrack
+    if task_plugin:
+        extra["LOCAL_SLURM_TASK_PLUGIN"] = task_plugin
+    if cgroup_conf:
+        extra["LOCAL_SLURM_CGROUP_CONF"] = cgroup_conf
     up = local_slurm_script("up", state_dir, extra)
     try:
         if up.returncode != 0:

@@ -1,4 +1,6 @@
-"""gpu-healthcheck against the real local slurmctld/slurmd, with stub nvidia-smi programs (no GPUs here)."""
+"""gpu-healthcheck against the real local slurmctld/slurmd (Slurm 24.11), with stub nvidia-smi programs (no GPUs here).
+
+The script runs where slurmd runs it: inside the instance's Slurm root filesystem, with its scontrol."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def healthcheck(slurm: LocalSlurm, bin_dir: Path, **extra: str) -> subprocess.Co
         "GPU_HEALTHCHECK_EXPECTED_GPUS": "2",
         **extra,
     }
-    return subprocess.run([str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    return subprocess.run(slurm.command(str(SCRIPT)), env=env, capture_output=True, text=True, timeout=30, check=False)
 
 
 def drain_reasons(slurm: LocalSlurm) -> list[str]:

@@ -1,4 +1,6 @@
-"""nccl-benchmark through real srun on the local Slurm; only all_reduce_perf (it needs GPUs) is a stub in the jail."""
+"""nccl-benchmark through real srun on the local Slurm 24.11; only all_reduce_perf (it needs GPUs) is a jail stub.
+
+The script runs inside the instance's Slurm root filesystem (its python3, srun and scontrol), as in the image."""
 
 from __future__ import annotations
 
@@ -74,7 +76,9 @@ def benchmark(slurm: LocalSlurm, **env: str) -> subprocess.CompletedProcess[str]
         "GPUS_PER_NODE": "8",
     }
     full_env = {**slurm.env, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **settings, **env}
-    return subprocess.run([str(SCRIPT)], env=full_env, cwd="/", capture_output=True, text=True, timeout=90, check=False)
+    return subprocess.run(
+        slurm.command(str(SCRIPT)), env=full_env, cwd="/", capture_output=True, text=True, timeout=90, check=False
+    )
 
 
 def drain_reasons(slurm: LocalSlurm) -> list[str]:

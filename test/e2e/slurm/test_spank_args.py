@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from test.e2e.slurm.local_slurm import REPO
+from test.e2e.slurm.local_slurm import REPO, in_rootfs
 
 pytestmark = pytest.mark.slurm
 
@@ -16,17 +17,24 @@ PLUGIN_DIR = REPO / "native" / "spank_chroot"
 
 
 def test_argument_parser_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
+    # Built and run with the toolchain of the Slurm root filesystem the plugin is built with (no host compiler).
     harness = tmp_path / "args_harness"
     build = subprocess.run(
-        ["make", "-C", str(PLUGIN_DIR), "harness", f"HARNESS={harness}"],
+        in_rootfs("make", "-C", str(PLUGIN_DIR), "harness", f"HARNESS={harness}", fresh=True),
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert build.returncode == 0, build.stderr
-    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=86", "UBSAN_OPTIONS": "print_stacktrace=1"}
-    proc = subprocess.run([str(harness)], capture_output=True, text=True, timeout=60, env=env, check=False)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=86",
+        "UBSAN_OPTIONS": "print_stacktrace=1",
+    }
+    proc = subprocess.run(
+        in_rootfs(str(harness), fresh=True), capture_output=True, text=True, timeout=60, env=env, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr
     match = re.search(r"^ok (\d+) cases$", proc.stdout, re.MULTILINE)

@@ -139,3 +139,38 @@ def test_job_of_a_non_root_user_sees_the_jail_and_owns_its_files(local_slurm: Lo
         p.name for p in local_slurm.jail.iterdir() if not p.name.startswith(".")
     }
     assert (on_host / f"{name}.m").read_text() == marker(local_slurm)
+
+
+def test_srun_as_a_non_root_user_runs_in_the_jail_as_that_user(local_slurm: LocalSlurm) -> None:
+    # srun has no --uid since Slurm 23.02: users submit as themselves (here with runuser, as sshd would log them in).
+    user = pwd.getpwnam(local_slurm.user)
+    assert user.pw_uid != 0
+    name = uuid.uuid4().hex[:8]
+    home = Path("/home") / user.pw_name
+    out = local_slurm.run(
+        "srun", "sh", "-c", f"id -u; cat /etc/slurmctl-jail; echo x > {home}/{name}", user=user.pw_name
+    ).stdout
+    assert out == f"{user.pw_uid}\n{marker(local_slurm)}"
+    assert (local_slurm.jail / "home" / user.pw_name / name).stat().st_uid == user.pw_uid
+
+
+def test_batch_output_file_is_opened_by_slurmstepd_outside_the_jail(local_slurm: LocalSlurm) -> None:
+    """Documents Slurm 24.11 with the plugin as it is: slurmstepd opens (and creates the directories of) `sbatch -o`
+    in its own root, the node's, before the task enters the jail. Output meant for the jail must name a path that is
+    the jail's on the node too."""
+    name = uuid.uuid4().hex[:8]
+    # A host path: the file is written there, not at that path in the jail.
+    on_host = local_slurm.state_dir / f"{name}.out"
+    local_slurm.run("sbatch", "--wait", f"--output={on_host}", input="#!/bin/sh\ncat /etc/slurmctl-jail\n")
+    assert on_host.read_text() == marker(local_slurm)
+    assert not (local_slurm.jail / str(on_host).lstrip("/")).exists()
+    # A directory that exists only in the jail: slurmstepd tries to create it on the node (read-only here), cannot
+    # open the file, and the job fails before the script runs; nothing appears in the jail.
+    ran = local_slurm.jail / "data" / f"{name}.ran"
+    proc = local_slurm.run(
+        "sbatch", "--wait", f"--output=/data/{name}/job.out", input=f"#!/bin/sh\ntouch /data/{name}.ran\n", check=False
+    )
+    assert proc.returncode != 0
+    assert f"Could not open stdout file /data/{name}/job.out" in local_slurm.log("slurmd")
+    assert not ran.exists()
+    assert not (local_slurm.jail / "data" / name).exists()
