@@ -39,6 +39,12 @@ MAX_WORKER_GROUPS: Final = 64
 MAX_PARTITIONS: Final = 64
 MAX_LOGIN_SIZE: Final = 16
 MAX_GPUS_PER_WORKER: Final = 16
+MAX_PARTITION_OPTIONS: Final = 64
+MAX_OPTION_NAME_LENGTH: Final = 64
+# authorized_keys lands in the <c>-sshd ConfigMap: 64 keys of 8 KiB (an RSA-16384 key is under 3 KiB) stay far below
+# the 1 MiB a ConfigMap holds.
+MAX_SSH_KEYS: Final = 64
+MAX_SSH_KEY_LENGTH: Final = 8192
 
 
 def default_image(component: Component, *, registry: str = IMAGE_REGISTRY, tag: str = IMAGE_TAG) -> str:
