@@ -11,9 +11,12 @@ from pydantic import Field, StringConstraints
 from pydantic.config import JsonDict
 
 from slurmctl.api.v1.defaults import (
+    ACCOUNTING_SLURM_KEYS,
     DEFAULT_PARTITION,
+    GPU_HEALTH_CHECK_SLURM_KEYS,
     IMAGE_REGISTRY,
     IMAGE_TAG,
+    MAX_EXTRA_CONFIG_LENGTH,
     MAX_GPUS_PER_WORKER,
     MAX_GROUP_NAME_LENGTH,
     MAX_GROUP_SIZE,
@@ -23,6 +26,7 @@ from slurmctl.api.v1.defaults import (
     MAX_SSH_KEY_LENGTH,
     MAX_SSH_KEYS,
     MAX_WORKER_GROUPS,
+    OPERATOR_OWNED_SLURM_KEYS,
     SLURM_VERSION,
     Component,
     default_image,
@@ -143,8 +147,22 @@ class SlurmSpec(ApiModel):
     )
     extra_config: str | None = Field(
         None,
-        max_length=65_536,
-        description="Raw lines appended to slurm.conf after the generated ones (Slurm takes the last value).",
+        max_length=MAX_EXTRA_CONFIG_LENGTH,
+        description="Raw lines appended to slurm.conf after the generated ones (Slurm takes the last value). Keys "
+        "slurmctl owns are refused unless allowOperatorOwnedKeys is true: "
+        + ", ".join(OPERATOR_OWNED_SLURM_KEYS)
+        + "; with accounting enabled also "
+        + ", ".join(ACCOUNTING_SLURM_KEYS)
+        + "; with the GPU health check also "
+        + ", ".join(GPU_HEALTH_CHECK_SLURM_KEYS)
+        + ".",
+    )
+    allow_operator_owned_keys: bool = Field(
+        False,
+        description="Escape hatch: let extraConfig set the keys slurmctl owns (see extraConfig). These carry "
+        "slurmctl's contract with its pods (controller address, ports, munge auth, users, state paths, the jail's "
+        "chroot plugin, the generated node and partition records); overriding them can break the cluster or switch "
+        "the jail off, and is unsupported.",
     )
 
 

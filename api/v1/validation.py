@@ -16,7 +16,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from slurmctl.api.v1.cluster import SlurmCluster
-from slurmctl.api.v1.defaults import MAX_CLUSTER_NAME_LENGTH, MAX_OPTION_NAME_LENGTH, MAX_TOTAL_WORKERS
+from slurmctl.api.v1.defaults import (
+    ACCOUNTING_SLURM_KEYS,
+    GPU_HEALTH_CHECK_SLURM_KEYS,
+    MAX_CLUSTER_NAME_LENGTH,
+    MAX_OPTION_NAME_LENGTH,
+    MAX_TOTAL_WORKERS,
+    OPERATOR_OWNED_SLURM_KEYS,
+)
 from slurmctl.api.v1.spec import SlurmClusterSpec
 from slurmctl.api.v1.types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
 
@@ -103,6 +110,7 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems: list[Problem] = []
     problems += _check_workers(spec, path)
     problems += _check_partitions(spec, path)
+    problems += _check_extra_config(spec, path)
     problems += _check_jail(spec, path)
     problems += _check_login(spec, path)
     problems += _check_accounting(spec, path)
@@ -188,6 +196,59 @@ def _check_partitions(spec: SlurmClusterSpec, path: str) -> list[Problem]:
             Problem(f"{base}[{index}].default", f"more than one default partition (also {base}[{defaults[0]}])")
         )
     return problems
+
+
+# `Key=` anywhere on a line (Slurm allows spaces around `=`); `Include file` is the one keyword without `=`.
+_CONF_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)\s*=")
+_CONF_INCLUDE = re.compile(r"^\s*include\s", re.IGNORECASE)
+
+
+def slurm_conf_keys(text: str) -> list[tuple[int, str]]:
+    """(line number, key) of every key slurm.conf text sets, as Slurm's parser reads it.
+
+    Backslash-continued lines are one line, `#` starts a comment unless escaped (`\\#`), `Include` needs no `=`.
+    """
+    found: list[tuple[int, str]] = []
+    logical, start = "", 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not logical:
+            start = number
+        if raw.endswith("\\"):
+            logical += raw[:-1] + " "
+            continue
+        line = re.split(r"(?<!\\)#", logical + raw, maxsplit=1)[0]
+        logical = ""
+        if _CONF_INCLUDE.match(line):
+            found.append((start, "Include"))
+        found += [(start, key) for key in _CONF_KEY.findall(line)]
+    return found
+
+
+def operator_owned_keys(spec: SlurmClusterSpec) -> tuple[str, ...]:
+    """The slurm.conf keys extraConfig may not set for this spec (see defaults.OPERATOR_OWNED_SLURM_KEYS)."""
+    owned: tuple[str, ...] = OPERATOR_OWNED_SLURM_KEYS
+    if spec.accounting.enabled:
+        owned += ACCOUNTING_SLURM_KEYS
+    if spec.gpu_groups and spec.health_checks.gpu.enabled:
+        owned += GPU_HEALTH_CHECK_SLURM_KEYS
+    return owned
+
+
+def _check_extra_config(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    slurm = spec.slurm
+    if not slurm.extra_config or slurm.allow_operator_owned_keys:
+        return []
+    owned = {key.lower(): key for key in operator_owned_keys(spec)}
+    return [
+        Problem(
+            f"{path}.slurm.extraConfig",
+            f"line {line}: {owned[key.lower()]} is owned by slurmctl (it carries the contract between slurmctl and "
+            f"its pods, or switches a guarantee off); remove it, or set {path}.slurm.allowOperatorOwnedKeys: true "
+            "to override it at your own risk",
+        )
+        for line, key in slurm_conf_keys(slurm.extra_config)
+        if key.lower() in owned
+    ]
 
 
 def _check_volume(volume: VolumeRef, where: str) -> list[Problem]:
