@@ -24,6 +24,7 @@ from slurmctl.api.v1.defaults import (
     MAX_TOTAL_WORKERS,
     OPERATOR_OWNED_SLURM_KEYS,
 )
+from slurmctl.api.v1.passthrough import check_passthrough
 from slurmctl.api.v1.spec import SlurmClusterSpec
 from slurmctl.api.v1.types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
 
@@ -115,6 +116,7 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems += _check_login(spec, path)
     problems += _check_accounting(spec, path)
     problems += _check_health_checks(spec, path)
+    problems += [Problem(where, message) for where, message in check_passthrough(spec, path)]
     return problems
 
 

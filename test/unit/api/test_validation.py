@@ -224,6 +224,8 @@ def test_nul_bytes_anywhere_are_named() -> None:
     assert problems_of(obj) == [
         "spec.slurm.extraConfig: contains a NUL byte",
         "spec.login.service.annotations.a\\x00: the key contains a NUL byte",
+        "spec.login.service.annotations.a\\x00: 'a\\x00': the name must be at most 63 characters of letters, digits, "
+        "'-', '_' or '.', starting and ending with a letter or digit",
     ]
 
 
