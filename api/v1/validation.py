@@ -25,6 +25,7 @@ from slurmctl.api.v1.defaults import (
     OPERATOR_OWNED_SLURM_KEYS,
 )
 from slurmctl.api.v1.passthrough import check_passthrough
+from slurmctl.api.v1.sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound
 from slurmctl.api.v1.spec import SlurmClusterSpec
 from slurmctl.api.v1.types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
 
@@ -117,7 +118,26 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems += _check_accounting(spec, path)
     problems += _check_health_checks(spec, path)
     problems += [Problem(where, message) for where, message in check_passthrough(spec, path)]
+    problems += _check_config_size(spec, path)
     return problems
+
+
+def _check_config_size(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    """A spec whose Slurm configs could exceed what a ConfigMap holds is refused, naming what makes them big."""
+    parts = slurm_configs_bound(spec, path)
+    total = sum(parts.values())
+    if total <= CONFIGMAP_DATA_LIMIT:
+        return []
+    growing = sorted(((size, where) for where, size in parts.items() if where != "fixed"), reverse=True)
+    largest = growing[0][1]
+    breakdown = ", ".join(f"{where} {size:,}" for size, where in growing)
+    return [
+        Problem(
+            largest,
+            f"the Slurm configs would take up to {total:,} bytes, more than the {CONFIGMAP_DATA_LIMIT:,} a ConfigMap "
+            f"holds ({breakdown}); shrink the largest (fewer or shorter features, options or lines)",
+        )
+    ]
 
 
 def _check_name(name: str | None) -> list[Problem]:
