@@ -118,3 +118,26 @@ def test_render_prints_the_same_problems_and_exits_1(tmp_path: Path, capsys: pyt
     err = capsys.readouterr().err
     assert f"SlurmCluster c: {CASES[0][2]}" in err
     assert "SlurmCluster c: spec.workers[0].tolerations[0]: Additional properties are not allowed" in err
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"workers": worker(resources={"requests": {"memory": "1e9999999999"}})},
+         "spec.workers[0].resources.requests.memory: value error, '1e9999999999' is above the maximum of 1Ei"),
+        ({"partitions": [{"name": "default", "default": True}]}, 'spec.partitions[0].name: Slurm reserves "default"'),
+        ({"slurm": {"extraConfig": "PlugStackConfig=/dev/null\n"}},
+         "spec.slurm.extraConfig: line 1: PlugStackConfig is owned by slurmctl"),
+    ],
+)  # fmt: skip
+def test_render_refuses_what_used_to_crash_or_break_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, Any], expected: str
+) -> None:
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text(yaml.safe_dump(cluster(**change)))
+
+    assert main(["render", "-f", str(manifest)]) == 1
+
+    captured = capsys.readouterr()
+    assert f"SlurmCluster c: {expected}" in captured.err
+    assert "Traceback" not in captured.err and captured.out.strip() in ("", "[]")
