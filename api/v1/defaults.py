@@ -39,8 +39,55 @@ MAX_WORKER_GROUPS: Final = 64
 MAX_PARTITIONS: Final = 64
 MAX_LOGIN_SIZE: Final = 16
 MAX_GPUS_PER_WORKER: Final = 16
+MAX_PARTITION_OPTIONS: Final = 64
+MAX_EXTRA_CONFIG_LENGTH: Final = 65_536
+MAX_OPTION_NAME_LENGTH: Final = 64
+# authorized_keys lands in the <c>-sshd ConfigMap: 64 keys of 8 KiB (an RSA-16384 key is under 3 KiB) stay far below
+# the 1 MiB a ConfigMap holds.
+MAX_SSH_KEYS: Final = 64
+MAX_SSH_KEY_LENGTH: Final = 8192
 
 
 def default_image(component: Component, *, registry: str = IMAGE_REGISTRY, tag: str = IMAGE_TAG) -> str:
     """`<registry>/<component>:<tag>`, the image a component runs when the spec names none."""
     return f"{registry.rstrip('/')}/{component}:{tag}"
+
+
+# slurm.conf keys whose values are slurmctl's contract with its own pods (names, ports, users, paths in the images, the
+# munge and chroot plugins) or that would switch its guarantees off (PlugStackConfig=/dev/null turns the jail off;
+# Include and node or partition records bypass the generated ones). spec.slurm.extraConfig may not set them unless
+# spec.slurm.allowOperatorOwnedKeys is true. Spelled as render/slurm_conf.py writes them; Slurm compares keys
+# without regard to case.
+OPERATOR_OWNED_SLURM_KEYS: Final = (
+    "ClusterName",
+    "SlurmctldHost",
+    "ControlMachine",
+    "ControlAddr",
+    "BackupController",
+    "BackupAddr",
+    "SlurmctldAddr",
+    "SlurmctldPort",
+    "SlurmdPort",
+    "AuthType",
+    "AuthAltTypes",
+    "AuthAltParameters",
+    "AuthInfo",
+    "CredType",
+    "SlurmUser",
+    "SlurmdUser",
+    "StateSaveLocation",
+    "SlurmdSpoolDir",
+    "SlurmctldPidFile",
+    "SlurmdPidFile",
+    "PlugStackConfig",
+    "ProctrackType",
+    "Include",
+    "NodeName",
+    "NodeSet",
+    "PartitionName",
+    "DownNodes",
+    "FrontendName",
+)
+# Owned only while the feature that writes them is on (accounting; the GPU health check on GPU groups).
+ACCOUNTING_SLURM_KEYS: Final = ("AccountingStorageType", "AccountingStorageHost", "AccountingStoragePort")
+GPU_HEALTH_CHECK_SLURM_KEYS: Final = ("HealthCheckProgram",)

@@ -11,15 +11,22 @@ from pydantic import Field, StringConstraints
 from pydantic.config import JsonDict
 
 from slurmctl.api.v1.defaults import (
+    ACCOUNTING_SLURM_KEYS,
     DEFAULT_PARTITION,
+    GPU_HEALTH_CHECK_SLURM_KEYS,
     IMAGE_REGISTRY,
     IMAGE_TAG,
+    MAX_EXTRA_CONFIG_LENGTH,
     MAX_GPUS_PER_WORKER,
     MAX_GROUP_NAME_LENGTH,
     MAX_GROUP_SIZE,
     MAX_LOGIN_SIZE,
+    MAX_PARTITION_OPTIONS,
     MAX_PARTITIONS,
+    MAX_SSH_KEY_LENGTH,
+    MAX_SSH_KEYS,
     MAX_WORKER_GROUPS,
+    OPERATOR_OWNED_SLURM_KEYS,
     SLURM_VERSION,
     Component,
     default_image,
@@ -42,13 +49,15 @@ ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
 
 Feature = Annotated[str, StringConstraints(max_length=63, pattern=r"^[A-Za-z0-9_.-]+$")]
 GroupName = Annotated[str, StringConstraints(max_length=MAX_GROUP_NAME_LENGTH, pattern=DNS_LABEL_PATTERN)]
-OptionValue = Annotated[str, StringConstraints(max_length=1024, pattern=NO_WHITESPACE_PATTERN)]
+# One token of a slurm.conf line: whitespace would start the next option, `#` a comment, control characters (NUL
+# included) end or corrupt the line.
+OptionValue = Annotated[str, StringConstraints(max_length=1024, pattern=r"^[^\s#\x00-\x1f\x7f]+$")]
 Cidr = Annotated[str, StringConstraints(max_length=64, pattern=r"^[0-9a-fA-F:.]+/[0-9]{1,3}$")]
 # One key per line: a newline inside would smuggle extra lines into authorized_keys.
 SshPublicKey = Annotated[
     str,
     StringConstraints(
-        max_length=16_384,
+        max_length=MAX_SSH_KEY_LENGTH,
         pattern=r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
         r" [A-Za-z0-9+/=]+( [^\r\n]*)?$",
     ),
@@ -138,8 +147,22 @@ class SlurmSpec(ApiModel):
     )
     extra_config: str | None = Field(
         None,
-        max_length=65_536,
-        description="Raw lines appended to slurm.conf after the generated ones (Slurm takes the last value).",
+        max_length=MAX_EXTRA_CONFIG_LENGTH,
+        description="Raw lines appended to slurm.conf after the generated ones (Slurm takes the last value). Keys "
+        "slurmctl owns are refused unless allowOperatorOwnedKeys is true: "
+        + ", ".join(OPERATOR_OWNED_SLURM_KEYS)
+        + "; with accounting enabled also "
+        + ", ".join(ACCOUNTING_SLURM_KEYS)
+        + "; with the GPU health check also "
+        + ", ".join(GPU_HEALTH_CHECK_SLURM_KEYS)
+        + ".",
+    )
+    allow_operator_owned_keys: bool = Field(
+        False,
+        description="Escape hatch: let extraConfig set the keys slurmctl owns (see extraConfig). These carry "
+        "slurmctl's contract with its pods (controller address, ports, munge auth, users, state paths, the jail's "
+        "chroot plugin, the generated node and partition records); overriding them can break the cluster or switch "
+        "the jail off, and is unsupported.",
     )
 
 
@@ -264,7 +287,9 @@ class Partition(ApiModel):
     default: bool = Field(False, description="Jobs that name no partition go here; exactly one partition is default.")
     options: dict[str, OptionValue] = Field(
         default_factory=dict,
-        description="Further partition options as Slurm spells them, e.g. {MaxTime: '24:00:00'}.",
+        max_length=MAX_PARTITION_OPTIONS,
+        description="Further partition options as Slurm spells them, e.g. {MaxTime: '24:00:00'}; not the keys "
+        "slurmctl writes itself (PartitionName, Nodes, Default) nor node keywords such as NodeName.",
     )
 
 
@@ -307,7 +332,7 @@ class LoginSpec(Scheduling):
     service: LoginService = Field(default_factory=LoginService, description="How users reach the login nodes.")
     ssh_root_public_keys: list[SshPublicKey] = Field(
         default_factory=list,
-        max_length=64,
+        max_length=MAX_SSH_KEYS,
         description="OpenSSH public keys (one line each) allowed to log in as root.",
     )
 

@@ -13,11 +13,17 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
-# The regular expression Kubernetes publishes for resource.Quantity (resource.k8s.io openapi).
-QUANTITY_PATTERN = (
+# The regular expression Kubernetes publishes for resource.Quantity (resource.k8s.io openapi), narrowed to what a
+# size or a count can be: no minus sign, and an integer exponent of at most two digits ("1e400" and "1e9999999999"
+# are refused at `kubectl apply`). Every string it accepts is a valid Kubernetes quantity.
+QUANTITY_PATTERN = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$"
+# The largest quantity the API accepts (1Ei): far above any real size or count, and small enough that everything
+# rendered from a quantity (RealMemory, CPUs, message sizes) stays a short integer.
+MAX_QUANTITY = 2**60
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+_KUBERNETES_QUANTITY = re.compile(
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
-_QUANTITY = re.compile(QUANTITY_PATTERN)
 _QUANTITY_PARTS = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)")
 _BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL_SUFFIXES = {
@@ -35,6 +41,10 @@ _DECIMAL_SUFFIXES = {
 
 # A DNS-1035 label: what Service names need, so every object named after it stays valid.
 DNS_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# A DNS-1123 subdomain: the names of Secrets, PersistentVolumeClaims and StorageClasses.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# A key of a Secret's or ConfigMap's data.
+DATA_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 NO_WHITESPACE_PATTERN = r"^\S+$"
 ABSOLUTE_PATH_PATTERN = r"^/[^\s]*$"
 
@@ -61,16 +71,31 @@ class ApiModel(BaseModel):
 
 
 def _check_quantity(value: int | str) -> int | str:
+    """Reject what the renderers could not turn into a sane number: malformed, negative, or absurdly large."""
+    try:
+        number = parse_quantity(value)
+    except ValueError:
+        if isinstance(value, str) and _KUBERNETES_QUANTITY.fullmatch(value):  # well-formed, but beyond any number
+            raise ValueError(f"{value!r} is above the maximum of 1Ei ({MAX_QUANTITY})") from None
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 64Gi, 4)") from None
+    if number < 0:
+        raise ValueError(f"{value!r} is negative; a size or count is 0 or more")
+    if number > MAX_QUANTITY:
+        raise ValueError(f"{value!r} is above the maximum of 1Ei ({MAX_QUANTITY})")
     if isinstance(value, str) and not _QUANTITY.fullmatch(value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 64Gi, 4)")
     return value
 
 
 def parse_quantity(value: int | str) -> Decimal:
-    """The numeric value of a Kubernetes quantity ("64Gi" -> 68719476736, "500m" -> 0.5); ValueError if malformed."""
+    """The numeric value of a Kubernetes quantity ("64Gi" -> 68719476736, "500m" -> 0.5); ValueError if malformed.
+
+    Reads Kubernetes' full syntax (a sign, any exponent) so that it can say what is wrong with a value; the models
+    accept only what `Quantity` allows.
+    """
     if isinstance(value, int):
         return Decimal(value)
-    match = _QUANTITY_PARTS.fullmatch(value) if _QUANTITY.fullmatch(value) else None
+    match = _QUANTITY_PARTS.fullmatch(value) if _KUBERNETES_QUANTITY.fullmatch(value) else None
     if not match:
         raise ValueError(f"{value!r} is not a Kubernetes quantity")
     number, suffix = match.group(1, 2)
@@ -136,9 +161,18 @@ class Scheduling(ApiModel):
 class SecretKeyRef(ApiModel):
     """A key of a Secret in the SlurmCluster's namespace."""
 
-    name: str = Field(min_length=1, max_length=253, description="Name of the Secret, in the SlurmCluster's namespace.")
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="Name of the Secret (a DNS subdomain), in the SlurmCluster's namespace.",
+    )
     key: str = Field(
-        "password", min_length=1, max_length=253, description="Key in the Secret's data that holds the value."
+        "password",
+        min_length=1,
+        max_length=253,
+        pattern=DATA_KEY_PATTERN,
+        description="Key in the Secret's data that holds the value.",
     )
 
 
@@ -149,6 +183,7 @@ class VolumeRef(ApiModel):
         None,
         min_length=1,
         max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
         description="Name of an existing PersistentVolumeClaim in the SlurmCluster's namespace.",
     )
     source: FreeForm | None = Field(

@@ -6,6 +6,7 @@ Nothing here raises on bad input: any object, however malformed, yields a list o
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from slurmctl.api.v1.cluster import SlurmCluster
-from slurmctl.api.v1.defaults import MAX_CLUSTER_NAME_LENGTH, MAX_TOTAL_WORKERS
+from slurmctl.api.v1.defaults import (
+    ACCOUNTING_SLURM_KEYS,
+    GPU_HEALTH_CHECK_SLURM_KEYS,
+    MAX_CLUSTER_NAME_LENGTH,
+    MAX_OPTION_NAME_LENGTH,
+    MAX_TOTAL_WORKERS,
+    OPERATOR_OWNED_SLURM_KEYS,
+)
+from slurmctl.api.v1.passthrough import check_passthrough
+from slurmctl.api.v1.sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound
 from slurmctl.api.v1.spec import SlurmClusterSpec
 from slurmctl.api.v1.types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
 
@@ -23,6 +33,15 @@ _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 _OPTION_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 # Partition keys the operator writes itself from the structured fields.
 _RESERVED_PARTITION_OPTIONS = frozenset({"partitionname", "nodes", "default"})
+# Keywords that start or belong to other slurm.conf records: on a partition line they would define nodes or a second
+# record, or make slurmctld refuse the file. Slurm reads keys case-insensitively, so these are lower case.
+_RECORD_KEYWORDS = frozenset(
+    {"nodename", "nodeset", "nodeaddr", "nodehostname", "downnodes", "frontendname", "frontendaddr", "switchname",
+     "include"}
+)  # fmt: skip
+# Paths complement-jail mounts or binds inside the jail (images/scripts/complement-jail): a sub-mount on, above or
+# below one of them would hide what Slurm, munge and the chroot plugin need, or expose the node's own.
+RESERVED_JAIL_PATHS = ("/proc", "/dev", "/sys", "/etc/slurm", "/run/munge", "/usr/lib/slurmctl")
 
 
 @dataclass(frozen=True, order=True)
@@ -64,10 +83,28 @@ def check_cluster(obj: Any) -> tuple[SlurmCluster | None, list[Problem]]:
     try:
         cluster = SlurmCluster.model_validate(obj)
     except ValidationError as error:
-        return None, problems_from_error(error)
+        return None, sorted({*problems_from_error(error), *_nul_bytes(obj.get("spec"), "spec")})
     problems = _check_name(cluster.metadata.name)
+    problems += _nul_bytes(obj.get("spec"), "spec")
     problems += validate_spec(cluster.spec)
     return cluster, problems
+
+
+def _nul_bytes(value: Any, path: str) -> list[Problem]:
+    """Every string (key or value) with a NUL byte: C code (Slurm, sshd, the chroot plugin) would cut it there."""
+    problems = []
+    if isinstance(value, str) and "\0" in value:
+        problems.append(Problem(path, "contains a NUL byte"))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            where = f"{path}.{str(key).encode('unicode_escape').decode()}"
+            if isinstance(key, str) and "\0" in key:
+                problems.append(Problem(where, "the key contains a NUL byte"))
+            problems += _nul_bytes(item, where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            problems += _nul_bytes(item, f"{path}[{index}]")
+    return problems
 
 
 def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem]:
@@ -75,11 +112,32 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems: list[Problem] = []
     problems += _check_workers(spec, path)
     problems += _check_partitions(spec, path)
+    problems += _check_extra_config(spec, path)
     problems += _check_jail(spec, path)
     problems += _check_login(spec, path)
     problems += _check_accounting(spec, path)
     problems += _check_health_checks(spec, path)
+    problems += [Problem(where, message) for where, message in check_passthrough(spec, path)]
+    problems += _check_config_size(spec, path)
     return problems
+
+
+def _check_config_size(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    """A spec whose Slurm configs could exceed what a ConfigMap holds is refused, naming what makes them big."""
+    parts = slurm_configs_bound(spec, path)
+    total = sum(parts.values())
+    if total <= CONFIGMAP_DATA_LIMIT:
+        return []
+    growing = sorted(((size, where) for where, size in parts.items() if where != "fixed"), reverse=True)
+    largest = growing[0][1]
+    breakdown = ", ".join(f"{where} {size:,}" for size, where in growing)
+    return [
+        Problem(
+            largest,
+            f"the Slurm configs would take up to {total:,} bytes, more than the {CONFIGMAP_DATA_LIMIT:,} a ConfigMap "
+            f"holds ({breakdown}); shrink the largest (fewer or shorter features, options or lines)",
+        )
+    ]
 
 
 def _check_name(name: str | None) -> list[Problem]:
@@ -123,6 +181,14 @@ def _check_partitions(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     groups = {group.name for group in spec.workers}
     defaults = [index for index, partition in enumerate(spec.partitions) if partition.default]
     for index, partition in enumerate(spec.partitions):
+        if partition.name.lower() == "default":
+            problems.append(
+                Problem(
+                    f"{base}[{index}].name",
+                    'Slurm reserves "default" (PartitionName=DEFAULT sets defaults for every partition); '
+                    "choose another name",
+                )
+            )
         seen: set[str] = set()
         for position, group in enumerate(partition.workers):
             where = f"{base}[{index}].workers[{position}]"
@@ -133,10 +199,18 @@ def _check_partitions(spec: SlurmClusterSpec, path: str) -> list[Problem]:
             seen.add(group)
         for key in partition.options:
             where = f"{base}[{index}].options.{key}"
-            if not _OPTION_KEY.fullmatch(key):
-                problems.append(Problem(where, "option names are letters and digits, as slurm.conf spells them"))
+            if not _OPTION_KEY.fullmatch(key) or len(key) > MAX_OPTION_NAME_LENGTH:
+                problems.append(
+                    Problem(
+                        where,
+                        "option names are letters and digits, as slurm.conf spells them "
+                        f"(at most {MAX_OPTION_NAME_LENGTH})",
+                    )
+                )
             elif key.lower() in _RESERVED_PARTITION_OPTIONS:
                 problems.append(Problem(where, f"{key} is set by slurmctl from name, workers and default"))
+            elif key.lower() in _RECORD_KEYWORDS:
+                problems.append(Problem(where, f"{key} is a slurm.conf node or record keyword, not a partition option"))
     if not defaults:
         problems.append(Problem(base, "no partition has default: true (exactly one must)"))
     for index in defaults[1:]:
@@ -144,6 +218,59 @@ def _check_partitions(spec: SlurmClusterSpec, path: str) -> list[Problem]:
             Problem(f"{base}[{index}].default", f"more than one default partition (also {base}[{defaults[0]}])")
         )
     return problems
+
+
+# `Key=` anywhere on a line (Slurm allows spaces around `=`); `Include file` is the one keyword without `=`.
+_CONF_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)\s*=")
+_CONF_INCLUDE = re.compile(r"^\s*include\s", re.IGNORECASE)
+
+
+def slurm_conf_keys(text: str) -> list[tuple[int, str]]:
+    """(line number, key) of every key slurm.conf text sets, as Slurm's parser reads it.
+
+    Backslash-continued lines are one line, `#` starts a comment unless escaped (`\\#`), `Include` needs no `=`.
+    """
+    found: list[tuple[int, str]] = []
+    logical, start = "", 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not logical:
+            start = number
+        if raw.endswith("\\"):
+            logical += raw[:-1] + " "
+            continue
+        line = re.split(r"(?<!\\)#", logical + raw, maxsplit=1)[0]
+        logical = ""
+        if _CONF_INCLUDE.match(line):
+            found.append((start, "Include"))
+        found += [(start, key) for key in _CONF_KEY.findall(line)]
+    return found
+
+
+def operator_owned_keys(spec: SlurmClusterSpec) -> tuple[str, ...]:
+    """The slurm.conf keys extraConfig may not set for this spec (see defaults.OPERATOR_OWNED_SLURM_KEYS)."""
+    owned: tuple[str, ...] = OPERATOR_OWNED_SLURM_KEYS
+    if spec.accounting.enabled:
+        owned += ACCOUNTING_SLURM_KEYS
+    if spec.gpu_groups and spec.health_checks.gpu.enabled:
+        owned += GPU_HEALTH_CHECK_SLURM_KEYS
+    return owned
+
+
+def _check_extra_config(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    slurm = spec.slurm
+    if not slurm.extra_config or slurm.allow_operator_owned_keys:
+        return []
+    owned = {key.lower(): key for key in operator_owned_keys(spec)}
+    return [
+        Problem(
+            f"{path}.slurm.extraConfig",
+            f"line {line}: {owned[key.lower()]} is owned by slurmctl (it carries the contract between slurmctl and "
+            f"its pods, or switches a guarantee off); remove it, or set {path}.slurm.allowOperatorOwnedKeys: true "
+            "to override it at your own risk",
+        )
+        for line, key in slurm_conf_keys(slurm.extra_config)
+        if key.lower() in owned
+    ]
 
 
 def _check_volume(volume: VolumeRef, where: str) -> list[Problem]:
@@ -163,18 +290,37 @@ def _check_jail(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     for index, mount in enumerate(spec.jail.sub_mounts):
         where = f"{base}.subMounts[{index}]"
         problems += _check_volume(mount.volume, f"{where}.volume")
-        normalized = "/" + "/".join(part for part in mount.mount_path.split("/") if part)
-        if normalized == "/":
-            problems.append(Problem(f"{where}.mountPath", "cannot mount over the jail's root"))
-        elif normalized in paths:
+        problem = _mount_path_problem(mount.mount_path)
+        if problem is not None:
+            problems.append(Problem(f"{where}.mountPath", problem))
+        elif mount.mount_path in paths:
             problems.append(
                 Problem(
-                    f"{where}.mountPath", f"{normalized} is mounted twice (also {base}.subMounts[{paths[normalized]}])"
+                    f"{where}.mountPath",
+                    f"{mount.mount_path} is mounted twice (also {base}.subMounts[{paths[mount.mount_path]}])",
                 )
             )
         else:
-            paths[normalized] = index
+            paths[mount.mount_path] = index
     return problems
+
+
+def _mount_path_problem(path: str) -> str | None:
+    """What is wrong with a sub-mount's path inside the jail, if anything.
+
+    Only clean absolute paths (no `.`, `..`, empty or trailing components): complement-jail mounts exactly the path
+    given, and `..` must never lead it anywhere but where the spec appears to say.
+    """
+    clean = "/" + posixpath.normpath(path).lstrip("/") if path.startswith("/") else ""
+    if path != clean:
+        suggestion = f" (did you mean {clean}?)" if clean and clean != "/" else ""
+        return f"{path} is not a clean absolute path: no '.', '..', '//' or trailing '/'{suggestion}"
+    if path == "/":
+        return "cannot mount over the jail's root"
+    for reserved in RESERVED_JAIL_PATHS:
+        if path == reserved or reserved.startswith(path + "/") or path.startswith(reserved + "/"):
+            return f"{path} would cover or sit inside {reserved}, which slurmctl mounts into the jail itself"
+    return None
 
 
 def _check_login(spec: SlurmClusterSpec, path: str) -> list[Problem]:

@@ -14,8 +14,13 @@ Environment: NCCL_MIN_BYTES (512M), NCCL_MAX_BYTES (8G), NCCL_STEP_FACTOR (2), N
 crashes fail), NCCL_DRAIN_ON_FAILURE (false), NCCL_TIMEOUT_SECONDS (1800, per node), GPUS_PER_NODE (8),
 NCCL_PARTITION (all partitions), NCCL_BENCHMARK_BINARY (all_reduce_perf, found on PATH inside the jail).
 
-Exit status: 0 every benchmarked node passed (or none was idle), 1 a node failed, 2 bad settings or Slurm
-unreachable. Standard library only: it runs in a slim image.
+A run that could not take place says nothing about the node and never drains it: `all_reduce_perf` missing from the
+jail, no GPU visible to CUDA in the step, srun missing or Slurm not answering, an allocation Slurm refuses for a
+reason other than the node being busy. Such a node is reported as "could not run".
+
+Exit status: 0 every benchmarked node passed (or none was idle), 1 a node failed (and was drained when draining is
+on), 2 the benchmark could not run (bad settings, Slurm unreachable, or no node failed but some could not run).
+Standard library only: it runs in a slim image.
 """
 
 from __future__ import annotations
@@ -42,6 +47,18 @@ EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)", re.MULTILINE)
 _OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\S+)", re.MULTILINE)
+# Output of a step that never got to measure the node, with what to report. Matched only when the run gave no result.
+_NOT_RUN = (
+    (re.compile(r"execve\(\): \S+: (No such file or directory|Permission denied)|command not found"),
+     "the benchmark binary is missing from the jail (install nccl-tests' all_reduce_perf; see images/README.md)"),
+    (re.compile(r"no CUDA-capable device|cudaErrorNoDevice|CUDA driver version is insufficient|"
+                r"cudaErrorInsufficientDriver|No devices were found", re.IGNORECASE),
+     "no GPU visible to CUDA in the benchmark step"),
+    (re.compile(r"Unable to contact slurm controller|Socket timed out on send/recv|Zero Bytes were transmitted|"
+                r"Communication connection failure|Unable to confirm allocation|Unable to create step"),
+     "Slurm did not answer or refused the step"),
+    (re.compile(r"Unable to allocate resources"), "Slurm refused the allocation"),
+)  # fmt: skip
 
 
 class SettingsError(ValueError):
@@ -131,10 +148,17 @@ def parse_bus_bandwidth(output: str) -> float:
 
 @dataclass(frozen=True)
 class Outcome:
+    """A node's verdict. Only `passed=False` with `not_run=False` is a finding against the node (and drains it)."""
+
     node: str
     passed: bool
     detail: str
     skipped: bool = False
+    not_run: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return not self.passed and not self.not_run
 
 
 def run_slurm(argv: Sequence[str]) -> str:
@@ -235,7 +259,7 @@ def benchmark(settings: Settings, node: str, *, request_gpus: bool) -> Outcome:
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     except OSError as err:
-        return Outcome(node, passed=False, detail=f"cannot start srun: {err}")
+        return Outcome(node, passed=False, not_run=True, detail=f"cannot start srun: {err}")
     try:
         output, _ = proc.communicate(timeout=settings.timeout_seconds)
     except subprocess.TimeoutExpired:
@@ -248,19 +272,35 @@ def benchmark(settings: Settings, node: str, *, request_gpus: bool) -> Outcome:
 
 def judge(settings: Settings, node: str, *, returncode: int, output: str) -> Outcome:
     """The verdict on one finished srun of the benchmark."""
+    if returncode != 0 and "Requested nodes are busy" in output:
+        return Outcome(node, passed=True, skipped=True, detail="node became busy; not benchmarked")
+    busbw: float | None = None
     if returncode != 0:
-        if "Unable to allocate resources" in output or "Requested nodes are busy" in output:
-            return Outcome(node, passed=True, skipped=True, detail="node became busy; not benchmarked")
         tail = " ".join(output.strip().splitlines()[-1:])[:120]
-        return Outcome(node, passed=False, detail=f"benchmark crashed (exit {returncode}): {tail}".rstrip(": "))
-    try:
-        busbw = parse_bus_bandwidth(output)
-    except ValueError as err:
-        return Outcome(node, passed=False, detail=f"benchmark gave no result: {err}")
+        problem = f"benchmark crashed (exit {returncode}): {tail}".rstrip(": ")
+    else:
+        try:
+            busbw = parse_bus_bandwidth(output)
+        except ValueError as err:
+            problem = f"benchmark gave no result: {err}"
+    if busbw is None:
+        not_run = could_not_run(output)
+        if not_run is not None:
+            return Outcome(node, passed=False, not_run=True, detail=not_run)
+        return Outcome(node, passed=False, detail=problem)
     required = settings.min_bus_bandwidth_gbps
     if busbw < required:
         return Outcome(node, passed=False, detail=f"avg bus bandwidth {busbw:g} GB/s below required {required:g} GB/s")
     return Outcome(node, passed=True, detail=f"avg bus bandwidth {busbw:g} GB/s (required {required:g} GB/s)")
+
+
+def could_not_run(output: str) -> str | None:
+    """Why a run that gave no result never measured the node (a missing binary, no GPU, Slurm away), else None."""
+    for pattern, reason in _NOT_RUN:
+        match = pattern.search(output)
+        if match:
+            return f"could not run: {reason} ({match.group(0)})"
+    return None
 
 
 def node_drained_by_other(node: str) -> bool:
@@ -302,10 +342,14 @@ def main(env: Mapping[str, str] | None = None) -> int:
         return EXIT_OK
     with ThreadPoolExecutor(max_workers=min(len(todo), 32)) as pool:
         outcomes = list(pool.map(lambda n: benchmark(settings, n, request_gpus=gpu_cluster), todo))
-    failed = 0
+    failed = not_run = 0
     for outcome in outcomes:
         if outcome.passed:
             log.info("node=%s %s: %s", outcome.node, "skipped" if outcome.skipped else "passed", outcome.detail)
+            continue
+        if outcome.not_run:
+            not_run += 1
+            log.warning("node=%s not benchmarked, not drained: %s", outcome.node, outcome.detail)
             continue
         failed += 1
         log.error("node=%s failed: %s", outcome.node, outcome.detail)
@@ -314,8 +358,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
                 drain(outcome.node, outcome.detail)
             except SlurmError as err:
                 log.error("node=%s could not be drained: %s", outcome.node, err)
-    log.info("%d of %d nodes failed", failed, len(outcomes))
-    return EXIT_FAILED if failed else EXIT_OK
+    log.info("%d of %d nodes failed, %d could not be benchmarked", failed, len(outcomes), not_run)
+    if failed:
+        return EXIT_FAILED
+    return EXIT_ERROR if not_run else EXIT_OK
 
 
 if __name__ == "__main__":

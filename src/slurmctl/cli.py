@@ -36,8 +36,22 @@ def _env(flag: str, default: str | None = None) -> str | None:
     return os.environ.get("SLURMCTL_" + flag.upper().replace("-", "_"), default)
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
 def _env_bool(flag: str) -> bool:
-    return (_env(flag) or "").lower() in ("1", "true", "yes", "on")
+    return (_env(flag) or "").lower() in _TRUE
+
+
+def _bool(text: str) -> bool:
+    """A flag's boolean value as Go's flag package reads `--flag=false` (controller-runtime operators' spelling)."""
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _default_lease_namespace() -> str:
@@ -75,9 +89,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--leader-elect",
-        action="store_true",
+        nargs="?",
+        const=True,
+        type=_bool,
         default=_env_bool("leader-elect"),
-        help="run controllers only while holding the leader lease (for more than one replica)",
+        metavar="BOOL",
+        help="run controllers only while holding the leader lease (for more than one replica); "
+        "--leader-elect alone means true, --leader-elect=false switches it off",
     )
     run.add_argument(
         "--leader-election-namespace",

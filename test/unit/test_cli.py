@@ -77,11 +77,29 @@ def test_environment_variables_stand_in_for_flags(monkeypatch: pytest.MonkeyPatc
     assert _parser().parse_args(["run", "--namespace", "x"]).namespace == "x"
 
 
+@pytest.mark.parametrize(
+    ("argv", "elected"),
+    [([], False), (["--leader-elect"], True), (["--leader-elect=true"], True), (["--leader-elect=false"], False),
+     (["--leader-elect=False"], False), (["--leader-elect", "false"], False), (["--leader-elect=1"], True)],
+)  # fmt: skip
+def test_leader_elect_takes_the_go_operators_spellings(argv: list[str], elected: bool) -> None:
+    opts = manager_options(_parser().parse_args(["run", *argv, "--namespace", "x"]))
+    assert (opts.leader_election is not None) is elected
+
+
+def test_leader_elect_false_beats_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURMCTL_LEADER_ELECT", "true")
+    assert manager_options(_parser().parse_args(["run", "--leader-elect=false"])).leader_election is None
+
+
 def test_bad_flag_values_are_rejected_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         _parser().parse_args(["run", "--max-concurrent-reconciles", "0"])
     assert exit_.value.code == 2
     assert "must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", "--leader-elect=maybe"])
+    assert "expected true or false, got 'maybe'" in capsys.readouterr().err
 
 
 def test_run_without_usable_credentials_fails_with_a_message_not_a_traceback(

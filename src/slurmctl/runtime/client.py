@@ -23,7 +23,17 @@ from kubernetes_asyncio.client import ApiClient
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from slurmctl.runtime import metrics
-from slurmctl.runtime.errors import ApiError, Gone, NotFound, ServerError, Timeout, error_for_status, is_transient
+from slurmctl.runtime.clock import REAL_CLOCK, Clock
+from slurmctl.runtime.errors import (
+    ApiError,
+    Gone,
+    NotFound,
+    OutageWindow,
+    ServerError,
+    Timeout,
+    error_for_status,
+    is_transient,
+)
 from slurmctl.runtime.logs import kv
 
 log = logging.getLogger(__name__)
@@ -112,8 +122,11 @@ def drop_nones(value: Any) -> Any:
 
 
 class Client:
-    def __init__(self, api: ApiClient, *, timeout: float = 30.0, read_attempts: int = 4) -> None:
+    def __init__(
+        self, api: ApiClient, *, timeout: float = 30.0, read_attempts: int = 4, clock: Clock = REAL_CLOCK
+    ) -> None:
         self.api = api
+        self.outages = OutageWindow(clock=clock)
         self.timeout = timeout
         self.read_attempts = read_attempts
         self.host = urlsplit(api.configuration.host).netloc or api.configuration.host
@@ -196,18 +209,28 @@ class Client:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         # aiohttp's total timeout covers sending the request and reading the whole answer.
         timeout = request_timeout or self.timeout
-        resp = await self._open(method, path, query=query or {}, headers=headers, body=body, http_timeout=timeout)
-        try:
-            with _translated(f"{method} {path}"):
-                data = await resp.read()
-        finally:
-            resp.release()
-        if not 200 <= resp.status < 300:
-            raise error_for_status(resp.status, data, context=f"{method} {path}")
+        with self._observed():
+            resp = await self._open(method, path, query=query or {}, headers=headers, body=body, http_timeout=timeout)
+            try:
+                with _translated(f"{method} {path}"):
+                    data = await resp.read()
+            finally:
+                resp.release()
+            if not 200 <= resp.status < 300:
+                raise error_for_status(resp.status, data, context=f"{method} {path}")
         try:
             return json.loads(data) if data else None
         except ValueError as exc:
             raise ServerError(f"{method} {path}: answer is not JSON", status=resp.status, reason="BadBody") from exc
+
+    @contextlib.contextmanager
+    def _observed(self) -> Iterator[None]:
+        """Every API failure passes here once, so a 403 just after an outage is marked as part of it."""
+        try:
+            yield
+        except ApiError as exc:
+            self.outages.observe(exc)
+            raise
 
     def _observe(self, method: str, code: str, started: float) -> None:
         metrics.REST_CLIENT_REQUESTS.labels(code, method, self.host).inc()
@@ -283,12 +306,13 @@ class Client:
         what = f"watch {res.plural}"
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + 10, connect=self.timeout, sock_connect=self.timeout)
         headers = {"Accept": "application/json"}
-        resp = await self._open(
-            "GET", res.path(namespace), query=query, headers=headers, body=None, http_timeout=timeout
-        )
+        with self._observed():
+            resp = await self._open(
+                "GET", res.path(namespace), query=query, headers=headers, body=None, http_timeout=timeout
+            )
         try:
             if resp.status != 200:
-                with _translated(what):
+                with self._observed(), _translated(what):
                     raise error_for_status(resp.status, await resp.read(), context=what)
             if on_open is not None:
                 on_open()

@@ -9,6 +9,9 @@
 | returns None or Result()          | forget                         | success                |
 
 A worker never dies from a reconcile failure; each attempt gets a fresh reconcile id in a contextvar for the logs.
+Each failure is logged once, here: with its traceback when it may be a bug, as one WARNING line without one when the
+API server is briefly unavailable (`errors.outage_reason`), at most one such line per controller every
+OUTAGE_LOG_INTERVAL seconds, so an API server restart costs a few lines instead of a traceback per retry.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ from dataclasses import dataclass
 
 from slurmctl.runtime import metrics
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
-from slurmctl.runtime.errors import TerminalError
+from slurmctl.runtime.errors import TerminalError, outage_reason
 from slurmctl.runtime.handlers import Handler, Predicate, Request
 from slurmctl.runtime.informer import Event
-from slurmctl.runtime.logs import controller_name, kv, reconcile_id, request_key
+from slurmctl.runtime.logs import Throttle, controller_name, kv, reconcile_id, request_key
 from slurmctl.runtime.workqueue import ExponentialBackoff, ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
+
+OUTAGE_LOG_INTERVAL = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,7 @@ class Controller:
         self.workers = max(1, max_concurrent_reconciles)
         self.reconcile_timeout = reconcile_timeout
         self.queue: WorkQueue[Request] = WorkQueue(name, clock=clock, backoff=backoff)
+        self._outage_log = Throttle(OUTAGE_LOG_INTERVAL, clock=clock)
         self._total = {
             r: metrics.RECONCILE_TOTAL.labels(name, r) for r in ("success", "error", "requeue_after", "requeue")
         }
@@ -119,10 +125,18 @@ class Controller:
             self._terminal.inc()
             log.error("reconcile failed terminally, not retrying until the object changes %s", kv(error=exc))
             return "error"
-        except Exception:
+        except Exception as exc:
             self.queue.add_rate_limited(request)
             self._errors.inc()
-            log.exception("reconcile failed %s", kv(retries=self.queue.num_requeues(request)))
+            retries = self.queue.num_requeues(request)
+            reason = outage_reason(exc)
+            if reason is None:
+                log.exception("reconcile failed %s", kv(retries=retries))
+            elif (held_back := self._outage_log.allow()) is not None:
+                log.warning(
+                    "reconcile failed, API server unavailable; retrying with backoff %s",
+                    kv(reason=reason, error=exc, retries=retries, suppressed=held_back),
+                )
             return "error"
         if result is not None and result.requeue_after is not None and result.requeue_after > 0:
             self.queue.forget(request)

@@ -1,12 +1,22 @@
 """One small exception tree for every API failure, translated once at the client boundary.
 
 Callers catch `NotFound` or `Conflict` instead of comparing HTTP status codes spread across the code base.
+`outage_reason` tells an API server that is briefly away (restarting, overloaded, unreachable) from everything else,
+so that the controller logs an outage as one line and keeps tracebacks for real bugs.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import aiohttp
+
+from slurmctl.runtime.clock import REAL_CLOCK, Clock
+
+# After a restart the API server answers 403 for a few seconds, until its RBAC authorizer has synced its caches: a
+# 403 this soon after the server was last unreachable is part of the outage, not a missing permission.
+RECONNECT_GRACE_SECONDS = 30.0
 
 
 class ApiError(Exception):
@@ -20,6 +30,8 @@ class ApiError(Exception):
             self.status = status
         self.reason = reason
         self.message = message
+        # Set by the client (OutageWindow) when the failure came while the server was just back from an outage.
+        self.after_outage = False
 
 
 class NotFound(ApiError):  # noqa: N818 - the names Kubernetes users know
@@ -96,3 +108,51 @@ def error_for_status(status: int, body: bytes | str | dict[str, Any] | None, *, 
 def is_transient(exc: BaseException) -> bool:
     """Failures worth retrying an idempotent read for."""
     return isinstance(exc, TooManyRequests | ServerError | Timeout)
+
+
+# Raised outside the client's translation (a reconcile timeout, a library that talks to the server on its own).
+_CONNECTION_FAILURES = (ConnectionError, TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+
+
+def outage_reason(exc: BaseException) -> str | None:
+    """A short reason when `exc` means the API server is briefly unavailable, else None.
+
+    Unavailable: no answer (connection refused or reset, a timeout), 429, any 5xx, and a 403 right after the server
+    came back (see RECONNECT_GRACE_SECONDS). Everything else (a rejected request, a real 403, a bug) returns None and
+    keeps its traceback in the log. An exception group is an outage when every exception in it is.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        reasons = [outage_reason(inner) for inner in exc.exceptions]
+        return reasons[0] if reasons and None not in reasons else None
+    reason: str | None = None
+    if isinstance(exc, Timeout | TimeoutError):
+        reason = "timeout"
+    elif isinstance(exc, TooManyRequests):
+        reason = "429 TooManyRequests"
+    elif isinstance(exc, ServerError):
+        reason = f"{exc.status} {exc.reason}".strip() if exc.status else exc.reason or "no answer"
+    elif isinstance(exc, Forbidden) and exc.after_outage:
+        reason = "403 right after an outage"
+    elif isinstance(exc, _CONNECTION_FAILURES):
+        reason = type(exc).__name__
+    return reason
+
+
+class OutageWindow:
+    """Remembers when the API server was last unavailable, and marks a 403 that comes soon after as part of it.
+
+    The client feeds every API failure through `observe` once, where it translates errors, so the judgement is made
+    in one place and travels with the exception (`ApiError.after_outage`) to whoever logs it.
+    """
+
+    def __init__(self, *, clock: Clock = REAL_CLOCK, grace: float = RECONNECT_GRACE_SECONDS) -> None:
+        self._clock = clock
+        self._grace = grace
+        self._last_unavailable: float | None = None
+
+    def observe(self, exc: ApiError) -> None:
+        now = self._clock.monotonic()
+        if isinstance(exc, ServerError | Timeout | TooManyRequests):
+            self._last_unavailable = now
+        elif isinstance(exc, Forbidden) and self._last_unavailable is not None:
+            exc.after_outage = now - self._last_unavailable <= self._grace

@@ -11,6 +11,8 @@ import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
+from slurmctl.runtime.clock import REAL_CLOCK, Clock
+
 reconcile_id: ContextVar[str | None] = ContextVar("reconcile_id", default=None)
 controller_name: ContextVar[str | None] = ContextVar("controller_name", default=None)
 request_key: ContextVar[str | None] = ContextVar("request_key", default=None)
@@ -27,6 +29,29 @@ def kv(**fields: object) -> str:
             text = json.dumps(text)
         parts.append(f"{key}={text}")
     return " ".join(parts)
+
+
+class Throttle:
+    """Lets one log line through per `interval` and counts the ones held back.
+
+    For failures that repeat on every retry while something outside is down (the API server restarting): the first
+    is logged at once, then at most one line per interval, each saying how many were held back since the last.
+    """
+
+    def __init__(self, interval: float, *, clock: Clock = REAL_CLOCK) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._last: float | None = None
+        self._held = 0
+
+    def allow(self) -> int | None:
+        """None when this line is to be held back; else the number held back before it (then reset)."""
+        now = self._clock.monotonic()
+        if self._last is not None and now - self._last < self._interval:
+            self._held += 1
+            return None
+        held, self._held, self._last = self._held, 0, now
+        return held
 
 
 def _context() -> dict[str, str]:

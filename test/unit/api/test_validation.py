@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import jsonschema
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -72,7 +73,8 @@ def test_partition_options_the_operator_sets_itself() -> None:
     obj = cluster(partitions=[{"name": "a", "default": True, "options": {"Nodes": "ALL", "max-time": "1"}}])
     assert problems_of(obj) == [
         "spec.partitions[0].options.Nodes: Nodes is set by slurmctl from name, workers and default",
-        "spec.partitions[0].options.max-time: option names are letters and digits, as slurm.conf spells them",
+        "spec.partitions[0].options.max-time: option names are letters and digits, as slurm.conf spells them "
+        "(at most 64)",
     ]
 
 
@@ -117,7 +119,7 @@ def test_volumes_need_exactly_one_source() -> None:
             "volume": {"claimName": "a", "source": {"nfs": {"server": "s", "path": "/"}}},
             "subMounts": [
                 {"name": "x", "mountPath": "/data", "volume": {}},
-                {"name": "y", "mountPath": "/data/", "volume": {"source": {"nfs": {}, "hostPath": {}}}},
+                {"name": "y", "mountPath": "/data", "volume": {"source": {"nfs": {}, "hostPath": {}}}},
                 {"name": "x", "mountPath": "/", "volume": {"claimName": "c"}},
             ],
         }
@@ -167,6 +169,108 @@ def test_validate_spec_on_a_parsed_spec() -> None:
         cluster(partitions=[{"name": "a", "workers": ["nope"], "default": True}])["spec"]
     )
     assert [p.path for p in validate_spec(spec)] == ["spec.partitions[0].workers[0]"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1e9999999999", "'1e9999999999' is above the maximum of 1Ei (1152921504606846976)"),
+        ("1e400", "'1e400' is above the maximum of 1Ei (1152921504606846976)"),
+        ("-1Gi", "'-1Gi' is negative; a size or count is 0 or more"),
+        (-1, "-1 is negative; a size or count is 0 or more"),
+        ("2Ei", "'2Ei' is above the maximum of 1Ei (1152921504606846976)"),
+        ("lots", "'lots' is not a Kubernetes quantity (e.g. 500m, 64Gi, 4)"),
+    ],
+)
+def test_quantities_out_of_range_name_the_field(value: object, message: str) -> None:
+    obj = cluster(workers=[{"name": "cpu", "resources": {"requests": {"memory": value}}}])
+    assert problems_of(obj) == [f"spec.workers[0].resources.requests.memory: value error, {message}"]
+    # The CRD schema already refuses the strings among them at `kubectl apply`.
+    if isinstance(value, str) and value != "2Ei":
+        bad = {"jail": {"volume": {"claimName": "j"}, "sharedMemorySize": value}, "workers": [{"name": "cpu"}]}
+        assert list(jsonschema.Draft7Validator(spec_schema()).iter_errors(bad))
+
+
+def test_largest_quantity_is_accepted() -> None:
+    assert problems_of(cluster(workers=[{"name": "cpu", "resources": {"limits": {"memory": "1Ei"}}}])) == []
+
+
+def test_partition_named_default_and_record_keywords_as_options() -> None:
+    obj = cluster(
+        partitions=[
+            {"name": "default", "default": True, "options": {"NodeName": "x", "nodeaddr": "y", "MaxTime": "1:00"}}
+        ]
+    )
+    assert problems_of(obj) == [
+        'spec.partitions[0].name: Slurm reserves "default" (PartitionName=DEFAULT sets defaults for every '
+        "partition); choose another name",
+        "spec.partitions[0].options.NodeName: NodeName is a slurm.conf node or record keyword, not a partition option",
+        "spec.partitions[0].options.nodeaddr: nodeaddr is a slurm.conf node or record keyword, not a partition option",
+    ]
+
+
+@pytest.mark.parametrize("value", ["1:00#comment", "a\nNodeName=evil", "a\x00b", "tab\there"])
+def test_partition_option_values_cannot_end_or_break_the_line(value: str) -> None:
+    obj = cluster(partitions=[{"name": "main", "default": True, "options": {"MaxTime": value}}])
+    (problem,) = [p for p in problems_of(obj) if "NUL" not in p]
+    assert problem.startswith("spec.partitions[0].options.MaxTime: string should match pattern")
+
+
+def test_nul_bytes_anywhere_are_named() -> None:
+    obj = cluster(
+        slurm={"extraConfig": "MaxJobCount=5\x00"},
+        login={"service": {"annotations": {"a\x00": "b"}}},
+    )
+    assert problems_of(obj) == [
+        "spec.slurm.extraConfig: contains a NUL byte",
+        "spec.login.service.annotations.a\\x00: the key contains a NUL byte",
+        "spec.login.service.annotations.a\\x00: 'a\\x00': the name must be at most 63 characters of letters, digits, "
+        "'-', '_' or '.', starting and ending with a letter or digit",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/.", "/. is not a clean absolute path: no '.', '..', '//' or trailing '/'"),
+        ("/x/../..", "/x/../.. is not a clean absolute path: no '.', '..', '//' or trailing '/'"),
+        ("/../../etc", "/../../etc is not a clean absolute path: no '.', '..', '//' or trailing '/' "
+         "(did you mean /etc?)"),
+        ("//srv", "//srv is not a clean absolute path: no '.', '..', '//' or trailing '/' (did you mean /srv?)"),
+        ("/data/", "/data/ is not a clean absolute path: no '.', '..', '//' or trailing '/' (did you mean /data?)"),
+        ("/proc", "/proc would cover or sit inside /proc, which slurmctl mounts into the jail itself"),
+        ("/dev/shm", "/dev/shm would cover or sit inside /dev, which slurmctl mounts into the jail itself"),
+        ("/sys", "/sys would cover or sit inside /sys, which slurmctl mounts into the jail itself"),
+        ("/etc", "/etc would cover or sit inside /etc/slurm, which slurmctl mounts into the jail itself"),
+        ("/run", "/run would cover or sit inside /run/munge, which slurmctl mounts into the jail itself"),
+        ("/usr/lib/slurmctl", "/usr/lib/slurmctl would cover or sit inside /usr/lib/slurmctl, which slurmctl mounts "
+         "into the jail itself"),
+        ("/usr", "/usr would cover or sit inside /usr/lib/slurmctl, which slurmctl mounts into the jail itself"),
+    ],
+)  # fmt: skip
+def test_sub_mount_paths_must_be_clean_and_stay_off_what_slurmctl_mounts(path: str, message: str) -> None:
+    obj = cluster(
+        jail={
+            "volume": {"claimName": "j"},
+            "subMounts": [{"name": "x", "mountPath": path, "volume": {"claimName": "c"}}],
+        }
+    )
+    assert problems_of(obj) == [f"spec.jail.subMounts[0].mountPath: {message}"]
+
+
+def test_harmless_sub_mount_paths_are_fine() -> None:
+    mounts = [
+        {"name": f"m{i}", "mountPath": p, "volume": {"claimName": "c"}}
+        for i, p in enumerate(["/home", "/srv/data", "/etc/ssl/private", "/usr/local"])
+    ]
+    assert problems_of(cluster(jail={"volume": {"claimName": "j"}, "subMounts": mounts})) == []
+
+
+@pytest.mark.parametrize("name", ["Not_A_DNS_Name", "db/secret", "-db", "a" * 254])
+def test_the_password_secret_must_be_a_dns_name(name: str) -> None:
+    external = {"host": "db", "user": "slurm", "passwordSecretRef": {"name": name}}
+    (problem,) = problems_of(cluster(accounting={"enabled": True, "external": external}))
+    assert problem.startswith("spec.accounting.external.passwordSecretRef.name: string should")
 
 
 # --- property-based: generated specs never crash the validator --------------------------------------------------

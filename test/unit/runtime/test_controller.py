@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from prometheus_client import REGISTRY
 
-from slurmctl.runtime.controller import Controller, Result
-from slurmctl.runtime.errors import TerminalError
+from slurmctl.runtime.controller import OUTAGE_LOG_INTERVAL, Controller, Result
+from slurmctl.runtime.errors import (
+    Forbidden,
+    OutageWindow,
+    ServerError,
+    TerminalError,
+    Timeout,
+    TooManyRequests,
+)
 from slurmctl.runtime.handlers import Request
 from slurmctl.runtime.logs import reconcile_id
 from test.unit.runtime.fakes import FakeClock, settle, until
@@ -188,3 +196,81 @@ async def test_two_workers_never_reconcile_the_same_request_concurrently(harness
     assert overlaps == 0
     name = harness.controller.name
     assert sample("controller_runtime_max_concurrent_reconciles", controller=name) == 2
+
+
+def _reconcile_failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "slurmctl.runtime.controller" and "reconcile failed" in r.message]
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (ServerError("GET /x: Cannot connect to host", status=0, reason="ConnectionFailed"), "ConnectionFailed"),
+        (ServerError("GET /x: 503 ServiceUnavailable starting", status=503, reason="ServiceUnavailable"), "503"),
+        (TooManyRequests("PATCH /x: 429", status=429), "429 TooManyRequests"),
+        (Timeout("GET /x: timed out"), "timeout"),
+        (ConnectionResetError("Connection reset by peer"), "ConnectionResetError"),
+    ],
+)
+async def test_an_api_outage_is_one_warning_line_per_interval_without_a_traceback(
+    harness: Harness, caplog: pytest.LogCaptureFixture, error: Exception, reason: str
+) -> None:
+    async def unavailable(_: Request) -> None:
+        raise error
+
+    caplog.set_level(logging.INFO)
+    harness.behaviour["down"] = unavailable
+    harness.controller.queue.add(req("down"))
+    await until(lambda: harness.count("down") == 1)
+    await harness.clock.advance(OUTAGE_LOG_INTERVAL - 1)  # backoff doubles from 5 ms: a dozen retries meanwhile
+    failures = harness.count("down")
+    assert failures > 10
+    (line,) = _reconcile_failures(caplog)
+    assert line.levelno == logging.WARNING and line.exc_info is None
+    assert "API server unavailable" in line.message and f"reason={reason}" in line.message.replace('"', "")
+    assert "suppressed=0" in line.message and "\n" not in line.getMessage()
+
+    await harness.clock.advance(600)  # a long outage: at most one line per interval, counting what it held back
+    lines = _reconcile_failures(caplog)
+    assert 2 <= len(lines) <= 600 / OUTAGE_LOG_INTERVAL + 1
+    held_back = [int(r.message.rsplit("suppressed=", 1)[1].split()[0]) for r in lines]
+    assert len(lines) + sum(held_back) == harness.count("down")  # every failure either logged or counted
+    assert all(r.exc_info is None and r.levelno == logging.WARNING for r in lines)
+
+
+async def test_a_403_is_an_outage_only_right_after_one(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    window = OutageWindow(clock=harness.clock)
+    window.observe(ServerError("GET /x: connection refused", status=0, reason="ConnectionFailed"))
+    await harness.clock.advance(5)
+    warming_up = Forbidden("PATCH /x: 403 Forbidden", status=403)
+    window.observe(warming_up)
+    await harness.clock.advance(60)
+    denied = Forbidden("PATCH /x: 403 Forbidden", status=403)
+    window.observe(denied)
+    outcomes = [warming_up, denied]
+
+    async def forbidden(_: Request) -> None:
+        if outcomes:
+            raise outcomes.pop(0)
+
+    harness.behaviour["rbac"] = forbidden
+    harness.controller.queue.add(req("rbac"))
+    await until(lambda: harness.count("rbac") == 1)
+    await harness.clock.advance(1)
+    assert harness.count("rbac") == 3  # two failures, then success
+    first, second = _reconcile_failures(caplog)[-2:]
+    assert first.levelno == logging.WARNING and first.exc_info is None
+    assert second.levelno == logging.ERROR and second.exc_info is not None  # a real missing permission
+
+
+async def test_a_bug_keeps_its_traceback_on_every_retry(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    async def bug(_: Request) -> None:
+        raise KeyError("spec")
+
+    harness.behaviour["bug"] = bug
+    harness.controller.queue.add(req("bug"))
+    await until(lambda: harness.count("bug") == 1)
+    await harness.clock.advance(0.02)
+    lines = _reconcile_failures(caplog)
+    assert len(lines) == harness.count("bug") >= 3  # each failure logged exactly once
+    assert all(r.levelno == logging.ERROR and r.exc_info is not None for r in lines)

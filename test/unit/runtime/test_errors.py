@@ -19,6 +19,7 @@ from slurmctl.runtime.errors import (
     TooManyRequests,
     error_for_status,
     is_transient,
+    outage_reason,
 )
 
 
@@ -54,3 +55,19 @@ def test_drop_nones_removes_nulls_at_every_depth() -> None:
         "f": 0,
         "g": "",
     }
+
+
+def test_outage_reasons() -> None:
+    refused = ServerError("GET /x: Cannot connect", status=0, reason="ConnectionFailed")
+    assert outage_reason(refused) == "ConnectionFailed"
+    assert outage_reason(error_for_status(503, b'{"reason":"ServiceUnavailable"}')) == "503 ServiceUnavailable"
+    assert outage_reason(ExceptionGroup("two", [refused, Timeout("t")])) == "ConnectionFailed"
+    # Anything that is not the server being away is not an outage: it keeps its traceback.
+    for exc in (
+        Invalid("422"),
+        NotFound("404"),
+        Forbidden("403"),
+        KeyError("x"),
+        ExceptionGroup("g", [refused, ValueError()]),
+    ):
+        assert outage_reason(exc) is None
