@@ -5,6 +5,7 @@
 #   hack/images.sh base [--refresh]         make localhost/debian:<suite> (mmdebstrap); --refresh re-fetches it
 #   hack/images.sh list                     every image: reference, cache key, whether built and imported
 #   hack/images.sh archive COMPONENT...     print the path of each image's archive (built and pushed if needed)
+#   hack/images.sh check [COMPONENT...]     run each image's smoke check inside it (what its entrypoint needs)
 #
 # Components are the ones api/v1/defaults.py names (controller worker login accounting jail populate-jail
 # nccl-benchmark operator), plus `pause` when images/pause/ exists; slurm-base is a build base only. A component's
@@ -26,6 +27,7 @@
 #   PAUSE_IMAGE        reference of images/pause (default k8s.gcr.io/pause:3.2, what containerd's CRI expects)
 #   IMAGES_IMPORT      auto (default: import when hack/node.sh exists), 1 (must import), 0 (build only)
 #   NODE_SH            the node script (default hack/node.sh): `NODE_SH import FILE...`, `NODE_SH images`
+#   PYTHON             Python whose pip downloads the operator's wheels (default .venv/bin/python, else python3)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,6 +46,8 @@ LABEL=io.slurmctl.context-hash
 # Bump when the base recipe below changes, so the base is made again.
 BASE_RECIPE=1
 APT_PACKAGES=(buildah mmdebstrap python3)
+# The Python whose pip downloads the operator's wheels (the project's venv when it exists).
+PYTHON=${PYTHON:-$([ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3)}
 
 log() { printf 'images: %s\n' "$*" >&2; }
 die() { printf 'images: error: %s\n' "$*" >&2; exit 1; }
@@ -167,8 +171,10 @@ mirror_lines() {
     ' "$sources"
 }
 
-# Docs, man pages and translations are left out of every image (like Debian's -slim images); the dpkg filter stays
-# in the base, so packages installed by the Dockerfiles leave them out too.
+# Docs, man pages and translations are left out of every image (like Debian's -slim images), and apt keeps neither
+# downloaded .debs nor its binary caches; the dpkg and apt settings stay in the base (/etc/dpkg/dpkg.cfg.d/99mmdebstrap,
+# /etc/apt/apt.conf.d/99mmdebstrap and 90slurmctl-clean), so what the Dockerfiles install follows them too.
+# shellcheck disable=SC2016  # $1 is expanded by mmdebstrap's hook shell, not here
 MMDEBSTRAP_OPTS=(
     --variant=minbase --include=ca-certificates
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
@@ -176,6 +182,8 @@ MMDEBSTRAP_OPTS=(
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias'
     --dpkgopt='path-exclude=/usr/share/lintian/*'
     --aptopt='APT::Install-Recommends "false"'
+    # Not --aptopt: mmdebstrap itself needs the downloaded packages until it has installed them.
+    --customize-hook='printf "%s\n" "APT::Keep-Downloaded-Packages \"false\";" "Dir::Cache::pkgcache \"\";" "Dir::Cache::srcpkgcache \"\";" >"$1/etc/apt/apt.conf.d/90slurmctl-clean"'
 )
 
 base_key() {
@@ -209,6 +217,36 @@ ensure_base() {
     log "$BASE_REF imported into buildah: $(since "$t0") s"
 }
 
+# --- the operator's wheels ---------------------------------------------------------------------------------------
+
+# The operator image installs slurmctl's dependencies from wheels downloaded here, with this machine's pip and its
+# configuration (index, proxy, CA): the image build itself needs no network access and no index. The wheelhouse
+# (build/operator-wheels, in the build context) is fetched again only when pyproject.toml or the target changes.
+OPERATOR_WHEELS=build/operator-wheels
+OPERATOR_PYTHON_VERSION=3.13
+WHEEL_PLATFORMS=(manylinux1_x86_64 manylinux2010_x86_64 manylinux2014_x86_64)
+for _glibc in 5 12 17 24 26 27 28 31 32 33 34 35 36 37 38 39 40 41; do WHEEL_PLATFORMS+=("manylinux_2_${_glibc}_x86_64"); done
+
+ensure_operator_wheels() {
+    local key deps=() plat=() p t0
+    key=$({ echo "wheels 1 $OPERATOR_PYTHON_VERSION ${WHEEL_PLATFORMS[*]}"; cat pyproject.toml; } | sha256sum | cut -c1-16)
+    [ "$(cat "$OPERATOR_WHEELS/.key" 2>/dev/null)" = "$key" ] && return 0
+    command -v "$PYTHON" >/dev/null 2>&1 || die "no $PYTHON to download the operator's wheels with (run make setup)"
+    mapfile -t deps < <("$PYTHON" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' pyproject.toml)
+    [ ${#deps[@]} -gt 0 ] || die "no dependencies found in pyproject.toml"
+    for p in "${WHEEL_PLATFORMS[@]}"; do plat+=(--platform "$p"); done
+    log "operator: downloading wheels for Python $OPERATOR_PYTHON_VERSION into $OPERATOR_WHEELS ..."
+    t0=$(now)
+    rm -rf "$OPERATOR_WHEELS"
+    mkdir -p "$OPERATOR_WHEELS"
+    # setuptools and wheel: the build backend that installing /src in the image needs (pyproject's build-system).
+    run_step "operator wheels" "$LOGS/operator-wheels.log" "$PYTHON" -m pip download --disable-pip-version-check \
+        --dest "$OPERATOR_WHEELS" --only-binary=:all: --python-version "$OPERATOR_PYTHON_VERSION" \
+        --implementation cp "${plat[@]}" "setuptools>=77" wheel "${deps[@]}"
+    printf '%s\n' "$key" >"$OPERATOR_WHEELS/.key"
+    log "operator: $(find "$OPERATOR_WHEELS" -name '*.whl' | wc -l) wheels in $(since "$t0") s"
+}
+
 # --- building ---------------------------------------------------------------------------------------------------
 
 declare -A BUILT=()   # component → image id, once checked or built in this run
@@ -228,6 +266,7 @@ ensure_image() {
     [ -n "${BUILT[$name]:-}" ] && return 0
     for p in $(image_parents "$name"); do ensure_image "$p"; done
     [ -f "$(image_dir "$name")/Dockerfile" ] || die "unknown image '$name' (no $(image_dir "$name")/Dockerfile)"
+    [ "$name" = operator ] && ensure_operator_wheels
     key=$(compute_key "$name") || die "cannot compute the cache key of $name"
     ref=$(image_ref "$name")
     if [ "$(image_label "$ref")" = "$key" ]; then
@@ -304,6 +343,88 @@ import_images() {
     log "imported ${names[*]} in $(since "$t0") s"
 }
 
+# --- checks -----------------------------------------------------------------------------------------------------
+
+# What each image's entrypoint needs, checked inside the built image (buildah run, chroot isolation).
+image_check() {
+    case $1 in
+        slurm-base)
+            cat <<'EOS'
+for b in tini munged munge unmunge setpriv srun sbatch scontrol sinfo; do
+    command -v "$b" >/dev/null || { echo "missing $b"; exit 1; }
+done
+test -f /usr/lib/slurmctl/chroot.so
+test -f /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_munge.so
+ids="$(id -u munge):$(id -g munge):$(id -u slurm):$(id -g slurm)"
+[ "$ids" = 990:990:64030:64030 ] || { echo "ids $ids"; exit 1; }
+if command -v systemctl; then echo "systemd is installed"; exit 1; fi
+install -d -o munge -g munge -m 0755 /tmp/k
+dd if=/dev/urandom of=/tmp/k/munge.key bs=1024 count=1 status=none
+chown munge:munge /tmp/k/munge.key && chmod 0400 /tmp/k/munge.key
+setpriv --reuid=munge --regid=munge --init-groups munged --socket=/tmp/k/sock --key-file=/tmp/k/munge.key \
+    --pid-file=/tmp/k/pid --seed-file=/tmp/k/seed --log-file=/tmp/k/log
+rc=0
+munge -S /tmp/k/sock -n | unmunge -S /tmp/k/sock | grep STATUS || rc=1
+kill "$(cat /tmp/k/pid)"
+munged -V
+exit "$rc"
+EOS
+            ;;
+        controller) echo 'slurmctld -V && test -d /var/spool/slurmctld' ;;
+        worker)
+            echo 'slurmd -V && test -x /etc/slurmctl/complement-jail.d/50-nvidia'
+            echo 'ls /usr/lib/x86_64-linux-gnu/slurm-wlm/ | grep -E "^(cgroup|proctrack|task)_"'
+            ;;
+        accounting) echo 'dpkg-query -W slurmdbd && ! ldd /usr/sbin/slurmdbd | grep "not found"' ;;
+        nccl-benchmark) echo 'python3 --version && python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" /usr/lib/slurmctl/nccl-benchmark' ;;
+        login)
+            cat <<'EOS'
+test -x /usr/lib/openssh/sshd-session
+id sshd
+test -d /run/sshd
+if ls /etc/ssh/ssh_host_* 2>/dev/null; then echo "host keys baked in"; exit 1; fi
+ssh-keygen -q -t ed25519 -N "" -f /tmp/hk
+printf 'HostKey /tmp/hk\nUsePAM yes\nChrootDirectory /mnt/jail\nSubsystem sftp internal-sftp\n' >/tmp/c
+/usr/sbin/sshd -t -f /tmp/c
+ssh -V
+EOS
+            ;;
+        jail)
+            cat <<'EOS'
+dpkg-query -W slurm-client
+if ldd /usr/bin/srun | grep 'not found'; then exit 1; fi
+python3 --version
+[ "$(id -u slurm):$(id -u munge)" = 64030:990 ]
+test -d /run/munge -a -d /etc/slurm -a -d /usr/lib/slurmctl
+EOS
+            ;;
+        populate-jail)
+            echo 'rsync --version | head -n 1 && test -x /jail-rootfs/usr/bin/srun && test -x /usr/lib/slurmctl/populate-jail'
+            ;;
+        operator) echo 'slurmctl --help >/dev/null && python3 --version' ;;
+        *) ;;
+    esac
+}
+
+cmd_check() {
+    local n ref script c rc=0
+    for n in "$@"; do
+        script=$(image_check "$n")
+        [ -n "$script" ] || continue
+        ref=$(image_ref "$n")
+        c=$("${B[@]}" from --pull-never "$ref") || die "no image $ref (build it first)"
+        if "${B[@]}" run --isolation chroot --user 0:0 "$c" -- /bin/bash -euc "$script" >"$LOGS/check-$n.log" 2>&1; then
+            log "$n: ok ($(tr '\n' ' ' <"$LOGS/check-$n.log" | cut -c1-100))"
+        else
+            log "$n: FAILED, see $LOGS/check-$n.log:"
+            sed 's/^/    | /' "$LOGS/check-$n.log" >&2
+            rc=1
+        fi
+        "${B[@]}" rm "$c" >/dev/null
+    done
+    return "$rc"
+}
+
 setup() {
     mkdir -p "$WORK" "$LOGS"
     ensure_apt_packages "${APT_PACKAGES[@]}"
@@ -363,6 +484,11 @@ case $cmd in
     list)
         setup
         cmd_list
+        ;;
+    check)
+        setup
+        [ $# -gt 0 ] || set -- slurm-base "${COMPONENTS[@]}"
+        cmd_check "$@"
         ;;
     archive)
         setup
