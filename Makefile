@@ -47,8 +47,8 @@ lint: setup
 # Build every image under images/ with buildah (cached by context hash) and import it into the node's containerd.
 # IMAGES="controller worker" builds a subset.
 IMAGES ?=
-images:
-	hack/images.sh build $(IMAGES)
+images: setup
+	PYTHON="$(CURDIR)/$(BIN)/python" hack/images.sh build $(IMAGES)
 
 images-lint: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" hack/images-lint.sh

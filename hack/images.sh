@@ -300,7 +300,7 @@ ensure_archive() {
         find "$ARCHIVES" -maxdepth 1 -name "$name-*.tar*" -delete
         t0=$(now)
         run_step "push $name" "$LOGS/push-$name.log" \
-            "${B[@]}" push --disable-compression "$ref" "oci-archive:$file.tmp:$ref"
+            "${B[@]}" push "$ref" "oci-archive:$file.tmp:$ref"
         mv -f "$file.tmp" "$file"
         log "$name: archive written in $(since "$t0") s ($(du -m "$file" | cut -f1) MB)"
     fi
