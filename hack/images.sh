@@ -44,7 +44,7 @@ IMAGES_IMPORT=${IMAGES_IMPORT:-auto}
 NODE_SH=${NODE_SH:-$ROOT/hack/node.sh}
 LABEL=io.slurmctl.context-hash
 # Bump when the base recipe below changes, so the base is made again.
-BASE_RECIPE=1
+BASE_RECIPE=2
 APT_PACKAGES=(buildah mmdebstrap python3)
 # The Python whose pip downloads the operator's wheels (the project's venv when it exists).
 PYTHON=${PYTHON:-$([ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3)}
@@ -191,6 +191,21 @@ base_key() {
         sha256sum | cut -d' ' -f1
 }
 
+# What mmdebstrap leaves that no image should carry: apt's binary caches (86 MB; its final `apt-get clean` does not
+# remove them once Dir::Cache::pkgcache is empty), and the build host's resolver and hostname. Pods get
+# /etc/resolv.conf, /etc/hosts and /etc/hostname from the kubelet; the jail gets them from complement-jail.
+scrub_base() {
+    local root=$1
+    [ -d "$root/etc" ] || die "cannot scrub the base: $root is not a root filesystem"
+    rm -f "$root"/var/cache/apt/*.bin
+    find "$root/var/lib/apt/lists" -mindepth 1 -maxdepth 1 ! -name partial ! -name lock -exec rm -rf {} +
+    rm -f "$root/etc/resolv.conf" "$root/etc/hostname" "$root/etc/hosts"
+    install -m 0644 /dev/null "$root/etc/resolv.conf"
+    printf 'localhost\n' >"$root/etc/hostname"
+    printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+    chmod 0644 "$root/etc/hostname" "$root/etc/hosts"
+}
+
 ensure_base() {
     local refresh=${1:-0} key mirrors=() tar c t0
     key=$(base_key)
@@ -210,6 +225,8 @@ ensure_base() {
     t0=$(now)
     c=$("${B[@]}" from scratch)
     run_step base-add "$LOGS/base-import.log" "${B[@]}" add "$c" "$tar" /
+    scrub_base "$("${B[@]}" mount "$c")"
+    "${B[@]}" umount "$c" >/dev/null
     "${B[@]}" config --cmd /bin/bash --env 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --label "$LABEL=$key" "$c"
     run_step base-commit "$LOGS/base-import.log" "${B[@]}" commit --rm --format docker "$c" "$BASE_REF"
@@ -354,6 +371,12 @@ for b in tini munged munge unmunge setpriv srun sbatch scontrol sinfo; do
     command -v "$b" >/dev/null || { echo "missing $b"; exit 1; }
 done
 test -f /usr/lib/slurmctl/chroot.so
+test -x /usr/lib/slurmctl/entrypoint-worker && test -f /usr/lib/slurmctl/lib.sh
+grep -Eq '^passwd:[[:space:]]+files extrausers$' /etc/nsswitch.conf
+mkdir -p /tmp/j/etc && echo 'jailuser:x:2000:2000::/home/jailuser:/bin/bash' >/tmp/j/etc/passwd
+echo 'jailuser:x:2000:' >/tmp/j/etc/group && echo 'jailuser:!:1::::::' >/tmp/j/etc/shadow
+for f in passwd group shadow; do ln -sfn "/tmp/j/etc/$f" "/var/lib/extrausers/$f"; done
+[ "$(id -u jailuser)" = 2000 ] || { echo "extrausers: jail users do not resolve"; exit 1; }
 test -f /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_munge.so
 ids="$(id -u munge):$(id -g munge):$(id -u slurm):$(id -g slurm)"
 [ "$ids" = 990:990:64030:64030 ] || { echo "ids $ids"; exit 1; }
