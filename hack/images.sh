@@ -341,6 +341,7 @@ import_images() {
     fi
     present=$("$NODE_SH" images) || die "$NODE_SH images failed"
     for name in "$@"; do
+        [ "$name" = slurm-base ] && continue # a build base only: no pod runs it
         ref=$(image_ref "$name")
         if grep -Fqx -- "$ref" <<<"$(awk '{print $1}' <<<"$present")" &&
             [ "$(cat "$IMPORTED/$name" 2>/dev/null)" = "${BUILT[$name]}" ]; then
