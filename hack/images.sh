@@ -475,6 +475,9 @@ cmd_build() {
     if [ ${#REBUILT[@]} -eq 0 ]; then
         log "nothing rebuilt: every image is up to date ($(since "$t0") s)"
     else
+        # Working containers left in our private storage (buildah 1.28 leaves the `FROM <image> AS stage` container of
+        # populate-jail's `COPY --from`) hold whole vfs copies of old images; nothing else uses this storage.
+        "${B[@]}" rm --all >/dev/null 2>&1 || true
         "${B[@]}" rmi --prune >/dev/null 2>&1 || true
         log "rebuilt ${REBUILT[*]} in $(since "$t0") s"
     fi
