@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
 # `make run`: run the operator in the foreground against the cluster in KUBECONFIG, or against the embedded local
-# control plane (started in .cluster/ and left running afterwards; `make cluster-down` stops it) when KUBECONFIG is
-# unset. Installs the CRD and RBAC, applies the minimal sample and prints what the operator made of it.
+# cluster when KUBECONFIG is unset: control plane + a real node (started in .cluster/ and left running afterwards;
+# `make cluster-down` stops it) and the images built here. Installs the CRD and RBAC, applies the minimal sample,
+# waits until it is Available and shows the Slurm it became.
 set -euo pipefail
 VENV=${1:-.venv}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SAMPLE=${SLURMCTL_SAMPLE:-config/samples/slurmcluster_minimal.yaml}
+AVAILABLE_TIMEOUT=${SLURMCTL_AVAILABLE_TIMEOUT:-900}
 HEALTH=${SLURMCTL_HEALTH_PROBE_BIND_ADDRESS:-127.0.0.1:8081}
 export SLURMCTL_HEALTH_PROBE_BIND_ADDRESS=$HEALTH
 export SLURMCTL_METRICS_BIND_ADDRESS=${SLURMCTL_METRICS_BIND_ADDRESS:-127.0.0.1:8080}
+LOG_PREFIX=run
+# shellcheck source=hack/lib.sh
+. "$ROOT/hack/lib.sh"
 
-log() { printf 'run: %s\n' "$*" >&2; }
+quiet_kubectl() { kubectl "$@" 2>&1 | grep -v '^Warning' || true; }
 
 if [ -z "${KUBECONFIG:-}" ]; then
-    log "KUBECONFIG is not set: using the embedded local control plane"
+    log "KUBECONFIG is not set: using the embedded local cluster (control plane + node in .cluster/)"
     hack/control-plane.sh build
+    hack/node.sh build
     export KUBECONFIG="$ROOT/.cluster/kubeconfig"
     hack/control-plane.sh up >/dev/null
+    hack/node.sh up
+    log "building and importing the images (cached: seconds when nothing changed)"
+    PATH="$ROOT/$VENV/bin:$PATH" hack/images.sh build
+    local_cluster=1
+else
+    local_cluster=0
 fi
 log "cluster: $(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
 # Everything in config/default but the operator's Deployment: this process is the operator.
 kubectl kustomize config/default \
     | "$VENV/bin/python" -c 'import sys, yaml; yaml.safe_dump_all((d for d in yaml.safe_load_all(sys.stdin) if d and d.get("kind") != "Deployment"), sys.stdout)' \
-    | kubectl apply --server-side -f - 2>&1 | grep -v '^Warning' >&2
+    | quiet_kubectl apply --server-side -f - >&2
 kubectl wait --for=condition=Established crd/slurmclusters.slurm.slurmctl.io --timeout=60s >/dev/null 2>&1
 
 log "starting the operator (Ctrl-C stops it)"
@@ -38,17 +50,42 @@ until curl -fs "http://$HEALTH/readyz" >/dev/null 2>&1; do
 done
 
 name=$(awk '/^kind: SlurmCluster/ {f=1} f && /^  name:/ {print $2; exit}' "$SAMPLE")
-log "applying $SAMPLE (SlurmCluster $name)"
-kubectl apply --server-side -f "$SAMPLE" 2>&1 | grep -v '^Warning' >&2
-for _ in $(seq 1 40); do
-    [ -n "$(kubectl get statefulset -l "app.kubernetes.io/instance=$name" -o name 2>/dev/null)" ] && break
-    sleep 0.5
+log "applying $SAMPLE (SlurmCluster $name); waiting up to ${AVAILABLE_TIMEOUT}s for it to be Available"
+quiet_kubectl apply --server-side -f "$SAMPLE" >&2
+deadline=$((SECONDS + AVAILABLE_TIMEOUT))
+last=
+while :; do
+    kill -0 "$operator" 2>/dev/null || { wait "$operator"; exit $?; }
+    phase=$(kubectl get slurmcluster "$name" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+    [ "$phase" = "$last" ] || { log "SlurmCluster $name: ${phase:-no status yet}"; last=$phase; }
+    [ "$phase" = Available ] && break
+    if [ $SECONDS -ge $deadline ]; then
+        log "SlurmCluster $name is not Available after ${AVAILABLE_TIMEOUT}s; what there is:"
+        quiet_kubectl get pods,jobs,pvc -o wide -l "app.kubernetes.io/instance=$name" >&2
+        break
+    fi
+    sleep 2
 done
+
+login=$(kubectl get pods -l "app.kubernetes.io/instance=$name,app.kubernetes.io/component=login" \
+    -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true)
 {
-    printf '\n--- what slurmctl created for SlurmCluster %s ---\n' "$name"
-    kubectl get statefulsets,services,configmaps,secrets,jobs -l "app.kubernetes.io/instance=$name" 2>&1 | grep -v '^Warning'
+    printf '\n--- SlurmCluster %s ---\n' "$name"
+    quiet_kubectl get slurmcluster "$name"
     printf '\n'
-    kubectl get slurmcluster "$name" 2>&1 | grep -v '^Warning'
-    printf '\n(there is no kubelet on the embedded control plane: pods stay Pending, so the phase stays Reconciling)\n\n'
+    quiet_kubectl get pods -o wide -l "app.kubernetes.io/instance=$name"
+    if [ "$phase" = Available ] && [ -n "$login" ]; then
+        printf '\n$ kubectl exec %s -c sshd -- sinfo\n' "$login"
+        quiet_kubectl exec "$login" -c sshd -- sinfo
+        ip=$(kubectl get pod "$login" -o jsonpath='{.status.podIP}')
+        printf '\nReach it:\n'
+        printf '  KUBECONFIG=%s kubectl exec -it %s -c sshd -- chroot /mnt/jail bash -l   # a root shell in the jail\n' \
+            "$KUBECONFIG" "$login"
+        if [ "$local_cluster" = 1 ]; then
+            printf '  ssh root@%s        # with a key from spec.login.sshRootPublicKeys (users: their key in the jail)\n' "$ip"
+        fi
+        printf '  then: sinfo; srun -N2 hostname; sbatch --wrap hostname\n'
+    fi
+    printf '\nThe operator keeps running (Ctrl-C stops it; `make cluster-down` stops the local cluster).\n\n'
 } >&2
 wait "$operator"

@@ -8,8 +8,9 @@ cd "$ROOT"
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-# System tools the tests call (checked with dpkg so a warm machine does not touch apt).
-SYSTEM_PACKAGES=(openssh-client)
+# System tools the tests call (checked with dpkg so a warm machine does not touch apt): ssh for logins to the login
+# pods, munge for the container scripts' munged tests (test/unit/images).
+SYSTEM_PACKAGES=(openssh-client munge)
 missing=()
 for pkg in "${SYSTEM_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
@@ -20,6 +21,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends \
         "${missing[@]}" >/dev/null
 fi
+
+# The container scripts run as the images' fixed users; the tests run them here, so the same users exist here.
+getent group slurm >/dev/null || groupadd --system --gid 64030 slurm
+getent passwd slurm >/dev/null || useradd --system --uid 64030 --gid slurm --home-dir /nonexistent --no-create-home \
+    --shell /usr/sbin/nologin slurm
 
 PY=${PYTHON:-python3}
 if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then

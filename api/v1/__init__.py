@@ -21,7 +21,6 @@ from slurmctl.api.v1.defaults import (
     MAX_GROUP_NAME_LENGTH,
     MAX_GROUP_SIZE,
     MAX_TOTAL_WORKERS,
-    SLURM_VERSION,
     Component,
     default_image,
 )
@@ -97,7 +96,6 @@ __all__ = [
     "PLURAL",
     "SHORT_NAMES",
     "SINGULAR",
-    "SLURM_VERSION",
     "SPEC_VALID",
     "VERSION",
     "WORKERS_READY",

@@ -11,7 +11,6 @@ from typing import Final, Literal
 
 IMAGE_REGISTRY: Final = "ghcr.io/slurmctl"
 IMAGE_TAG: Final = "0.1.0"
-SLURM_VERSION: Final = "22.05.8"  # what Debian 12 ships, and what the tests run
 
 Component = Literal[
     "controller", "worker", "login", "accounting", "jail", "populate-jail", "nccl-benchmark", "operator"

@@ -27,7 +27,6 @@ from slurmctl.api.v1.defaults import (
     MAX_SSH_KEYS,
     MAX_WORKER_GROUPS,
     OPERATOR_OWNED_SLURM_KEYS,
-    SLURM_VERSION,
     Component,
     default_image,
 )
@@ -120,13 +119,9 @@ class SlurmConfig(ApiModel):
 
 
 class SlurmSpec(ApiModel):
-    """Slurm itself: version, where images come from, and slurm.conf overrides."""
+    """Slurm itself: where images come from, and slurm.conf overrides. The Slurm version is the one the images carry
+    (24.11 for slurmctl's own); the rendered configuration targets it, so there is no separate version field."""
 
-    version: str = Field(
-        SLURM_VERSION,
-        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
-        description="Slurm version the images run; the rendered configuration targets it.",
-    )
     image_registry: str = Field(
         IMAGE_REGISTRY,
         max_length=512,
@@ -139,8 +134,12 @@ class SlurmSpec(ApiModel):
         pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
         description="Tag of the default images; empty means the operator's own version, so upgrades roll images.",
     )
-    cgroup_version: Literal["v1", "v2"] = Field(
-        "v2", description="cgroup version of the worker nodes' kernels, for cgroup.conf."
+    cgroup_version: Literal["auto", "v1", "v2"] = Field(
+        "auto",
+        description=(
+            "cgroup version of the worker nodes' kernels, for cgroup.conf: auto lets slurmd detect it on each node "
+            "(CgroupPlugin=autodetect), which suits clusters that mix kernels; v1 or v2 force a plugin."
+        ),
     )
     config: SlurmConfig = Field(
         default_factory=SlurmConfig, description="Typed slurm.conf keys that override slurmctl's defaults."

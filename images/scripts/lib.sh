@@ -9,6 +9,8 @@
 : "${MUNGE_SOCKET:=/run/munge/munge.socket.2}"
 : "${MUNGE_WAIT_SECONDS:=120}"
 : "${MUNGE_USER:=munge}"
+: "${JAIL_DIR:=/mnt/jail}"
+: "${EXTRAUSERS_DIR:=/var/lib/extrausers}"
 
 PROG=${PROG:-$(basename "$0")}
 
@@ -107,4 +109,16 @@ exec_as() {
         exec "$@"
     fi
     exec setpriv --reuid="$user" --regid="$user" --init-groups "$@"
+}
+
+# Users and groups live in the jail. The images' NSS reads "files extrausers" (libnss-extrausers), and the extrausers
+# files point into the jail: sshd, slurmctld and slurmstepd resolve users created in the jail, at once and without a
+# restart (a symlink follows useradd's rename, a bind mount would not), while the image's own system users come first.
+link_jail_users() {
+    local f
+    mkdir -p "$EXTRAUSERS_DIR"
+    for f in passwd group shadow; do
+        ln -sfn "$JAIL_DIR/etc/$f" "$EXTRAUSERS_DIR/$f"
+    done
+    log "users and groups from $JAIL_DIR/etc (via $EXTRAUSERS_DIR)"
 }

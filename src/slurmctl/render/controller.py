@@ -6,14 +6,15 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import render_slurm_configs
+from slurmctl.render.slurm_conf import JAIL_PATH, render_slurm_configs
 
 COMPONENT = "controller"
 STATE_DIR = "/var/spool/slurmctld"
 
 
 def config_hash(cluster: SlurmCluster, *, munge_key_id: str) -> str:
-    """slurmctld reads every config file, node list included: Slurm 22.05 learns new nodes only on restart."""
+    """slurmctld reads every config file; scaling changes none of them (workers are dynamic nodes), so it rolls
+    slurmctld only when the node sets or partitions change."""
     return meta.content_hash(render_slurm_configs(cluster), munge_key_id)
 
 
@@ -43,8 +44,15 @@ def render_controller_statefulset(cluster: SlurmCluster, *, munge_key_id: str) -
         "name": "slurmctld",
         "image": image,
         "ports": [{"name": "slurmctld", "containerPort": meta.SLURMCTLD_PORT, "protocol": "TCP"}],
-        "volumeMounts": [*pods.slurm_mounts(), {"name": "state", "mountPath": STATE_DIR}],
-        "readinessProbe": {"tcpSocket": {"port": meta.SLURMCTLD_PORT}, "periodSeconds": 10},
+        # The jail, read-only, for its users: slurmctld resolves each job's user and groups itself (Slurm >= 23.11
+        # sends them to the nodes), and the users live in the jail's /etc/passwd.
+        "env": [{"name": "JAIL_DIR", "value": JAIL_PATH}],
+        "volumeMounts": [
+            *pods.slurm_mounts(),
+            *pods.jail_mounts(spec, read_only=True),
+            {"name": "state", "mountPath": STATE_DIR},
+        ],
+        "readinessProbe": pods.slurm_readiness("controller"),
         "resources": pods.resources(ctl.resources),
     }
     return {
@@ -61,7 +69,7 @@ def render_controller_statefulset(cluster: SlurmCluster, *, munge_key_id: str) -
                 config_hash=config_hash(cluster, munge_key_id=munge_key_id),
                 daemon=slurmctld,
                 image=image,
-                volumes=pods.slurm_volumes(c),
+                volumes=[*pods.slurm_volumes(c), pods.volume("jail", spec.jail.volume)],
                 placement=ctl,
             ),
             "volumeClaimTemplates": [claim],

@@ -73,7 +73,7 @@ def render_login_statefulset(cluster: SlurmCluster, *, munge_key_id: str, host_k
             {"name": "sshd-configs", "mountPath": SSHD_CONFIGS_MOUNT, "readOnly": True},
             {"name": "ssh-host-keys", "mountPath": SSH_HOST_KEYS_MOUNT, "readOnly": True},
         ],
-        "readinessProbe": {"tcpSocket": {"port": meta.SSH_PORT}, "periodSeconds": 10},
+        "readinessProbe": pods.slurm_readiness("login"),
         "resources": pods.resources(login.resources),
     }
     volumes = [

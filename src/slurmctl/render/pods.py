@@ -21,6 +21,7 @@ MUNGE_KEY_MOUNT = "/mnt/munge-key"
 MUNGE_SOCKET_DIR = "/run/munge"
 SUBMOUNTS_ROOT = "/mnt/jail-submounts"
 ENTRYPOINT_MUNGE = "/usr/lib/slurmctl/entrypoint-munge"
+SLURM_READY = "/usr/lib/slurmctl/slurm-ready"
 MUNGE_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
 
 
@@ -70,8 +71,10 @@ def jail_volumes(spec: SlurmClusterSpec) -> list[dict[str, Any]]:
     return vols
 
 
-def jail_mounts(spec: SlurmClusterSpec) -> list[dict[str, Any]]:
+def jail_mounts(spec: SlurmClusterSpec, *, read_only: bool = False) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [{"name": "jail", "mountPath": JAIL_PATH}]
+    if read_only:
+        return [{**mounts[0], "readOnly": True}]
     for m in sorted(spec.jail.sub_mounts, key=lambda m: m.name):
         mount: dict[str, Any] = {"name": f"submount-{m.name}", "mountPath": f"{SUBMOUNTS_ROOT}/{m.name}"}
         if m.read_only:
@@ -110,6 +113,18 @@ def scheduling(s: Scheduling) -> dict[str, Any]:
     if s.affinity:
         out["affinity"] = s.affinity
     return out
+
+
+def slurm_readiness(role: str) -> dict[str, Any]:
+    """Ready means Slurm says so (images/scripts/slurm-ready asks slurmctld), not that a port is open: a slurmd
+    that listens but never registered, or a login node that cannot reach slurmctld, is not ready. The timeout
+    covers one slurmctld round trip with Slurm's own message timeout."""
+    return {
+        "exec": {"command": [SLURM_READY, role]},
+        "periodSeconds": 10,
+        "timeoutSeconds": 15,
+        "failureThreshold": 3,
+    }
 
 
 def node_name_env() -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """The Slurm configuration files of a cluster, as the data of the `<c>-slurm-configs` ConfigMap.
 
-Node definitions live in their own file, `nodes.conf`, included by slurm.conf: scaling a group changes only that
-file, so the rollout hash of workers and login nodes can leave it out (slurmd reads its own node line once at start)
-while slurmctld, which Slurm 22.05 must restart to learn new nodes, hashes everything.
+Workers are Slurm *dynamic nodes* (`slurmd -Z`): each slurmd registers itself with slurmctld, which takes the node's
+address from the registration and hands it to every other Slurm component that needs it. So no file lists nodes:
+`nodes.conf` holds one `NodeSet` per worker group (selected by a feature every node of the group registers with) and
+the partitions over those sets. Scaling changes no file at all: no daemon restarts, new nodes are usable from every
+node at once, and a pod that comes back with a new IP re-registers with it.
 
 Output is deterministic: an unchanged spec renders byte-identical files, so the ConfigMap is never rewritten.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from slurmctl.api.v1 import MAX_GROUP_SIZE, SlurmCluster, WorkerGroup, parse_quantity
+from slurmctl.api.v1 import MAX_GROUP_SIZE, MAX_TOTAL_WORKERS, SlurmCluster, WorkerGroup, parse_quantity
 from slurmctl.render import meta
 
 SLURM_CONF = "slurm.conf"
@@ -19,7 +21,7 @@ NODES_CONF = "nodes.conf"
 CGROUP_CONF = "cgroup.conf"
 GRES_CONF = "gres.conf"
 PLUGSTACK_CONF = "plugstack.conf"
-# The files a node reads once at start; `nodes.conf` is deliberately not one of them (see the module docstring).
+# The files a worker or login node uses itself; `nodes.conf` (node sets and partitions) matters only to slurmctld.
 NODE_LOCAL_FILES = (SLURM_CONF, CGROUP_CONF, GRES_CONF, PLUGSTACK_CONF)
 
 SLURM_CONF_DIR = "/etc/slurm"
@@ -44,11 +46,6 @@ def _line(pairs: list[tuple[str, str]]) -> str:
     return " ".join(f"{key}={value}" for key, value in pairs) + "\n"
 
 
-def node_names(c: str, group: WorkerGroup) -> list[str]:
-    """Slurm node names equal pod names (slurmd matches its hostname against NodeName)."""
-    return [f"{meta.worker_group(c, group.name)}-{ordinal}" for ordinal in range(group.size)]
-
-
 def node_hostlist(c: str, group: WorkerGroup, size: int | None = None) -> str:
     count = group.size if size is None else size
     prefix = meta.worker_group(c, group.name)
@@ -56,8 +53,9 @@ def node_hostlist(c: str, group: WorkerGroup, size: int | None = None) -> str:
 
 
 def _node_size(group: WorkerGroup) -> list[tuple[str, str]]:
-    """CPUs and RealMemory (MiB) from the group's resources, requests first: what the pod is guaranteed."""
-    out: list[tuple[str, str]] = []
+    """The group's feature (its node set selects on it), then CPUs and RealMemory (MiB) from the group's resources,
+    requests first: what the pod is guaranteed."""
+    out: list[tuple[str, str]] = [("Feature", ",".join([group.name, *sorted(set(group.features) - {group.name})]))]
     res = group.resources
     cpu = res.requests.get("cpu", res.limits.get("cpu"))
     if cpu is not None:
@@ -67,29 +65,21 @@ def _node_size(group: WorkerGroup) -> list[tuple[str, str]]:
         out.append(("RealMemory", str(max(1, math.floor(parse_quantity(memory) / MIB)))))
     if group.is_gpu:
         out.append(("Gres", f"gpu:{group.gpus}"))
-    if group.features:
-        out.append(("Feature", ",".join(sorted(group.features))))
     return out
 
 
+def dynamic_node_conf(group: WorkerGroup) -> str:
+    """What a worker of this group registers with (`slurmd -Z --conf`): slurm.conf node syntax without NodeName."""
+    return _line(_node_size(group)).rstrip("\n")
+
+
 def render_nodes_conf(cluster: SlurmCluster) -> str:
-    c = meta.cluster_name(cluster)
+    """A node set per group, whatever its size: dynamic nodes join the set whose feature they register with."""
     out = [_header(cluster)]
     for group in sorted(cluster.spec.workers, key=lambda g: g.name):
-        if group.size == 0:
-            out.append(f"# worker group {group.name}: size 0, no nodes\n")
-            continue
-        size = _node_size(group)
-        for node in node_names(c, group):
-            addr = f"{node}.{meta.workers_service(c)}"
-            out.append(_line([("NodeName", node), ("NodeAddr", addr), *size, ("State", "UNKNOWN")]))
-        out.append(_line([("NodeSet", group.name), ("Nodes", node_hostlist(c, group))]))
+        out.append(_line([("NodeSet", group.name), ("Feature", group.name)]))
     for partition in sorted(cluster.spec.partitions, key=lambda p: p.name):
-        groups = [
-            name
-            for name in cluster.spec.partition_workers(partition)
-            if (g := cluster.spec.worker_group(name)) is not None and g.size > 0
-        ]
+        groups = [name for name in cluster.spec.partition_workers(partition) if cluster.spec.worker_group(name)]
         pairs = [("PartitionName", partition.name)]
         if groups:
             pairs.append(("Nodes", ",".join(sorted(groups))))
@@ -118,6 +108,10 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
         # slurmctld runs as SlurmUser, which cannot write /run; the state directory is its own.
         "SlurmctldPidFile": "/var/spool/slurmctld/slurmctld.pid",
         "SlurmdPidFile": "/run/slurmd.pid",
+        # Dynamic nodes: slurmctld sizes its node table once, and talks to every node directly (the other daemons do
+        # not know the node list, so they cannot forward messages down a tree).
+        "MaxNodeCount": str(MAX_TOTAL_WORKERS),
+        "TreeWidth": "65533",
         "ProctrackType": "proctrack/cgroup",
         "TaskPlugin": "task/cgroup,task/affinity",
         "JobAcctGatherType": "jobacct_gather/cgroup",
@@ -159,25 +153,20 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
     return "".join(out)
 
 
+CGROUP_PLUGINS = {"auto": "autodetect", "v1": "cgroup/v1", "v2": "cgroup/v2"}
+
+
 def render_cgroup_conf(cluster: SlurmCluster) -> str:
-    if cluster.spec.slurm.cgroup_version == "v2":
-        pairs = [
-            ("CgroupPlugin", "cgroup/v2"),
-            ("ConstrainCores", "yes"),
-            ("ConstrainDevices", "yes"),
-            ("ConstrainRAMSpace", "yes"),
-            ("ConstrainSwapSpace", "no"),
-            ("IgnoreSystemd", "yes"),
-        ]
-    else:
-        pairs = [
-            ("CgroupPlugin", "cgroup/v1"),
-            ("CgroupAutomount", "yes"),
-            ("ConstrainCores", "yes"),
-            ("ConstrainDevices", "yes"),
-            ("ConstrainRAMSpace", "yes"),
-            ("ConstrainSwapSpace", "yes"),
-        ]
+    """One set of keys valid for both plugins: slurmd in a pod has no systemd to delegate to (IgnoreSystemd), and swap
+    is not constrained because v1 kernels without swap accounting would refuse it."""
+    pairs = [
+        ("CgroupPlugin", CGROUP_PLUGINS[cluster.spec.slurm.cgroup_version]),
+        ("ConstrainCores", "yes"),
+        ("ConstrainDevices", "yes"),
+        ("ConstrainRAMSpace", "yes"),
+        ("ConstrainSwapSpace", "no"),
+        ("IgnoreSystemd", "yes"),
+    ]
     return _header(cluster) + _lines(pairs)
 
 

@@ -6,13 +6,15 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import NODE_LOCAL_FILES, render_slurm_configs
+from slurmctl.render.slurm_conf import NODE_LOCAL_FILES, dynamic_node_conf, render_slurm_configs
 
 COMPONENT = "worker"
+WORKER_PRESTOP = "/usr/lib/slurmctl/worker-prestop"
 
 
 def config_hash(cluster: SlurmCluster, *, munge_key_id: str) -> str:
-    """slurmd reads its configs once at start; the node list (nodes.conf) is left out so scaling rolls no worker."""
+    """slurmd reads its configs once at start; nodes.conf (node sets, partitions) matters only to slurmctld, so
+    adding a group or a partition rolls no worker."""
     return meta.content_hash(meta.subset(render_slurm_configs(cluster), NODE_LOCAL_FILES), munge_key_id)
 
 
@@ -35,7 +37,12 @@ def render_worker_statefulset(
     slurmd = {
         "name": "slurmd",
         "image": image,
-        "env": [pods.node_name_env(), *pods.jail_env(spec)],
+        "env": [
+            pods.node_name_env(),
+            # slurmd registers as a dynamic node with this definition (see render/slurm_conf.py).
+            {"name": "SLURMD_CONF", "value": dynamic_node_conf(group)},
+            *pods.jail_env(spec),
+        ],
         "ports": [{"name": "slurmd", "containerPort": meta.SLURMD_PORT, "protocol": "TCP"}],
         # pivot_root, mount namespaces and bind mounts into the jail need the full capability set.
         "securityContext": {"privileged": True},
@@ -44,7 +51,10 @@ def render_worker_statefulset(
             *pods.jail_mounts(spec),
             {"name": "dev-shm", "mountPath": "/dev/shm"},  # noqa: S108 - the pod's own memory-backed shm
         ],
-        "readinessProbe": {"tcpSocket": {"port": meta.SLURMD_PORT}, "periodSeconds": 10},
+        "readinessProbe": pods.slurm_readiness("worker"),
+        # A pod that goes (scale-in, re-creation) takes its node out of Slurm's node list; a re-created pod registers
+        # again. Draining first is the operator's job, before it lets a pod go.
+        "lifecycle": {"preStop": {"exec": {"command": [WORKER_PRESTOP]}}},
         "resources": pods.resources(
             group.resources, extra_limits={"nvidia.com/gpu": group.gpus} if group.gpus else None
         ),

@@ -53,7 +53,7 @@ def test_minimal_spec_gets_the_defaults_a_user_expects() -> None:
     assert spec.workers[0].gpus == 0
     assert not spec.workers[0].is_gpu
     assert spec.gpu_groups == []
-    assert spec.slurm.version == "22.05.8"
+    assert spec.slurm.cgroup_version == "auto"
     assert spec.accounting.enabled is False
     assert spec.login.service.type == "ClusterIP"
     assert spec.accounting.external is None

@@ -45,7 +45,7 @@ def env_for(tree: Path, **extra: str) -> dict[str, str]:
         "JAIL_DIR": str(tree / "jail"),
         "JAIL_SUBMOUNTS": "home:/home data:/srv/data",
         "JAIL_SUBMOUNTS_SOURCE": str(tree / "submounts"),
-        "COMPLEMENT_JAIL_BINDS": "/usr/bin/srun /usr/bin/does-not-exist-here",
+        "COMPLEMENT_JAIL_BINDS": "/usr/bin/env /usr/bin/does-not-exist-here",
         "COMPLEMENT_JAIL_HOOKS": str(tree / "hooks"),
         "HOOK_LOG": str(tree / "hook.log"),
         "SLURM_CONF_DIR": str(tree / "slurm-etc"),
@@ -100,7 +100,7 @@ def test_mounts_appear_and_a_second_run_adds_none(tree: Path) -> None:
         f"{j}/etc/slurm",
         f"{j}/home",
         f"{j}/srv/data",
-        f"{j}/usr/bin/srun",
+        f"{j}/usr/bin/env",
     }
     assert expected <= set(points), sorted(expected - set(points))
     assert points[f"{j}/proc"] == "proc"

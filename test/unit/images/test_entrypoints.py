@@ -52,6 +52,7 @@ def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
         "MUNGE_KEY_FILE": str(shared_tmp / "etc" / "munge" / "munge.key"),
         "MUNGE_SOCKET": str(shared_tmp / "run" / "munge.socket.2"),
         "MUNGE_WAIT_SECONDS": "5",
+        "EXTRAUSERS_DIR": str(shared_tmp / "var" / "lib" / "extrausers"),
         "ROOT": str(shared_tmp),
         "LOG": str(log),
     }
@@ -139,6 +140,28 @@ def test_worker_completes_the_jail_then_runs_slurmd(pod: dict[str, str]) -> None
     assert_configs_installed(pod)
     assert "jail " + env["JAIL_DIR"] + " is complete" in done.stderr
     assert Path(pod["LOG"]).read_text() == "slurmd uid=0 args=-D\n"
+
+
+def test_worker_registers_a_dynamic_node_knows_jail_users_and_mirrors_homes(pod: dict[str, str]) -> None:
+    env = {**jail_env(pod), "SLURMD_CONF": "Feature=cpu CPUs=1 RealMemory=1024", "SLURMD_NODENAME": "c-worker-cpu-0"}
+    jail = Path(env["JAIL_DIR"])
+    (jail / "etc" / "passwd").write_text("alice:x:1500:1500::/home/alice:/bin/bash\n")
+    (jail / "home" / "alice").mkdir(parents=True)
+    (jail / "home" / "alice" / "written-in-the-jail").write_text("yes\n")
+    # Inside the entrypoint's mount namespace, /home is the jail's: what slurmstepd opens there lands in the jail.
+    probe = '"$0" && cat /home/alice/written-in-the-jail'
+    done = run_script(
+        "entrypoint-worker", env=env, wrapper=("unshare", "--mount", "--propagation", "private", "bash", "-c", probe)
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "yes\n"
+    assert not Path("/home/alice/written-in-the-jail").exists()  # the host's /home was never touched
+    assert Path(pod["LOG"]).read_text() == (
+        "slurmd uid=0 args=-D -Z --conf Feature=cpu CPUs=1 RealMemory=1024 -N c-worker-cpu-0\n"
+    )
+    passwd = Path(env["EXTRAUSERS_DIR"]) / "passwd"
+    assert passwd.is_symlink() and passwd.read_text() == "alice:x:1500:1500::/home/alice:/bin/bash\n"
 
 
 def test_login_installs_sshd_config_keys_and_runs_sshd(pod: dict[str, str]) -> None:

@@ -6,6 +6,7 @@ so a drain is visible as a recorded `scontrol update ... State=DRAIN`.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +66,12 @@ def run_benchmark(tmp_path: Path, *, srun: str | None, sinfo_fails: bool = False
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     log.touch()
     stub_slurm(bin_dir, log, srun=srun, sinfo_fails=sinfo_fails)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NCCL_DRAIN_ON_FAILURE": "true", "NCCL_TIMEOUT_SECONDS": "60"}
+    # Only the stubs and the few tools they use: a real srun on this machine must not stand in for a missing one.
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("basename", "cat", "sed"):
+        (tools / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
+    env = {"PATH": f"{bin_dir}:{tools}", "NCCL_DRAIN_ON_FAILURE": "true", "NCCL_TIMEOUT_SECONDS": "60"}
     done = subprocess.run(
         [sys.executable, str(SCRIPTS / "nccl_benchmark.py")],
         env=env,

@@ -39,49 +39,57 @@ def _hash(obj: dict[str, Any]) -> str:
     return annotations[CONFIG_HASH_ANNOTATION]
 
 
-NODE_LIST = {"configmap-research-slurm-configs", "statefulset-research-controller"}
+def _slurmd_conf(obj: dict[str, Any]) -> str:
+    (slurmd,) = [c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"]
+    (env,) = [e for e in slurmd["env"] if e["name"] == "SLURMD_CONF"]
+    return str(env["value"])
 
 
 @pytest.mark.parametrize(
-    ("change", "touched"),
+    "change",
     [
-        # Features live in slurmctld's node table only: slurmd needs no restart for them.
-        pytest.param(lambda g: g.update(features=["h100", "nvlink", "ib"]), NODE_LIST, id="features"),
-        pytest.param(
-            lambda g: g["resources"]["requests"].update(cpu=96),
-            {*NODE_LIST, "statefulset-research-worker-h100"},
-            id="cpus",
-        ),
-        pytest.param(
-            lambda g: g.update(sharedMemorySize="256Gi"), {"statefulset-research-worker-h100"}, id="shared-memory"
-        ),
+        pytest.param(lambda g: g.update(features=["h100", "nvlink", "ib"]), id="features"),
+        pytest.param(lambda g: g["resources"]["requests"].update(cpu=96), id="cpus"),
+        pytest.param(lambda g: g.update(sharedMemorySize="256Gi"), id="shared-memory"),
     ],
 )
-def test_editing_one_group_changes_only_that_group_and_the_node_list(
-    change: Callable[[dict[str, Any]], None], touched: set[str]
-) -> None:
+def test_editing_one_group_rolls_only_that_group(change: Callable[[dict[str, Any]], None]) -> None:
+    """A node's definition travels with its pod (dynamic nodes register with it), not in a file every daemon reads:
+    no config changes, slurmctld and the other groups stay as they are."""
     before, after = _edit(lambda doc: change(_h100(doc)))
-    # The controller restarts on a node list change because Slurm 22.05's slurmctld learns nodes only on restart.
-    assert _changed(before, after) == touched
-    old, new = before["configmap-research-slurm-configs"]["data"], after["configmap-research-slurm-configs"]["data"]
-    assert {name for name in old if old[name] != new[name]} <= {"nodes.conf"}
+    assert _changed(before, after) == {"statefulset-research-worker-h100"}
     assert _hash(before["statefulset-research-worker-h100"]) == _hash(after["statefulset-research-worker-h100"])
 
 
-def test_scaling_a_group_rolls_only_the_controller() -> None:
+def test_the_node_definition_follows_the_group() -> None:
+    before, after = _edit(lambda doc: _h100(doc).update(features=["ib"]))
+    assert _slurmd_conf(before["statefulset-research-worker-h100"]).startswith("Feature=h100,nvlink ")
+    assert _slurmd_conf(after["statefulset-research-worker-h100"]).startswith("Feature=h100,ib ")
+
+
+def test_scaling_a_group_changes_only_its_replicas() -> None:
+    """Scaling changes no Slurm config: no daemon restarts, and new nodes register themselves."""
     before, after = _edit(lambda doc: _h100(doc).update(size=6))
     assert after["statefulset-research-worker-h100"]["spec"]["replicas"] == 6
-    assert _changed(before, after) == {
-        "statefulset-research-worker-h100",
-        "configmap-research-slurm-configs",
-        "statefulset-research-controller",
-    }
+    assert _changed(before, after) == {"statefulset-research-worker-h100"}
+    assert (
+        before["statefulset-research-worker-h100"]["spec"]["template"]
+        == (after["statefulset-research-worker-h100"]["spec"]["template"])
+    )
+
+
+def test_adding_a_group_rolls_slurmctld_for_its_node_set_but_no_other_group() -> None:
+    def add(doc: dict[str, Any]) -> None:
+        doc["spec"]["workers"].append({"name": "extra", "size": 1})
+
+    before, after = _edit(add)
+    assert "statefulset-research-worker-extra" in after
+    nodes = after["configmap-research-slurm-configs"]["data"]["nodes.conf"]
+    assert "NodeSet=extra Feature=extra\n" in nodes
+    assert _hash(before["statefulset-research-controller"]) != _hash(after["statefulset-research-controller"])
     for name in ("worker-h100", "worker-cpu", "login"):
         key = f"statefulset-research-{name}"
         assert _hash(before[key]) == _hash(after[key]), key
-    assert _hash(before["statefulset-research-controller"]) != _hash(after["statefulset-research-controller"])
-    nodes = after["configmap-research-slurm-configs"]["data"]["nodes.conf"]
-    assert "NodeSet=h100 Nodes=research-worker-h100-[0-5]" in nodes
 
 
 def test_a_slurm_conf_change_rolls_every_slurm_pod_but_not_slurmdbd() -> None:

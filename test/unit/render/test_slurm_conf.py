@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmctl.render.slurm_conf import render_slurm_configs
+from slurmctl.render.slurm_conf import dynamic_node_conf, render_slurm_configs
 from test.unit.render.samples import sample
 
 
@@ -11,13 +11,13 @@ def _lines(text: str) -> list[str]:
 
 
 def test_minimal_sample_nodes_and_default_partition() -> None:
-    configs = render_slurm_configs(sample("minimal"))
+    cluster = sample("minimal")
+    configs = render_slurm_configs(cluster)
     nodes = _lines(configs["nodes.conf"])
-    for ordinal in (0, 1):
-        name = f"minimal-worker-cpu-{ordinal}"
-        assert f"NodeName={name} NodeAddr={name}.minimal-workers CPUs=2 RealMemory=4096 State=UNKNOWN" in nodes
-    assert "NodeName=minimal-worker-cpu-2" not in configs["nodes.conf"]
-    assert "NodeSet=cpu Nodes=minimal-worker-cpu-[0-1]" in nodes
+    # Workers are dynamic nodes: no file lists them, each registers with its group's definition and feature.
+    assert not any(line.startswith("NodeName=") for line in nodes)
+    assert dynamic_node_conf(cluster.spec.workers[0]) == "Feature=cpu CPUs=1 RealMemory=1024"
+    assert "NodeSet=cpu Feature=cpu" in nodes
     assert "PartitionName=main Nodes=cpu Default=YES State=UP" in nodes
 
     slurm = _lines(configs["slurm.conf"])
@@ -27,27 +27,27 @@ def test_minimal_sample_nodes_and_default_partition() -> None:
         "AuthType=auth/munge",
         "PlugStackConfig=/etc/slurm/plugstack.conf",
         "ProctrackType=proctrack/cgroup",
+        "MaxNodeCount=4096",
+        "TreeWidth=65533",
         "Include /etc/slurm/nodes.conf",
     ):
         assert line in slurm
+    assert "CgroupPlugin=autodetect" in _lines(configs["cgroup.conf"])
     assert not any(line.startswith(("GresTypes", "AccountingStorage", "HealthCheck")) for line in slurm)
     assert _lines(configs["plugstack.conf"])[1:] == ["required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"]
     assert _lines(configs["gres.conf"])[1:] == []
 
 
 def test_research_sample_groups_partitions_gpus_and_accounting() -> None:
-    configs = render_slurm_configs(sample("research"))
+    cluster = sample("research")
+    configs = render_slurm_configs(cluster)
     nodes = _lines(configs["nodes.conf"])
-    assert (
-        "NodeName=research-worker-h100-3 NodeAddr=research-worker-h100-3.research-workers CPUs=120 RealMemory=1638400"
-        " Gres=gpu:8 Feature=h100,nvlink State=UNKNOWN"
-    ) in nodes
-    assert (
-        "NodeName=research-worker-cpu-7 NodeAddr=research-worker-cpu-7.research-workers CPUs=30 RealMemory=122880"
-        " Feature=cpu,epyc State=UNKNOWN"
-    ) in nodes
-    assert sum(line.startswith("NodeName=") for line in nodes) == 12
-    assert "NodeSet=h100 Nodes=research-worker-h100-[0-3]" in nodes
+    groups = {g.name: dynamic_node_conf(g) for g in cluster.spec.workers}
+    assert groups == {
+        "h100": "Feature=h100,nvlink CPUs=120 RealMemory=1638400 Gres=gpu:8",
+        "cpu": "Feature=cpu,epyc CPUs=30 RealMemory=122880",
+    }
+    assert "NodeSet=h100 Feature=h100" in nodes
     assert "PartitionName=cpu Nodes=cpu Default=YES State=UP MaxTime=24:00:00" in nodes
     assert "PartitionName=gpu Nodes=h100 Default=NO State=UP MaxTime=72:00:00 OverSubscribe=NO" in nodes
 

@@ -1,0 +1,143 @@
+"""Helpers for the real-pods Slurm tests: the operator as a real process, kubectl exec into Slurm pods, ssh as a user.
+
+Everything here is synchronous (the tests drive real processes and wait on them with deadlines), and every wait names
+what it waited for and what it saw last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from test.e2e.harness import REPO, ControlPlane
+
+T = TypeVar("T")
+SLURMCTL = REPO / ".venv" / "bin" / "slurmctl"
+
+
+def until(probe: Callable[[], T | None], *, timeout: float, what: str, interval: float = 1.0) -> T:
+    """Poll `probe` until it returns something truthy; fail naming `what` and the last value at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
+        time.sleep(interval)
+
+
+class Kube:
+    """kubectl in one namespace of a control plane."""
+
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        self.cp = cp
+        self.ns = namespace
+
+    def run(self, *args: str, check: bool = True, input: str | None = None) -> str:
+        return self.cp.kubectl("-n", self.ns, *args, check=check, input=input).stdout
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run("get", *args, "-o", "json"))
+
+    def exec(self, pod: str, container: str, *command: str, input: str | None = None, timeout: float = 120) -> str:
+        """Run a command in a container; fail with its output when it exits non-zero."""
+        env = {**os.environ, "KUBECONFIG": str(self.cp.kubeconfig)}
+        args = ["kubectl", "-n", self.ns, "exec", "-i" if input is not None else "", pod, "-c", container, "--"]
+        proc = subprocess.run(
+            [a for a in args if a] + list(command),
+            env=env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(command)} in {pod}/{container} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc.stdout
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.json("pods", "-l", selector)["items"]
+        return items
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return pod.get("status", {}).get("phase") == "Running" and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conditions
+    )
+
+
+def identity(pod: dict[str, Any]) -> tuple[str, int]:
+    """A pod's UID and its containers' restarts: equal before and after means it neither moved nor restarted."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return pod["metadata"]["uid"], sum(s.get("restartCount", 0) for s in statuses)
+
+
+@contextmanager
+def operator_process(kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`slurmctl run` as users run it, authenticated as the operator's ServiceAccount; stopped by its PID."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "SLURMCTL_METRICS_BIND_ADDRESS": "0",
+        "SLURMCTL_HEALTH_PROBE_BIND_ADDRESS": "0",
+    }
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(SLURMCTL), "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def ssh_keypair(directory: Path) -> tuple[Path, str]:
+    key = directory / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=30)
+    return key, (directory / "id_ed25519.pub").read_text().strip()
+
+
+def ssh(key: Path, user: str, host: str, command: str, *, timeout: float = 180) -> str:
+    """One command over a real ssh connection to the login pod's IP (a bridge address of our own node)."""
+    proc = subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(key),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "ConnectTimeout=10",
+            "-o",
+            "LogLevel=ERROR",
+            f"{user}@{host}",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"ssh {user}@{host} {command!r} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout

@@ -1,0 +1,218 @@
+"""A SlurmCluster becomes a working Slurm 24.11 on the real node: real pods from the images `make images` built, Slurm
+daemons started from what the operator rendered, users entering the jail through sshd and the chroot SPANK plugin.
+
+One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in
+and runs jobs → scale out → scale in → delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test.e2e.harness import REPO, ControlPlane
+from test.e2e.operator import service_account_kubeconfig
+from test.e2e.pods.slurm import Kube, identity, operator_process, pod_ready, ssh, ssh_keypair, until
+
+pytestmark = pytest.mark.e2e
+SAMPLE = REPO / "config" / "samples" / "slurmcluster_minimal.yaml"
+NAME = "minimal"
+LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
+CONTROLLER_POD = f"{NAME}-controller-0"
+WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=worker"
+JAIL = "/mnt/jail"
+USER, UID = "alice", 1500
+
+
+@pytest.fixture(scope="module")
+def operator(node_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """CRD and RBAC as config/default installs them (minus the operator Deployment: this test runs the operator)."""
+    manifests = node_cluster.kubectl("kustomize", str(REPO / "config" / "default")).stdout
+    docs = [d for d in yaml.safe_load_all(manifests) if d and d.get("kind") != "Deployment"]
+    node_cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(docs))
+    node_cluster.kubectl("wait", "--for=condition=Established", "crd/slurmclusters.slurm.slurmctl.io", "--timeout=60s")
+    work = tmp_path_factory.mktemp("operator")
+    kubeconfig = service_account_kubeconfig(node_cluster, work / "kubeconfig")
+    log = work / "operator.log"
+    with operator_process(kubeconfig, log) as proc:
+        yield log
+        assert proc.poll() is None, f"the operator exited ({proc.returncode}):\n{log.read_text()[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def kube(node_cluster: ControlPlane, operator: Path) -> Iterator[Kube]:
+    ns = f"slurm-{uuid.uuid4().hex[:6]}"
+    node_cluster.kubectl("create", "namespace", ns)
+    kube = Kube(node_cluster, ns)
+    yield kube
+    node_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def cluster_phase(kube: Kube) -> str:
+    return str(kube.json("slurmcluster", NAME).get("status", {}).get("phase", ""))
+
+
+def sinfo_nodes(kube: Kube) -> dict[str, str]:
+    """Slurm's node list as the login node sees it: node name -> state (e.g. idle, alloc, down*)."""
+    out = kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-N", "-o", "%N %t")
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def wait_for_nodes(kube: Kube, ok: Callable[[dict[str, str]], bool], *, timeout: float, what: str) -> dict[str, str]:
+    def probe() -> dict[str, str] | None:
+        nodes = sinfo_nodes(kube)
+        return nodes if ok(nodes) else None
+
+    return until(probe, timeout=timeout, what=what)
+
+
+def worker_pods(kube: Kube) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in kube.pods(WORKERS)}
+
+
+@pytest.fixture(scope="module")
+def available(kube: Kube, operator: Path) -> Kube:
+    kube.run("apply", "--server-side", "-f", str(SAMPLE))
+    try:
+        until(lambda: cluster_phase(kube) == "Available", timeout=900, interval=3, what=f"{NAME} to be Available")
+    except AssertionError:
+        print(kube.run("get", "pods,jobs,pvc", "-o", "wide", check=False))
+        print(kube.run("describe", "pods", check=False)[-6000:])
+        print(operator.read_text()[-4000:])
+        raise
+    return kube
+
+
+def test_minimal_sample_is_available_with_every_worker_idle(available: Kube) -> None:
+    kube = available
+    pods = kube.pods(f"app.kubernetes.io/instance={NAME}")
+    slurm_pods = [
+        p for p in pods if p["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "populate-jail"
+    ]
+    assert len(slurm_pods) == 4, [p["metadata"]["name"] for p in pods]  # controller, 2 workers, login
+    assert all(pod_ready(p) for p in slurm_pods), {p["metadata"]["name"]: p["status"] for p in slurm_pods}
+    # Readiness asks Slurm: a ready worker is a node slurmctld knows and hears from.
+    nodes = wait_for_nodes(
+        kube,
+        lambda n: set(n.values()) == {"idle"} and len(n) == 2,
+        timeout=120,
+        what="both workers idle in sinfo",
+    )
+    assert set(nodes) == {f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"}
+
+
+@pytest.fixture(scope="module")
+def jail_user(available: Kube, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A user created inside the jail (as an admin would, with the jail's own useradd), with an ssh key."""
+    kube = available
+    key, public = ssh_keypair(tmp_path_factory.mktemp("ssh"))
+    home = f"/home/{USER}"
+    kube.exec(LOGIN_POD, LOGIN, "chroot", JAIL, "useradd", "-m", "-u", str(UID), "-s", "/bin/bash", USER)
+    kube.exec(
+        LOGIN_POD,
+        LOGIN,
+        "chroot",
+        JAIL,
+        "sh",
+        "-c",
+        f"install -d -m 700 -o {USER} -g {USER} {home}/.ssh && cat > {home}/.ssh/authorized_keys && "
+        f"chown {USER}: {home}/.ssh/authorized_keys && chmod 600 {home}/.ssh/authorized_keys",
+        input=public + "\n",
+    )
+    kube.exec(LOGIN_POD, LOGIN, "sh", "-c", f"echo jail-of-{NAME} > {JAIL}/etc/slurmctl-test-marker")
+    ip = kube.json("pod", LOGIN_POD)["status"]["podIP"]
+    return key, ip
+
+
+def test_jail_user_logs_in_over_ssh_and_runs_jobs(available: Kube, jail_user: tuple[Path, str]) -> None:
+    kube = available
+    key, ip = jail_user
+    # Logged in as the jail's user, with the jail as "/".
+    who = ssh(key, USER, ip, "id -un; id -u; cat /etc/slurmctl-test-marker; test ! -e /mnt/jail && echo no-mnt-jail")
+    assert who.split() == [USER, str(UID), f"jail-of-{NAME}", "no-mnt-jail"], who
+    # srun across both workers, each task in the jail as the user.
+    out = ssh(
+        key,
+        USER,
+        ip,
+        "srun -N2 --ntasks-per-node=1 sh -c 'echo $(hostname) $(id -un) $(cat /etc/slurmctl-test-marker)'",
+    )
+    lines = sorted(out.split("\n")[:-1])
+    assert lines == [f"{NAME}-worker-cpu-{i} {USER} jail-of-{NAME}" for i in range(2)], out
+    # sbatch: the output file is written where the user asked, in the jail (slurmstepd opens it before the task
+    # enters the jail, so this is the worker's mirror of the jail's /home).
+    job = ssh(key, USER, ip, "cd ~ && sbatch --parsable --wait -o batch-%j.out --wrap 'echo batch-on $(hostname)'")
+    job_id = job.strip().split(";")[0]
+    output = kube.exec(LOGIN_POD, LOGIN, "cat", f"{JAIL}/home/{USER}/batch-{job_id}.out")
+    assert re.fullmatch(rf"batch-on {NAME}-worker-cpu-[01]\n", output), output
+    owner = kube.exec(LOGIN_POD, LOGIN, "stat", "-c", "%u", f"{JAIL}/home/{USER}/batch-{job_id}.out")
+    assert owner.strip() == str(UID)
+
+
+def test_scale_out_makes_the_new_node_usable_everywhere_without_restarts(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    kube = available
+    key, ip = jail_user
+    before = {name: identity(p) for name, p in worker_pods(kube).items()}
+    controller_before = identity(kube.json("pod", CONTROLLER_POD))
+    kube.run(
+        "patch", "slurmcluster", NAME, "--type=json", "-p", '[{"op":"replace","path":"/spec/workers/0/size","value":3}]'
+    )
+    wait_for_nodes(
+        kube,
+        lambda n: len(n) == 3 and set(n.values()) == {"idle"},
+        timeout=300,
+        what="three idle nodes after scaling to 3",
+    )
+    out = ssh(key, USER, ip, "srun -N3 --ntasks-per-node=1 hostname")
+    assert sorted(out.split()) == [f"{NAME}-worker-cpu-{i}" for i in range(3)], out
+    after = {name: identity(p) for name, p in worker_pods(kube).items()}
+    assert {name: after[name] for name in before} == before, "old workers restarted or were re-created"
+    assert identity(kube.json("pod", CONTROLLER_POD)) == controller_before, "slurmctld restarted"
+
+
+def test_scale_in_removes_the_node_from_slurm(available: Kube) -> None:
+    kube = available
+    kube.run(
+        "patch", "slurmcluster", NAME, "--type=json", "-p", '[{"op":"replace","path":"/spec/workers/0/size","value":2}]'
+    )
+    until(lambda: len(worker_pods(kube)) == 2, timeout=180, what="the third worker pod to go")
+    nodes = wait_for_nodes(kube, lambda n: len(n) == 2, timeout=120, what="two nodes left in Slurm")
+    assert set(nodes) == {f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"}
+    assert set(nodes.values()) == {"idle"}, nodes
+
+
+def jail_host_path(kube: Kube) -> Path:
+    claim = kube.json("pvc", f"{NAME}-jail")
+    pv = kube.cp.kubectl("get", "pv", claim["spec"]["volumeName"], "-o", "jsonpath={.spec.hostPath.path}").stdout
+    return Path(pv)
+
+
+def test_deleting_the_cluster_removes_every_child_but_keeps_the_jail(available: Kube) -> None:
+    kube = available
+    jail = jail_host_path(kube)
+    assert (jail / "etc" / "slurmctl-test-marker").read_text() == f"jail-of-{NAME}\n"
+    kube.run("delete", "slurmcluster", NAME, "--wait=true", "--timeout=120s")
+
+    def leftovers() -> str:
+        out = kube.run(
+            "get",
+            "pods,statefulsets,services,configmaps,secrets,jobs",
+            "-l",
+            f"app.kubernetes.io/instance={NAME}",
+            "-o",
+            "name",
+        )
+        return out.strip()
+
+    until(lambda: leftovers() == "" or None, timeout=300, what=f"every child of {NAME} to be deleted")
+    claim = kube.json("pvc", f"{NAME}-jail")
+    assert claim["status"]["phase"] == "Bound"
+    assert (jail / "etc" / "slurmctl-test-marker").read_text() == f"jail-of-{NAME}\n"
+    assert (jail / "home" / USER / ".ssh" / "authorized_keys").exists()
