@@ -11,7 +11,7 @@ from typing import Annotated, Final, Literal, get_args
 
 from pydantic import Field, StringConstraints
 
-from slurmctl.api.v1.types import ApiModel
+from .types import ApiModel
 
 Phase = Literal["Pending", "Reconciling", "Available", "Degraded", "Failed"]
 PHASES: Final[tuple[Phase, ...]] = get_args(Phase)

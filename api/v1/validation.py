@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from slurmctl.api.v1.cluster import SlurmCluster
-from slurmctl.api.v1.defaults import MAX_CLUSTER_NAME_LENGTH, MAX_TOTAL_WORKERS
-from slurmctl.api.v1.spec import SlurmClusterSpec
-from slurmctl.api.v1.types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
+from .cluster import SlurmCluster
+from .defaults import MAX_CLUSTER_NAME_LENGTH, MAX_TOTAL_WORKERS
+from .spec import SlurmClusterSpec
+from .types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
 
 _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 _OPTION_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")
