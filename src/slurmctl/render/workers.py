@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import NODE_LOCAL_FILES, render_slurm_configs
+from slurmctl.render.slurm_conf import NODE_LOCAL_FILES
 
-COMPONENT = "worker"
+COMPONENT = "workers"
 
 
-def config_hash(cluster: SlurmCluster, *, munge_key_id: str) -> str:
-    """slurmd reads its configs once at start; the node list (nodes.conf) is left out so scaling rolls no worker."""
-    return meta.content_hash(meta.subset(render_slurm_configs(cluster), NODE_LOCAL_FILES), munge_key_id)
+def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
+    """slurmd reads its configs once at start; the node list (nodes.conf) is left out so scaling rolls no worker.
+    `configs` is the rendered config set (`render_slurm_configs`), rendered once per reconcile."""
+    return meta.content_hash(meta.subset(configs, NODE_LOCAL_FILES), munge_key_id)
 
 
 def render_workers_service(cluster: SlurmCluster) -> dict[str, Any]:
@@ -25,7 +27,7 @@ def render_workers_service(cluster: SlurmCluster) -> dict[str, Any]:
 
 
 def render_worker_statefulset(
-    cluster: SlurmCluster, group: WorkerGroup, *, replicas: int, munge_key_id: str
+    cluster: SlurmCluster, group: WorkerGroup, *, replicas: int, configs: Mapping[str, str], munge_key_id: str
 ) -> dict[str, Any]:
     """`replicas` is passed separately from `group.size`: scale-in goes through the reconciler's gate first."""
     c = meta.cluster_name(cluster)
@@ -66,7 +68,7 @@ def render_worker_statefulset(
             "template": pods.slurm_pod_template(
                 c,
                 COMPONENT,
-                config_hash=config_hash(cluster, munge_key_id=munge_key_id),
+                config_hash=config_hash(configs, munge_key_id=munge_key_id),
                 daemon=slurmd,
                 image=image,
                 volumes=[*pods.slurm_volumes(c), *pods.jail_volumes(spec), shm],

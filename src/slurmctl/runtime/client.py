@@ -338,11 +338,14 @@ class Client:
         obj: Obj = await self.request("PATCH", res.path(namespace, name), body=patch, content_type=MERGE_PATCH)
         return obj
 
-    async def delete(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> None:
-        """Delete with background propagation; an object already gone is not an error."""
+    async def delete(
+        self, api_version: str, kind: str, name: str, *, namespace: str | None = None, propagation: str = "Background"
+    ) -> None:
+        """Delete (dependents by `propagation`: Background, Foreground or Orphan); an object already gone is not an
+        error."""
         res = await self.resource(api_version, kind)
         try:
-            await self.request("DELETE", res.path(namespace, name), query={"propagationPolicy": "Background"})
+            await self.request("DELETE", res.path(namespace, name), query={"propagationPolicy": propagation})
         except NotFound:
             log.debug("delete of a missing object %s", kv(kind=kind, namespace=namespace or "", name=name))
 
