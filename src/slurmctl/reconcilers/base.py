@@ -140,6 +140,7 @@ class Context:
     components: tuple[Component, ...]
     served: Mapping[Kind, Kind] = field(default_factory=dict)
     loader: Loader = field(default_factory=Loader)
+    reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
 
     def kind(self, kind: Kind) -> Kind:
         """The served version of a kind (e.g. batch/v1beta1 CronJobs on Kubernetes 1.20)."""

@@ -124,9 +124,9 @@ COMPONENTS: Final[tuple[Component, ...]] = (
 )
 
 
-def desired_objects(inputs: manifests.Inputs, components: Iterable[Component] = COMPONENTS) -> list[dict[str, Any]]:
-    """Every object the components apply for these inputs: what `slurmctl render` prints."""
-    return [obj for component in components for obj in component.render(inputs)]
+def desired_objects(inputs: manifests.Inputs, components: Iterable[Component] | None = None) -> list[dict[str, Any]]:
+    """Every object the components (default: the registry) apply for these inputs: what `slurmctl render` prints."""
+    return [obj for component in (COMPONENTS if components is None else components) for obj in component.render(inputs)]
 
 
 async def resolve_kinds(manager: Manager, kinds: Iterable[Kind]) -> dict[Kind, Kind]:
@@ -157,13 +157,15 @@ def component_is(*components: str) -> Predicate:
     return predicate
 
 
-async def register(manager: Manager, components: Sequence[Component] = COMPONENTS) -> Context:
-    """One controller per component, all keyed by the SlurmCluster and sharing the manager's informers."""
+async def register(manager: Manager, components: Sequence[Component] | None = None) -> Context:
+    """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
+    manager's informers."""
+    components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
     served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
     ctx = Context(manager, tuple(components), served)
     for component in components:
-        reconciler = component.reconciler(ctx, component)
+        reconciler = ctx.reconcilers[component.name] = component.reconciler(ctx, component)
         predicates = [] if component.watch_status else [any_of(generation_changed, resync)]
         builder = manager.controller(component.name, reconciler, for_=SLURM_CLUSTER, predicates=predicates)
         for source in (component, *(by_name[name] for name in component.after)):

@@ -21,7 +21,7 @@ import logging
 import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -73,14 +73,26 @@ class ControllerBuilder:
         return self.watches(api_version, kind, enqueue_owner(*self._for), predicates=predicates)
 
 
+class CacheFactory(Protocol):
+    def __call__(self, informers: Mapping[tuple[str, str], Informer], *, namespace: str | None = None) -> Cache: ...
+
+
 class Manager:
-    def __init__(self, client: Client, options: ManagerOptions | None = None, *, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(
+        self,
+        client: Client,
+        options: ManagerOptions | None = None,
+        *,
+        clock: Clock = REAL_CLOCK,
+        cache: CacheFactory = Cache,
+    ) -> None:
+        """`cache` builds the read side over the manager's informers; tests pass `FakeClient.cache_factory`."""
         self.client = client
         self.options = options or ManagerOptions()
         self._clock = clock
         self._informers: dict[tuple[str, str], Informer] = {}
         self._controllers: list[Controller] = []
-        self.cache = Cache(self._informers, namespace=self.options.namespace)
+        self.cache = cache(self._informers, namespace=self.options.namespace)
         self.applier = Applier(client, lookup=self.cache.lookup)
         le = self.options.leader_election
         self.elector = LeaderElector(client, le, clock=clock) if le else None
@@ -149,6 +161,10 @@ class Manager:
             if informer.is_stale():
                 return False, f"informer {informer.name} watch is stale"
         return True, "ok"
+
+    @property
+    def controller_names(self) -> list[str]:
+        return [ctrl.name for ctrl in self._controllers]
 
     @property
     def is_leading(self) -> bool:
