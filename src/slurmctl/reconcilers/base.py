@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -47,6 +47,7 @@ class Component:
 
     name: str
     condition: str  # the one status condition this component owns
+    _: KW_ONLY
     reconciler: type[ComponentReconciler]
     render: Renderer  # the objects it applies, from the same inputs online and offline
     owns: tuple[Kind, ...] = ()  # kinds of its children, found and watched by its component label
@@ -288,7 +289,8 @@ class ComponentReconciler:
 
     def event(self, loaded: Loaded | Invalid, type_: str, reason: str, message: str) -> None:
         md = loaded.obj.get("metadata") or {}
-        log.info(
+        log.log(
+            logging.WARNING if type_ == WARNING else logging.INFO,
             "event %s",
             kv(
                 controller=self.component,

@@ -18,7 +18,6 @@ from slurmctl.reconcilers.base import ComponentReconciler, Invalid, Loaded, make
 from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_munge_secret, render_ssh_host_keys_secret
-from slurmctl.runtime.logs import kv
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +49,7 @@ class ClusterReconciler(ComponentReconciler):
         conditions = (invalid.obj.get("status") or {}).get("conditions") or []
         previous = next((c for c in conditions if c.get("type") == self.condition_type), None)
         if previous is None or previous.get("message") != message or previous.get("status") != "False":
-            log.warning(
-                "invalid spec %s",
-                kv(
-                    controller=self.component,
-                    namespace=md.get("namespace", ""),
-                    name=md.get("name", ""),
-                    problems=message,
-                ),
-            )
-            self.warn(invalid, Reason.INVALID_SPEC.value, message)
+            self.warn(invalid, Reason.INVALID_SPEC.value, message)  # logged as a warning too
         status = SlurmClusterStatus(phase="Failed", observed_generation=md.get("generation", 0), conditions=[cond])
         body = status_body(md.get("name", ""), md.get("namespace", ""), status)
         await self.manager.apply_status(body, field_manager=self.field_manager)

@@ -54,74 +54,28 @@ def _accounting_enabled(cluster: SlurmCluster) -> bool:
     return cluster.spec.accounting.enabled
 
 
-# In the order `slurmctl render` prints their objects.
+# One row per component, in the order `slurmctl render` prints their objects. Not required for Available: the cluster
+# (SpecValid has its own phase, Failed) and the benchmark (a failing benchmark drains nodes, the cluster stays up).
+# fmt: off
 COMPONENTS: Final[tuple[Component, ...]] = (
-    Component(
-        name="cluster",
-        condition=SPEC_VALID,
-        reconciler=ClusterReconciler,
-        render=manifests.cluster_objects,
-        owns=(CONFIGMAP, SECRET),
-        required=never,
-        watch_status=True,
-    ),
-    Component(
-        name="populate-jail",
-        condition=JAIL_POPULATED,
-        reconciler=PopulateJailReconciler,
-        render=manifests.populate_jail_objects,
-        owns=(JOB,),
-        image="populate-jail",
-    ),
-    Component(
-        name="controller",
-        condition=CONTROLLER_READY,
-        reconciler=ControllerReconciler,
-        render=manifests.controller_objects,
-        owns=(STATEFULSET, SERVICE),
-        image="controller",
-        after=("cluster",),
-    ),
-    Component(
-        name="workers",
-        condition=WORKERS_READY,
-        reconciler=WorkersReconciler,
-        render=manifests.workers_objects,
-        owns=(STATEFULSET, SERVICE),
-        image="worker",
-        after=("cluster", "populate-jail"),
-        former_names=("worker",),  # releases before 0.2; see reconcilers/workers.py
-    ),
-    Component(
-        name="login",
-        condition=LOGIN_READY,
-        reconciler=LoginReconciler,
-        render=manifests.login_objects,
-        owns=(STATEFULSET, SERVICE, CONFIGMAP),
-        image="login",
-        after=("cluster", "populate-jail"),
-    ),
-    Component(
-        name="accounting",
-        condition=ACCOUNTING_READY,
-        reconciler=AccountingReconciler,
-        render=manifests.accounting_objects,
-        owns=(DEPLOYMENT, SERVICE, SECRET),
-        image="accounting",
-        required=_accounting_enabled,
-        after=("cluster",),
-    ),
-    Component(
-        name="benchmark",
-        condition=BENCHMARK_SCHEDULED,
-        reconciler=BenchmarkReconciler,
-        render=manifests.benchmark_objects,
-        owns=(CRONJOB,),
-        image="nccl-benchmark",
-        required=never,  # a failing benchmark drains nodes; it does not make the cluster unavailable
-        after=("cluster",),
-    ),
+    Component("cluster", SPEC_VALID, reconciler=ClusterReconciler, render=manifests.cluster_objects,
+              owns=(CONFIGMAP, SECRET), required=never, watch_status=True),
+    Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler,
+              render=manifests.populate_jail_objects, owns=(JOB,), image="populate-jail"),
+    Component("controller", CONTROLLER_READY, reconciler=ControllerReconciler, render=manifests.controller_objects,
+              owns=(STATEFULSET, SERVICE), image="controller", after=("cluster",)),
+    Component("workers", WORKERS_READY, reconciler=WorkersReconciler, render=manifests.workers_objects,
+              owns=(STATEFULSET, SERVICE), image="worker", after=("cluster", "populate-jail"),
+              former_names=("worker",)),  # the label of releases before 0.2; see reconcilers/workers.py
+    Component("login", LOGIN_READY, reconciler=LoginReconciler, render=manifests.login_objects,
+              owns=(STATEFULSET, SERVICE, CONFIGMAP), image="login", after=("cluster", "populate-jail")),
+    Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, render=manifests.accounting_objects,
+              owns=(DEPLOYMENT, SERVICE, SECRET), image="accounting", required=_accounting_enabled,
+              after=("cluster",)),
+    Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, render=manifests.benchmark_objects,
+              owns=(CRONJOB,), image="nccl-benchmark", required=never, after=("cluster",)),
 )
+# fmt: on
 
 
 def desired_objects(inputs: manifests.Inputs, components: Iterable[Component] | None = None) -> list[dict[str, Any]]:

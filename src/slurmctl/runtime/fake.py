@@ -25,11 +25,11 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slurmctl.runtime.apply import Cached
-from slurmctl.runtime.cache import Cache, NotWatched
+from slurmctl.runtime.cache import Cache
 from slurmctl.runtime.client import KNOWN, Client, Obj, Resource, drop_nones
 from slurmctl.runtime.errors import Conflict, Invalid, NotFound
 from slurmctl.runtime.informer import Informer
+from slurmctl.runtime.store import Store, object_key
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 Segment = str | tuple[str, Any]  # a map key, or a list-map item as (key field, value)
@@ -128,6 +128,7 @@ class FakeClient(Client):
         self.timeout = 30.0
         self.host = "fake"
         self.objects: dict[Key, Obj] = {}
+        self._stores: dict[tuple[str, str], Store] = {}  # the same objects, indexed as an informer's store is
         self.writes: list[Write] = []
         self._served = set(served)
         self._managed: dict[Key, dict[tuple[str, str], set[Path]]] = {}
@@ -162,7 +163,11 @@ class FakeClient(Client):
         return self.objects.get(_key(api_version, kind, namespace, name))
 
     def of_kind(self, api_version: str, kind: str) -> list[Obj]:
-        return [o for (av, k, _, _), o in sorted(self.objects.items()) if (av, k) == (api_version, kind)]
+        return self.store(api_version, kind).list()
+
+    def store(self, api_version: str, kind: str) -> Store:
+        """The objects of one kind, indexed as an informer's store is (what `FakeCache` reads)."""
+        return self._stores.setdefault((api_version, kind), Store())
 
     def managers(self, api_version: str, kind: str, name: str, *, namespace: str) -> dict[tuple[str, str], set[Path]]:
         """Field manager (and subresource) -> the fields it owns."""
@@ -188,26 +193,6 @@ class FakeClient(Client):
 
     async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Obj:
         return copy.deepcopy(self._live(_key(api_version, kind, namespace, name)))
-
-    async def list(
-        self,
-        api_version: str,
-        kind: str,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        limit: int | None = None,
-        continue_token: str | None = None,
-        resource_version: str | None = None,
-    ) -> Obj:
-        wanted = dict(p.split("=", 1) for p in label_selector.split(",")) if label_selector else {}
-        items = [
-            copy.deepcopy(o)
-            for o in self.of_kind(api_version, kind)
-            if namespace in (None, o["metadata"].get("namespace", ""))
-            and all((o["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())
-        ]
-        return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
 
     def watch(self, *args: Any, **kwargs: Any) -> AsyncIterator[Obj]:
         raise NotImplementedError("FakeClient has no watches: its FakeCache reads the objects directly")
@@ -279,14 +264,12 @@ class FakeClient(Client):
     ) -> None:
         key = _key(api_version, kind, namespace, name)
         self.writes.append(Write("delete", *key, subresource=propagation))
-        gone = self.objects.pop(key, None)
-        self._managed.pop(key, None)
+        gone = self._forget(key)
         if gone is None or propagation == "Orphan":
             return
         uid = gone["metadata"]["uid"]
         for dependent in [k for k, o in self.objects.items() if _owned_by(o, uid)]:
-            self.objects.pop(dependent, None)  # the garbage collector, at once
-            self._managed.pop(dependent, None)
+            self._forget(dependent)  # the garbage collector, at once
 
     # ---- internals ---------------------------------------------------------------------------------------------
     def _check_served(self, api_version: str, kind: str) -> None:
@@ -310,7 +293,15 @@ class FakeClient(Client):
         obj.setdefault("apiVersion", key[0])
         obj.setdefault("kind", key[1])
         self.objects[key] = obj
+        self.store(key[0], key[1]).put(obj)
         return obj
+
+    def _forget(self, key: Key) -> Obj | None:
+        self._managed.pop(key, None)
+        gone = self.objects.pop(key, None)
+        if gone is not None:
+            self.store(key[0], key[1]).remove(object_key(gone))
+        return gone
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
@@ -338,34 +329,9 @@ class FakeCache(Cache):
         super().__init__(informers, namespace=namespace)
         self._fake = fake
 
-    def _watched(self, api_version: str, kind: str) -> bool:
+    def store(self, api_version: str, kind: str) -> Store:
+        super().store(api_version, kind)  # NotWatched unless a controller watches the kind
+        return self._fake.store(api_version, kind)
+
+    def synced(self, api_version: str, kind: str, namespace: str) -> bool:
         return (api_version, kind) in self._informers
-
-    def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Obj | None:
-        if not self._watched(api_version, kind):
-            raise NotWatched(f"{kind} ({api_version}) is not watched by this manager")
-        return self._fake.find(api_version, kind, name, namespace=namespace or "")
-
-    def list(
-        self,
-        api_version: str,
-        kind: str,
-        *,
-        namespace: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        owner_uid: str | None = None,
-    ) -> list[Obj]:
-        if not self._watched(api_version, kind):
-            raise NotWatched(f"{kind} ({api_version}) is not watched by this manager")
-        return [
-            o
-            for o in self._fake.of_kind(api_version, kind)
-            if namespace in (None, o["metadata"].get("namespace", ""))
-            and all((o["metadata"].get("labels") or {}).get(k) == v for k, v in (labels or {}).items())
-            and (owner_uid is None or _owned_by(o, owner_uid))
-        ]
-
-    def lookup(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | Cached | None:
-        if not self._watched(api_version, kind):
-            return Cached.NOT_WATCHED
-        return self._fake.find(api_version, kind, name, namespace=namespace)
