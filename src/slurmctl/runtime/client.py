@@ -22,9 +22,9 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
-from slurmctl.runtime import metrics
 from slurmctl.runtime.errors import ApiError, Gone, NotFound, ServerError, Timeout, error_for_status, is_transient
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.metrics import Metrics, default_metrics
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,10 @@ def drop_nones(value: Any) -> Any:
 
 
 class Client:
-    def __init__(self, api: ApiClient, *, timeout: float = 30.0, read_attempts: int = 4) -> None:
+    def __init__(
+        self, api: ApiClient, *, timeout: float = 30.0, read_attempts: int = 4, metrics: Metrics | None = None
+    ) -> None:
+        self._metrics = metrics or default_metrics()
         self.api = api
         self.timeout = timeout
         self.read_attempts = read_attempts
@@ -210,8 +213,8 @@ class Client:
             raise ServerError(f"{method} {path}: answer is not JSON", status=resp.status, reason="BadBody") from exc
 
     def _observe(self, method: str, code: str, started: float) -> None:
-        metrics.REST_CLIENT_REQUESTS.labels(code, method, self.host).inc()
-        metrics.REST_CLIENT_DURATION.labels(method, self.host).observe(time.perf_counter() - started)
+        self._metrics.rest_client_requests.labels(code, method, self.host).inc()
+        self._metrics.rest_client_duration.labels(method, self.host).observe(time.perf_counter() - started)
 
     async def _read(self, method: str, path: str, query: Mapping[str, str] | None = None) -> Any:
         return await self.retrying_read(lambda: self.request(method, path, query=query))
