@@ -32,11 +32,11 @@ import yaml
 from kubernetes_asyncio import config
 
 from slurmctl.api.v1 import API_VERSION, KIND, check_cluster
-from slurmctl.reconcilers import register
-from slurmctl.reconcilers.benchmark import cronjob_api_version
+from slurmctl.reconcilers import desired_objects, register
 from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
 from slurmctl.render.cluster import render_munge_secret, render_ssh_host_keys_secret
-from slurmctl.render.manifests import render_manifests
+from slurmctl.render.kinds import CRONJOB
+from slurmctl.render.manifests import Inputs
 from slurmctl.runtime import Client, Event, EventType, Manager, ManagerOptions, Request
 
 REPO = Path(__file__).resolve().parents[1]
@@ -188,7 +188,7 @@ def _children(
     if cluster is None or problems:
         raise RuntimeError(f"the sample is not valid: {problems}")
     return [
-        *render_manifests(cluster, dbd_password=DB_PASSWORD, cronjob_api_version=cronjob),
+        *desired_objects(Inputs.offline(cluster, dbd_password=DB_PASSWORD, cronjob_api_version=cronjob)),
         render_munge_secret(cluster, munge),
         render_ssh_host_keys_secret(cluster, host_keys),
     ]
@@ -277,8 +277,8 @@ async def _measure(kubeconfig: Path) -> list[Figure]:
     observed = Observed()
     tasks: list[asyncio.Task[None]] = []
     try:
-        await register(operator)
-        cronjob = await cronjob_api_version(operator)
+        ctx = await register(operator)
+        cronjob = ctx.kind(CRONJOB).api_version
         objects = _children(sample, munge=munge, host_keys=host_keys, cronjob=cronjob)
         register_readiness(driver)
         for api_version, kind in {(o["apiVersion"], o["kind"]) for o in objects}:

@@ -1,6 +1,10 @@
-"""SlurmCluster v1: spec and status models, defaults and semantic validation."""
+"""SlurmCluster v1: spec and status models, defaults and semantic validation.
 
-from slurmctl.api.v1.cluster import (
+Imports inside the package are relative: the files live in api/ at the top of the repository and ship as
+`slurmctl.api.v1` (see the package-dir mapping in pyproject.toml and the symlink src/slurmctl/api).
+"""
+
+from .cluster import (
     API_VERSION,
     CRD_NAME,
     GROUP,
@@ -12,7 +16,7 @@ from slurmctl.api.v1.cluster import (
     ObjectMeta,
     SlurmCluster,
 )
-from slurmctl.api.v1.defaults import (
+from .defaults import (
     COMPONENTS,
     DEFAULT_PARTITION,
     IMAGE_REGISTRY,
@@ -24,8 +28,8 @@ from slurmctl.api.v1.defaults import (
     Component,
     default_image,
 )
-from slurmctl.api.v1.schema import crd
-from slurmctl.api.v1.spec import (
+from .schema import crd
+from .spec import (
     AccountingSpec,
     ControllerSpec,
     ExternalDatabase,
@@ -46,7 +50,7 @@ from slurmctl.api.v1.spec import (
     SubMount,
     WorkerGroup,
 )
-from slurmctl.api.v1.status import (
+from .status import (
     ACCOUNTING_READY,
     BENCHMARK_SCHEDULED,
     CONTROLLER_READY,
@@ -58,11 +62,12 @@ from slurmctl.api.v1.status import (
     Condition,
     ConditionStatus,
     Phase,
+    Reason,
     SlurmClusterStatus,
     WorkerGroupStatus,
     ready_summary,
 )
-from slurmctl.api.v1.types import (
+from .types import (
     ApiModel,
     FreeForm,
     Quantity,
@@ -72,7 +77,7 @@ from slurmctl.api.v1.types import (
     VolumeRef,
     parse_quantity,
 )
-from slurmctl.api.v1.validation import Problem, check_cluster, validate_spec
+from .validation import Problem, check_cluster, validate_spec
 
 __all__ = [
     "ACCOUNTING_READY",
@@ -121,6 +126,7 @@ __all__ = [
     "PopulateJailSpec",
     "Problem",
     "Quantity",
+    "Reason",
     "ResourceRequirements",
     "Scheduling",
     "SecretKeyRef",

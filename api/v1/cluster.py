@@ -6,9 +6,9 @@ from typing import Any, Final, Literal
 
 from pydantic import ConfigDict, Field
 
-from slurmctl.api.v1.spec import SlurmClusterSpec
-from slurmctl.api.v1.status import SlurmClusterStatus
-from slurmctl.api.v1.types import ApiModel
+from .spec import SlurmClusterSpec
+from .status import SlurmClusterStatus
+from .types import ApiModel
 
 GROUP: Final = "slurm.slurmctl.io"
 VERSION: Final = "v1"

@@ -14,11 +14,11 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, NoDefault
 from pydantic_core import PydanticUndefined, core_schema
 
-from slurmctl.api.v1.cluster import CRD_NAME, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
-from slurmctl.api.v1.defaults import MAX_CLUSTER_NAME_LENGTH
-from slurmctl.api.v1.spec import SlurmClusterSpec
-from slurmctl.api.v1.status import SlurmClusterStatus
-from slurmctl.api.v1.types import DNS_LABEL_PATTERN
+from .cluster import CRD_NAME, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from .defaults import MAX_CLUSTER_NAME_LENGTH
+from .spec import SlurmClusterSpec
+from .status import SlurmClusterStatus
+from .types import DNS_LABEL_PATTERN
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Summary of the cluster's state."},

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints
 from pydantic.config import JsonDict
 
-from slurmctl.api.v1.defaults import (
+from .defaults import (
     ACCOUNTING_SLURM_KEYS,
     DEFAULT_PARTITION,
     GPU_HEALTH_CHECK_SLURM_KEYS,
@@ -30,7 +30,7 @@ from slurmctl.api.v1.defaults import (
     Component,
     default_image,
 )
-from slurmctl.api.v1.types import (
+from .types import (
     ABSOLUTE_PATH_PATTERN,
     DNS_LABEL_PATTERN,
     NO_WHITESPACE_PATTERN,

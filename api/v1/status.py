@@ -7,11 +7,12 @@ Each component's reconciler owns one condition (server-side apply with its own f
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Final, Literal, get_args
 
 from pydantic import Field, StringConstraints
 
-from slurmctl.api.v1.types import ApiModel
+from .types import ApiModel
 
 Phase = Literal["Pending", "Reconciling", "Available", "Degraded", "Failed"]
 PHASES: Final[tuple[Phase, ...]] = get_args(Phase)
@@ -25,6 +26,54 @@ LOGIN_READY: Final = "LoginReady"
 JAIL_POPULATED: Final = "JailPopulated"
 ACCOUNTING_READY: Final = "AccountingReady"
 BENCHMARK_SCHEDULED: Final = "BenchmarkScheduled"
+
+
+class Reason(StrEnum):
+    """Every reason a slurmctl condition can carry, and whether a False condition with it means "on its way".
+
+    The phase aggregation reads `in_progress`: a False condition whose reason is not in progress is a failure that
+    needs a person (Degraded at once). A reason string this operator does not know (written by a newer one) counts as
+    a failure, the safe side.
+    """
+
+    VALID = "Valid"
+    INVALID_SPEC = "InvalidSpec"
+    READY = "Ready"
+    NOT_READY = "NotReady"
+    STOPPED = "Stopped"
+    WAITING_FOR_KEYS = "WaitingForKeys"
+    WAITING_FOR_JAIL = "WaitingForJail"
+    POPULATING = "Populating"
+    OVERWRITING = "Overwriting"
+    POPULATED = "Populated"
+    JOB_FAILED = "JobFailed"
+    SCHEDULED = "Scheduled"
+    DISABLED = "Disabled"
+    NO_GPU_WORKERS = "NoGpuWorkers"
+    MARIADB_OPERATOR_MISSING = "MariaDBOperatorMissing"
+    PASSWORD_SECRET_MISSING = "PasswordSecretMissing"  # noqa: S105 - a reason, not a password
+    INVALID_PASSWORD = "InvalidPassword"  # noqa: S105
+
+    @property
+    def in_progress(self) -> bool:
+        return self in _IN_PROGRESS
+
+    @classmethod
+    def means_progress(cls, reason: str) -> bool:
+        """Whether a reason read back from the API (any string) means "on its way"."""
+        return reason in cls._value2member_map_ and cls(reason).in_progress
+
+
+_IN_PROGRESS: Final = frozenset(
+    {
+        Reason.NOT_READY,
+        Reason.STOPPED,
+        Reason.WAITING_FOR_KEYS,
+        Reason.WAITING_FOR_JAIL,
+        Reason.POPULATING,
+        Reason.OVERWRITING,
+    }
+)
 
 # metav1.Condition's own validation, so conditions written here look like every other controller's.
 _CONDITION_TYPE_PATTERN = (

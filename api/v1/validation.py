@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from slurmctl.api.v1.cluster import SlurmCluster
-from slurmctl.api.v1.defaults import (
+from .cluster import SlurmCluster
+from .defaults import (
     ACCOUNTING_SLURM_KEYS,
     GPU_HEALTH_CHECK_SLURM_KEYS,
     MAX_CLUSTER_NAME_LENGTH,
@@ -24,10 +24,10 @@ from slurmctl.api.v1.defaults import (
     MAX_TOTAL_WORKERS,
     OPERATOR_OWNED_SLURM_KEYS,
 )
-from slurmctl.api.v1.passthrough import check_passthrough
-from slurmctl.api.v1.sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound
-from slurmctl.api.v1.spec import SlurmClusterSpec
-from slurmctl.api.v1.types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
+from .passthrough import check_passthrough
+from .sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound
+from .spec import SlurmClusterSpec
+from .types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
 
 _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 _OPTION_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")

@@ -22,7 +22,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from slurmctl import __version__, reconcilers
 from slurmctl.api.v1 import KIND, check_cluster
-from slurmctl.render.manifests import render_manifests
+from slurmctl.render.manifests import Inputs
 from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions
 from slurmctl.runtime.logs import configure, kv
 
@@ -176,7 +176,8 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
 
 
 def render_command(filename: str, *, namespace: str) -> int:
-    """`slurmctl render`: what the operator would apply, without a cluster (for reviews and GitOps diffs).
+    """`slurmctl render`: what the operator would apply, without a cluster (for reviews and GitOps diffs). It runs
+    the reconcilers' own renderers over the component registry, with inputs a cluster would add left empty.
 
     Invalid clusters are reported on stderr with every problem's field path, and nothing is printed for them.
     """
@@ -199,7 +200,7 @@ def render_command(filename: str, *, namespace: str) -> int:
             for problem in [str(p) for p in problems] or ["the object could not be read"]:
                 sys.stderr.write(f"{filename}: SlurmCluster {name}: {problem}\n")
             continue
-        rendered.extend(render_manifests(cluster))
+        rendered.extend(reconcilers.desired_objects(Inputs.offline(cluster)))
     sys.stdout.write(yaml.safe_dump_all(rendered, sort_keys=False))
     return 1 if failed else 0
 

@@ -15,6 +15,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
 from test.e2e.harness import REPO, ControlPlane, control_plane_script
+from test.e2e.operator import RunningOperator, service_account_kubeconfig
 
 TIMEOUT = 10
 
@@ -72,3 +73,18 @@ def installed(control_plane: ControlPlane) -> ControlPlane:
     control_plane.kubectl("apply", "--server-side", "-k", str(REPO / "config" / "default"))
     control_plane.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=30s")
     return control_plane
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(installed: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return service_account_kubeconfig(installed, tmp_path_factory.mktemp("operator") / "kubeconfig")
+
+
+@pytest.fixture
+async def operator(operator_kubeconfig: Path) -> AsyncIterator[RunningOperator]:
+    """The operator in-process, as its own ServiceAccount, resyncing every second (steady-state tests count resyncs)."""
+    running = await RunningOperator(operator_kubeconfig, resync_period=1.0).start()
+    try:
+        yield running
+    finally:
+        await running.stop()

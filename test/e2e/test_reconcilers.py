@@ -1,7 +1,5 @@
-"""The operator's reconcilers against the real control plane, running as their own ServiceAccount.
-
-There is no kubelet: a test that needs workloads to look ready marks their Pods Ready and Running, and the real
-StatefulSet controller turns that into readyReplicas, as it would on a real cluster.
+"""The operator's core reconcilers (cluster, controller, workers, login) against the real control plane, running as
+their own ServiceAccount. Helpers and specs: test/e2e/clusters.py; the operator fixtures: test/e2e/conftest.py.
 """
 
 from __future__ import annotations
@@ -9,7 +7,7 @@ from __future__ import annotations
 import base64
 import statistics
 import time
-from collections.abc import AsyncIterator
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,184 +16,29 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
 from test.e2e.apiserver_metrics import request_counts
-from test.e2e.harness import ControlPlane, eventually
+from test.e2e.clusters import (
+    GROUP,
+    MERGE_PATCH,
+    NAME,
+    PLURAL,
+    SUCCEEDED,
+    VERSION,
+    Cluster,
+    T,
+    accounting_spec,
+    gpu_spec,
+    spec,
+)
+from test.e2e.harness import eventually
 from test.e2e.operator import (
     RunningOperator,
     no_namespace_terminating,
     operator_writes,
     reconciles,
-    service_account_kubeconfig,
     slurmctl_events,
 )
 
 pytestmark = pytest.mark.e2e
-T = 10
-GROUP, VERSION, PLURAL = "slurm.slurmctl.io", "v1", "slurmclusters"
-JSON_PATCH = "application/json-patch+json"
-MERGE_PATCH = "application/merge-patch+json"
-NAME = "c1"
-
-
-def spec(size: int = 2) -> dict[str, Any]:
-    return {
-        "jail": {"volume": {"claimName": "jail"}},
-        "workers": [{"name": "cpu", "size": size, "resources": {"requests": {"cpu": 2, "memory": "4Gi"}}}],
-        "login": {"sshRootPublicKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyForTests test@example"]},
-    }
-
-
-@pytest.fixture(scope="session")
-def operator_kubeconfig(installed: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return service_account_kubeconfig(installed, tmp_path_factory.mktemp("operator") / "kubeconfig")
-
-
-@pytest.fixture
-async def operator(operator_kubeconfig: Path) -> AsyncIterator[RunningOperator]:
-    running = await RunningOperator(operator_kubeconfig, resync_period=1.0).start()
-    try:
-        yield running
-    finally:
-        await running.stop()
-
-
-class Cluster:
-    """The SlurmCluster under test and the objects around it, read through the admin client."""
-
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.ns = namespace
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-
-    async def create(self, body_spec: dict[str, Any]) -> None:
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "SlurmCluster",
-            "metadata": {"name": NAME},
-            "spec": body_spec,
-        }
-        await self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body, _request_timeout=T)
-
-    async def get(self) -> dict[str, Any]:
-        obj: dict[str, Any] = await self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, self.ns, PLURAL, NAME, _request_timeout=T
-        )
-        return obj
-
-    async def patch(self, ops: list[dict[str, Any]]) -> None:
-        await self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.ns, PLURAL, NAME, ops, _content_type=JSON_PATCH, _request_timeout=T
-        )
-
-    async def condition(self, type_: str) -> dict[str, Any] | None:
-        status = (await self.get()).get("status") or {}
-        return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
-
-    async def phase(self) -> str | None:
-        return ((await self.get()).get("status") or {}).get("phase")
-
-    async def wait_phase(self, phase: str, timeout: float = 30) -> None:
-        async def reached() -> bool:
-            return await self.phase() == phase
-
-        await eventually(reached, timeout=timeout, what=f"phase {phase}")
-
-    async def sts(self, name: str) -> Any:
-        return await self.apps.read_namespaced_stateful_set(name, self.ns, _request_timeout=T)
-
-    async def replicas(self, name: str) -> int | None:
-        try:
-            return int((await self.sts(name)).spec.replicas)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    async def configmap(self, name: str) -> dict[str, str]:
-        """The ConfigMap's data; empty while it does not exist yet."""
-        try:
-            cm = await self.core.read_namespaced_config_map(name, self.ns, _request_timeout=T)
-        except ApiException as exc:
-            if exc.status == 404:
-                return {}
-            raise
-        return dict(cm.data or {})
-
-    async def populate_jail(self) -> None:
-        """Mark the populate-jail Job succeeded, as the Job controller would once its pod finished the copy.
-
-        The write must come after the Job controller's first sync (it counts the pending pod as active), or that
-        sync overwrites it; and it is repeated until it stays.
-        """
-        batch = client.BatchV1Api(self.custom.api_client)
-        name = f"{NAME}-populate-jail"
-
-        async def started() -> Any | None:
-            try:
-                job = await batch.read_namespaced_job(name, self.ns, _request_timeout=T)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            return job if (job.status.active or 0) >= 1 else None
-
-        await eventually(started, timeout=30, what="the populate-jail Job to be started by its controller")
-        complete = {"type": "Complete", "status": "True"}
-
-        async def succeeded() -> bool:
-            job = await batch.read_namespaced_job(name, self.ns, _request_timeout=T)
-            if (job.status.succeeded or 0) >= 1:
-                return True
-            await batch.patch_namespaced_job_status(
-                name,
-                self.ns,
-                {"status": {"succeeded": 1, "conditions": [complete]}},
-                _content_type=MERGE_PATCH,
-                _request_timeout=T,
-            )
-            return False
-
-        await eventually(succeeded, timeout=15, interval=0.05, what="the Job's succeeded status to stay written")
-
-    async def make_pods_ready(self) -> int:
-        """Mark every pod of the cluster Running and Ready, as a kubelet would once the containers pass probes."""
-        pods = await self.core.list_namespaced_pod(
-            self.ns, label_selector=f"app.kubernetes.io/instance={NAME}", _request_timeout=T
-        )
-        ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
-        for pod in pods.items:
-            if pod.status.phase != "Running":
-                await self.core.patch_namespaced_pod_status(
-                    pod.metadata.name,
-                    self.ns,
-                    {"status": {"phase": "Running", "conditions": [ready]}},
-                    _content_type="application/strategic-merge-patch+json",
-                    _request_timeout=T,
-                )
-        return len(pods.items)
-
-    async def become_available(self, expected_pods: int) -> None:
-        await self.populate_jail()
-
-        async def all_ready() -> bool:
-            await self.make_pods_ready()
-            return await self.phase() == "Available"
-
-        await eventually(all_ready, timeout=60, interval=0.3, what=f"phase Available with {expected_pods} pods ready")
-
-    async def children(self) -> dict[tuple[str, str], Any]:
-        selector = f"app.kubernetes.io/instance={NAME}"
-        found: dict[tuple[str, str], Any] = {}
-        for kind, lister in (
-            ("ConfigMap", self.core.list_namespaced_config_map),
-            ("Secret", self.core.list_namespaced_secret),
-            ("Service", self.core.list_namespaced_service),
-            ("StatefulSet", self.apps.list_namespaced_stateful_set),
-            ("Job", client.BatchV1Api(self.custom.api_client).list_namespaced_job),
-        ):
-            for item in (await lister(self.ns, label_selector=selector, _request_timeout=T)).items:
-                found[(kind, item.metadata.name)] = item
-        return found
 
 
 EXPECTED_CHILDREN = {
@@ -293,6 +136,14 @@ async def test_scaling_a_group_follows_the_edit_and_the_node_list(
         return await cluster.replicas("c1-worker-cpu") == n
 
     await eventually(lambda: replicas_are(2), timeout=30, what="the worker StatefulSet")
+
+    async def template_hash() -> str:
+        annotations = (await cluster.sts("c1-worker-cpu")).spec.template.metadata.annotations
+        return str(annotations["slurm.slurmctl.io/config-hash"])
+
+    # Scaling changes the node list but not what a worker reads at start: the workers' pod template stays the same
+    # through every edit (a new hash would roll every worker on each scale).
+    first_hash = await template_hash()
     latencies = []
     for size in (5, 2, 5, 2, 5, 2):
         started = time.monotonic()
@@ -305,13 +156,11 @@ async def test_scaling_a_group_follows_the_edit_and_the_node_list(
             return f"c1-worker-cpu-{size - 1} " in nodes and f"c1-worker-cpu-{size} " not in nodes
 
         await eventually(node_list_follows, timeout=10, what=f"nodes.conf with {size} workers")
+        assert await template_hash() == first_hash, f"scaling to {size} changed the workers' pod template"
     print(
         f"\nscale edit -> StatefulSet replicas latency: p50 {statistics.median(latencies) * 1000:.0f} ms, "
         f"max {max(latencies) * 1000:.0f} ms over {len(latencies)} edits"
     )
-    # Scaling changes the node list but not what a worker reads at start: the workers' pod template is unchanged.
-    hashes = {(await cluster.sts("c1-worker-cpu")).spec.template.metadata.annotations["slurm.slurmctl.io/config-hash"]}
-    assert len(hashes) == 1
 
 
 async def test_drift_is_repaired_and_fields_of_other_managers_are_left_alone(
@@ -449,3 +298,28 @@ async def test_steady_state_and_restart_cost_zero_writes(
         assert await slurmctl_events(api, namespace) == events_before
     finally:
         await restarted.stop()
+
+
+async def test_steady_state_costs_zero_writes_with_every_component(
+    api: client.ApiClient, namespace: str, operator: RunningOperator
+) -> None:
+    cluster = Cluster(api, namespace)
+    await cluster.create_password_secret(f"pw-{uuid.uuid4().hex}")
+    await cluster.create(accounting_spec(gpu_spec(benchmark=True)))
+    await cluster.finish_job(SUCCEEDED)
+
+    async def available() -> bool:
+        return await cluster.phase() == "Available"
+
+    await cluster.ready_until(available, what="phase Available with accounting and the benchmark")
+    assert (await cluster.condition("AccountingReady") or {}).get("status") == "True"
+    await cluster.wait_condition("BenchmarkScheduled", "True", "Scheduled")
+
+    await no_namespace_terminating(api)
+    await cluster.resyncs(2)
+    events_before = await slurmctl_events(api, namespace)
+    before = await request_counts(api)
+    await cluster.resyncs(5)
+    after = await request_counts(api)
+    assert operator_writes(before, after) == {}, "a converged cluster with every component must cost no API writes"
+    assert await slurmctl_events(api, namespace) == events_before, "no Event from slurmctl either"

@@ -1,5 +1,5 @@
-"""One reconciler per Slurm component, all keyed by the SlurmCluster."""
+"""One reconciler per Slurm component, all keyed by the SlurmCluster; `registry.COMPONENTS` declares them."""
 
-from slurmctl.reconcilers.setup import register
+from slurmctl.reconcilers.registry import COMPONENTS, desired_objects, register
 
-__all__ = ["register"]
+__all__ = ["COMPONENTS", "desired_objects", "register"]

@@ -1,32 +1,79 @@
-"""What every component reconciler shares: reading its SlurmCluster from the cache, applying children, pruning the
-children it no longer wants, and writing its one condition with its own field manager.
+"""What every component reconciler shares: the component declaration it is built from, reading its SlurmCluster once
+per change (`Loader`), applying the objects its renderer produces, pruning the children it no longer wants, and
+writing its one condition through the api/v1 status models with its own field manager.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
-from slurmctl.api.v1 import API_VERSION, KIND, SlurmCluster, check_cluster
+from slurmctl.api.v1 import API_VERSION, KIND, Condition, Reason, SlurmCluster, SlurmClusterStatus, check_cluster
+from slurmctl.api.v1 import Component as Image
+from slurmctl.reconcilers.observed import uid
 from slurmctl.render import meta
+from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
+from slurmctl.render.manifests import Inputs, Renderer
+from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.runtime import WARNING, Conflict, Manager, NotFound, NotWatched, Request, Result
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.manager import ControllerBuilder
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-SECRET = ("v1", "Secret")
+
+
+def always(cluster: SlurmCluster) -> bool:
+    return True
+
+
+def never(cluster: SlurmCluster) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Component:
+    """One component, declared once: everything registration, `slurmctl render` and the phase need to know about it.
+
+    `name` is the controller's name, the value of the component label on every child and the suffix of the status
+    field manager (`slurmctl-<name>`) alike.
+    """
+
+    name: str
+    condition: str  # the one status condition this component owns
+    _: KW_ONLY
+    reconciler: type[ComponentReconciler]
+    render: Renderer  # the objects it applies, from the same inputs online and offline
+    owns: tuple[Kind, ...] = ()  # kinds of its children, found and watched by its component label
+    image: Image | None = None  # the default image its pods run (`<registry>/<image>:<tag>`)
+    required: Callable[[SlurmCluster], bool] = always  # whether its condition must be True for Available
+    after: tuple[str, ...] = ()  # components whose children's events wake it (keys, the jail gate)
+    watch_status: bool = False  # wake on every change of the SlurmCluster, status included (the phase)
+    former_names: tuple[str, ...] = ()  # labels older releases put on its children, still recognised
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return (self.name, *self.former_names)
+
+    @property
+    def field_manager(self) -> str:
+        return f"slurmctl-{self.name}"
 
 
 @dataclass(frozen=True)
 class Loaded:
-    """The live object (for status and events) and its parsed, valid model."""
+    """A valid SlurmCluster as read from the cache: the live object (for status and events), its parsed model and its
+    Slurm config set, rendered once and shared by every config hash."""
 
     obj: Mapping[str, Any]
     cluster: SlurmCluster
+    configs: Mapping[str, str]
 
     @property
     def name(self) -> str:
@@ -40,68 +87,194 @@ class Loaded:
     def generation(self) -> int:
         return self.cluster.metadata.generation or 0
 
+    @property
+    def status(self) -> SlurmClusterStatus:
+        return self.cluster.status or SlurmClusterStatus()
 
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    def condition(self, type_: str) -> Condition | None:
+        return self.status.condition(type_)
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A SlurmCluster whose spec cannot be used, and why (each problem names its field)."""
+
+    obj: Mapping[str, Any]
+    problems: tuple[str, ...]
+
+
+class Loader:
+    """Parses, validates and renders the configs of a SlurmCluster once per (uid, resourceVersion): every component
+    controller reconciles the same object after each change, and they share this work."""
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        self._maxsize = maxsize
+        self._memo: OrderedDict[tuple[str, str], Loaded | Invalid] = OrderedDict()
+        self.parsed = 0  # how many times an object was actually parsed (tests check the memo works)
+
+    def load(self, obj: Mapping[str, Any]) -> Loaded | Invalid:
+        md = obj.get("metadata") or {}
+        key = (str(md.get("uid", "")), str(md.get("resourceVersion", "")))
+        if key[1] and key in self._memo:
+            self._memo.move_to_end(key)
+            return self._memo[key]
+        self.parsed += 1
+        cluster, problems = check_cluster(obj)
+        result: Loaded | Invalid
+        if cluster is None or problems:
+            result = Invalid(obj, tuple(str(p) for p in problems) or ("the spec could not be read",))
+        else:
+            result = Loaded(obj, cluster, MappingProxyType(render_slurm_configs(cluster)))
+        if key[1]:
+            self._memo[key] = result
+            while len(self._memo) > self._maxsize:
+                self._memo.popitem(last=False)
+        return result
+
+
+@dataclass
+class Context:
+    """What the component reconcilers of one manager share: the registry they were built from, the API versions
+    discovery chose, and the loader."""
+
+    manager: Manager
+    components: tuple[Component, ...]
+    served: Mapping[Kind, Kind] = field(default_factory=dict)
+    loader: Loader = field(default_factory=Loader)
+    reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
+
+    def kind(self, kind: Kind) -> Kind:
+        """The served version of a kind (e.g. batch/v1beta1 CronJobs on Kubernetes 1.20)."""
+        return self.served.get(kind, kind)
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def make_condition(obj: Mapping[str, Any], type_: str, *, ok: bool, reason: Reason, message: str) -> Condition:
+    """A condition for the live object `obj`; lastTransitionTime is kept verbatim while the status does not flip,
+    so an unchanged condition renders an identical intent and its apply is skipped."""
+    status = "True" if ok else "False"
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    previous = next((c for c in conditions if c.get("type") == type_), None)
+    since = previous.get("lastTransitionTime") if previous and previous.get("status") == status else None
+    return Condition.model_validate(
+        {
+            "type": type_,
+            "status": status,
+            "observedGeneration": (obj.get("metadata") or {}).get("generation", 0),
+            "lastTransitionTime": since or now(),
+            "reason": reason.value,
+            "message": message,
+        }
+    )
+
+
+def status_body(name: str, namespace: str, status: SlurmClusterStatus) -> dict[str, Any]:
+    """The /status apply body: only the fields set in `status`, so a component never claims another's fields."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "status": status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True),
+    }
 
 
 class ComponentReconciler:
-    """Base of the per-component reconcilers. Subclasses set `component` and `condition_type` and implement
+    """Base of the per-component reconcilers, built from a `Component` declaration. Subclasses implement
     `reconcile_valid`; an invalid spec is the cluster reconciler's to report, so the others leave everything as is.
     """
 
-    component: str = ""
-    condition_type: str = ""
+    def __init__(self, ctx: Context, component: Component) -> None:
+        self.ctx = ctx
+        self.decl = component
+        self.component = component.name
+        self.condition_type = component.condition
+        self.field_manager = component.field_manager
+        self.manager = ctx.manager
+        self.cache = ctx.manager.cache
 
-    def __init__(self, manager: Manager) -> None:
-        self.manager = manager
-        self.cache = manager.cache
-        self.field_manager = f"slurmctl-{self.component}"
+    def watch(self, builder: ControllerBuilder) -> None:
+        """Watches beyond the declared children and dependencies (e.g. a Secret the user owns)."""
 
     async def __call__(self, req: Request) -> Result | None:
-        obj = self.cache.get(API_VERSION, KIND, req.name, namespace=req.namespace)
+        obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             return None  # gone, or being deleted: the garbage collector's turn
-        cluster, problems = check_cluster(obj)
-        if cluster is None or problems:
-            await self.invalid(obj, [str(p) for p in problems])
+        loaded = self.ctx.loader.load(obj)
+        if isinstance(loaded, Invalid):
+            await self.invalid(loaded)
             return None
-        return await self.reconcile_valid(Loaded(obj, cluster))
+        return await self.reconcile_valid(loaded)
 
-    async def invalid(self, obj: Mapping[str, Any], problems: list[str]) -> None:
+    async def invalid(self, invalid: Invalid) -> None:
         """An invalid spec changes no child. Only the cluster reconciler reports it; the others leave all as is."""
 
     async def reconcile_valid(self, loaded: Loaded) -> Result | None:
         raise NotImplementedError
 
+    # ---- desired state ----------------------------------------------------------------------------------------
+    def inputs(self, loaded: Loaded, **known: Any) -> Inputs:
+        """The renderer's inputs: the loaded cluster and its configs, what this reconcile read (`known`), and the
+        API versions discovery chose."""
+        return Inputs(
+            cluster=loaded.cluster,
+            configs=loaded.configs,
+            cronjob_api_version=self.ctx.kind(CRONJOB).api_version,
+            **known,
+        )
+
+    def desired(self, inputs: Inputs) -> list[Obj]:
+        """This component's objects: the very renderer `slurmctl render` calls."""
+        return self.decl.render(inputs)
+
     # ---- children ---------------------------------------------------------------------------------------------
-    def live(self, api_version: str, kind: str, name: str, namespace: str) -> Obj | None:
-        return self.cache.get(api_version, kind, name, namespace=namespace)
+    def live(self, kind: Kind, name: str, namespace: str) -> Obj | None:
+        return self.cache.get(*self.ctx.kind(kind), name, namespace=namespace)
 
     async def apply(self, loaded: Loaded, intents: Iterable[Mapping[str, Any]]) -> None:
         for intent in intents:
             md = intent["metadata"]
             try:
-                created = self.live(intent["apiVersion"], intent["kind"], md["name"], md["namespace"]) is None
+                created = self.cache.get(intent["apiVersion"], intent["kind"], md["name"], namespace=md["namespace"])
             except NotWatched:  # a kind installed after start (MariaDB): the applier reads it itself
-                created = False
+                created = {}
             await self.manager.apply(intent)
-            if created:
+            if created is None:
                 self.event(loaded, "Normal", "Created", f"created {intent['kind']} {md['name']}")
 
-    async def prune(self, loaded: Loaded, api_version: str, kind: str, *, component: str, keep: Iterable[str]) -> None:
+    async def delete(self, loaded: Loaded, kind: Kind, name: str, *, why: str, propagation: str = "Background") -> None:
+        await self.manager.client.delete(
+            *self.ctx.kind(kind), name, namespace=loaded.namespace, propagation=propagation
+        )
+        self.event(loaded, "Normal", "Deleted", f"deleted {kind.kind} {name}: {why}")
+
+    async def prune(self, loaded: Loaded, kind: Kind, *, keep: Iterable[str]) -> None:
         """Delete this component's children of a kind that the spec no longer asks for (never claims: user data)."""
         wanted = set(keep)
-        for child in self.owned(loaded, api_version, kind, component):
+        for child in self.owned(loaded, kind):
             name = child["metadata"]["name"]
             if name not in wanted:
-                await self.manager.client.delete(api_version, kind, name, namespace=loaded.namespace)
-                self.event(loaded, "Normal", "Deleted", f"deleted {kind} {name}: no longer in the spec")
+                await self.delete(loaded, kind, name, why="no longer in the spec")
+
+    def owned(self, loaded: Loaded, kind: Kind) -> list[Obj]:
+        """This cluster's children of a kind that carry this component's label (or a label it had before)."""
+        found: dict[str, Obj] = {}
+        for label in self.decl.labels:
+            for child in self.cache.list(
+                *self.ctx.kind(kind),
+                namespace=loaded.namespace,
+                labels=meta.selector(loaded.name, label),
+                owner_uid=loaded.cluster.metadata.uid,
+            ):
+                found[child["metadata"]["name"]] = child
+        return [found[name] for name in sorted(found)]
 
     async def create_once(self, loaded: Loaded, name: str, render: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         """Key material is created, never applied: POST fails on an existing Secret, so a stale cache can never
         make the operator overwrite (rotate) a key that pods already use."""
-        if self.live(*SECRET, name, loaded.namespace) is not None:
+        if self.live(SECRET, name, loaded.namespace) is not None:
             return
         try:
             await self.manager.client.get(*SECRET, name, namespace=loaded.namespace)
@@ -114,13 +287,15 @@ class ComponentReconciler:
             return
         self.event(loaded, "Normal", "Created", f"created Secret {name}")
 
-    def event(self, loaded: Loaded, type_: str, reason: str, message: str) -> None:
-        log.info(
+    def event(self, loaded: Loaded | Invalid, type_: str, reason: str, message: str) -> None:
+        md = loaded.obj.get("metadata") or {}
+        log.log(
+            logging.WARNING if type_ == WARNING else logging.INFO,
             "event %s",
             kv(
                 controller=self.component,
-                namespace=loaded.namespace,
-                name=loaded.name,
+                namespace=md.get("namespace", ""),
+                name=md.get("name", ""),
                 type=type_,
                 reason=reason,
                 message=message,
@@ -128,33 +303,22 @@ class ComponentReconciler:
         )
         self.manager.recorder.record(loaded.obj, type_, reason, message)
 
-    def warn(self, loaded: Loaded, reason: str, message: str) -> None:
+    def warn(self, loaded: Loaded | Invalid, reason: str, message: str) -> None:
         self.event(loaded, WARNING, reason, message)
 
     # ---- status -----------------------------------------------------------------------------------------------
-    def condition(self, loaded: Loaded, *, ok: bool, reason: str, message: str) -> dict[str, Any]:
-        return build_condition(loaded.obj, self.condition_type, ok=ok, reason=reason, message=message)
+    def condition(self, loaded: Loaded, *, ok: bool, reason: Reason, message: str) -> Condition:
+        return make_condition(loaded.obj, self.condition_type, ok=ok, reason=reason, message=message)
 
-    async def write_status(self, loaded: Loaded, status: Mapping[str, Any]) -> None:
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": loaded.name, "namespace": loaded.namespace},
-            "status": dict(status),
-        }
-        await self.manager.apply_status(body, field_manager=self.field_manager)
-
-    def owned(self, loaded: Loaded, api_version: str, kind: str, component: str) -> list[Obj]:
-        """This cluster's children of a kind that carry a component label."""
-        labels = meta.selector(loaded.name, component)
-        uid = loaded.cluster.metadata.uid
-        return self.cache.list(api_version, kind, namespace=loaded.namespace, labels=labels, owner_uid=uid)
-
-    async def wait(self, loaded: Loaded, *, reason: str, message: str) -> None:
-        """Say in this component's condition what it waits for; the event that ends the wait wakes it again."""
-        await self.write_status(
-            loaded, {"conditions": [self.condition(loaded, ok=False, reason=reason, message=message)]}
+    async def write_status(self, loaded: Loaded, status: SlurmClusterStatus) -> None:
+        await self.manager.apply_status(
+            status_body(loaded.name, loaded.namespace, status), field_manager=self.field_manager
         )
+
+    async def report(self, loaded: Loaded, *, ok: bool, reason: Reason, message: str) -> None:
+        """Write only this component's condition (what it waits for, or why it failed)."""
+        cond = self.condition(loaded, ok=ok, reason=reason, message=message)
+        await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
 
     async def secret_ids(self, loaded: Loaded, *names: str) -> list[str] | None:
         """The uids of key Secrets the pods mount (a new key means a new Secret, so its uid in the config hash rolls
@@ -162,30 +326,11 @@ class ComponentReconciler:
         their add events wake this reconciler again, so nothing polls."""
         ids = []
         for name in names:
-            secret = self.live(*SECRET, name, loaded.namespace)
+            secret = self.live(SECRET, name, loaded.namespace)
             if secret is None:
-                await self.wait(loaded, reason="WaitingForKeys", message=f"waiting for Secret {name}")
+                await self.report(
+                    loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=f"waiting for Secret {name}"
+                )
                 return None
-            ids.append(str(secret["metadata"].get("uid", "")))
+            ids.append(uid(secret))
         return ids
-
-
-def build_condition(obj: Mapping[str, Any], type_: str, *, ok: bool, reason: str, message: str) -> dict[str, Any]:
-    """A condition for the live object `obj`; lastTransitionTime is kept verbatim while the status does not flip,
-    so an unchanged condition renders an identical intent and its apply is skipped."""
-    status = "True" if ok else "False"
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    previous = next((c for c in conditions if c.get("type") == type_), None)
-    since = previous.get("lastTransitionTime") if previous and previous.get("status") == status else None
-    return {
-        "type": type_,
-        "status": status,
-        "observedGeneration": (obj.get("metadata") or {}).get("generation", 0),
-        "lastTransitionTime": since or now(),
-        "reason": reason,
-        "message": message,
-    }
-
-
-def statefulset_ready(sts: Mapping[str, Any] | None) -> int:
-    return int(((sts or {}).get("status") or {}).get("readyReplicas") or 0)

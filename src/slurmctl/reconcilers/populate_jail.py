@@ -2,84 +2,62 @@
 worker and login StatefulSets from starting on an empty jail.
 
 The Job runs once per cluster. Its pod template is immutable, so a live Job is never re-applied: it is deleted and
-applied anew only when `needs_recreate` says so (overwrite for a new generation, or a retry after a spec change).
+applied anew only when `JobState.needs_recreate` says so (overwrite for a new generation, or a retry after a spec
+change).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from slurmctl.api.v1 import JAIL_POPULATED
+from slurmctl.api.v1 import JAIL_POPULATED, Reason, SlurmClusterStatus
 from slurmctl.reconcilers.base import ComponentReconciler, Loaded
+from slurmctl.reconcilers.observed import JobState
 from slurmctl.render import meta
-from slurmctl.render.populate_jail import job_failed, needs_recreate, render_populate_jail_job
-
-JOB = ("batch/v1", "Job")
-
-
-def job_succeeded(job: Mapping[str, Any] | None) -> bool:
-    return int(((job or {}).get("status") or {}).get("succeeded") or 0) >= 1
-
-
-def _failure(job: Mapping[str, Any]) -> str:
-    conditions = (job.get("status") or {}).get("conditions") or []
-    failed: Mapping[str, Any] = next(
-        (c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"), {}
-    )
-    return f"{failed.get('reason', 'Failed')}: {failed.get('message', 'the Job failed')}"
-
-
-def populated_condition(loaded: Loaded) -> Mapping[str, Any] | None:
-    conditions = (loaded.obj.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == JAIL_POPULATED), None)
+from slurmctl.render.kinds import JOB
 
 
 def jail_gate_open(reconciler: ComponentReconciler, loaded: Loaded) -> bool:
     """Whether workers and login may run: the Job succeeded now or did before (the condition remembers, e.g. after
     the Job was deleted). An overwrite in progress or a failed re-run tears nothing down: existing StatefulSets stay."""
-    job = reconciler.live(*JOB, meta.populate_jail(loaded.name), loaded.namespace)
-    if job_succeeded(job):
+    job = reconciler.live(JOB, meta.populate_jail(loaded.name), loaded.namespace)
+    if job is not None and JobState.of(job).succeeded:
         return True
-    condition = populated_condition(loaded)
-    return condition is not None and condition.get("status") == "True"
+    condition = loaded.condition(JAIL_POPULATED)
+    return condition is not None and condition.status == "True"
 
 
 class PopulateJailReconciler(ComponentReconciler):
-    component = "populate-jail"
-    condition_type = JAIL_POPULATED
-
     async def reconcile_valid(self, loaded: Loaded) -> None:
         cluster = loaded.cluster
         name = meta.populate_jail(loaded.name)
-        job = self.live(*JOB, name, loaded.namespace)
+        live = self.live(JOB, name, loaded.namespace)
+        job = JobState.of(live) if live is not None else None
         overwrite = cluster.spec.populate_jail.overwrite
-        previous = populated_condition(loaded)
-        if job is None and previous is not None and previous.get("status") == "True" and not overwrite:
+        previous = loaded.condition(self.condition_type)
+        if job is None and previous is not None and previous.status == "True" and not overwrite:
             return  # populated once; the Job is gone and must not run again
-        if job is not None and needs_recreate(cluster, job):
-            await self.manager.client.delete(*JOB, name, namespace=loaded.namespace)
+        if job is not None and job.needs_recreate(cluster):
             why = "overwrite requested" if overwrite else "retrying after a spec change"
+            await self.manager.client.delete(*JOB, name, namespace=loaded.namespace)
             self.event(loaded, "Normal", "RecreatingJob", f"re-running Job {name}: {why}")
             job = None
         if job is None:
-            await self.apply(loaded, [render_populate_jail_job(cluster)])
-            reason = "Overwriting" if overwrite and previous is not None else "Populating"
+            await self.apply(loaded, self.desired(self.inputs(loaded)))
+            reason = Reason.OVERWRITING if overwrite and previous is not None else Reason.POPULATING
             cond = self.condition(loaded, ok=False, reason=reason, message=self._running(name, overwrite))
-        elif job_succeeded(job):
+        elif job.succeeded:
             message = f"Job {name} populated the jail"
             if overwrite:
                 message += f" (overwrite for generation {loaded.generation})"
-            cond = self.condition(loaded, ok=True, reason="Populated", message=message)
-        elif job_failed(job):
-            message = f"Job {name} failed: {_failure(job)}"
-            if previous is None or previous.get("reason") != "JobFailed":
+            cond = self.condition(loaded, ok=True, reason=Reason.POPULATED, message=message)
+        elif job.failed:
+            message = f"Job {name} failed: {job.failure}"
+            if previous is None or previous.reason != Reason.JOB_FAILED:
                 self.warn(loaded, "PopulateJailFailed", message)
-            cond = self.condition(loaded, ok=False, reason="JobFailed", message=message)
+            cond = self.condition(loaded, ok=False, reason=Reason.JOB_FAILED, message=message)
         else:
-            reason = "Overwriting" if overwrite else "Populating"
+            reason = Reason.OVERWRITING if overwrite else Reason.POPULATING
             cond = self.condition(loaded, ok=False, reason=reason, message=self._running(name, overwrite))
-        await self.write_status(loaded, {"conditions": [cond]})
+        await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
 
     @staticmethod
     def _running(name: str, overwrite: bool) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
+from slurmctl.render.kinds import MARIADB
 
 COMPONENT = "accounting"
 SLURMDBD_CONF = "slurmdbd.conf"
@@ -25,8 +26,7 @@ SLURMDBD_CONFIG_MOUNT = "/mnt/slurmdbd-config"
 # slurmdbd runs as SlurmUser and cannot write to /run; the pid file only needs to be somewhere it may write.
 SLURMDBD_PID_FILE = "/tmp/slurmdbd.pid"  # noqa: S108 - the container's own /tmp
 
-MARIADB_API_VERSION = "k8s.mariadb.com/v1alpha1"
-MARIADB_KIND = "MariaDB"
+MARIADB_API_VERSION, MARIADB_KIND = MARIADB
 MARIADB_PORT = 3306
 MARIADB_USER = "slurm"
 MARIADB_DATABASE = "slurm_acct_db"

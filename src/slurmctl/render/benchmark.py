@@ -12,9 +12,10 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, parse_quantity
 from slurmctl.render import meta, pods
+from slurmctl.render.kinds import CRONJOB, FALLBACKS
 
 COMPONENT = "benchmark"
-CRONJOB_API_VERSIONS = ("batch/v1", "batch/v1beta1")
+CRONJOB_API_VERSIONS = tuple(k.api_version for k in (CRONJOB, *FALLBACKS[CRONJOB]))
 ENTRYPOINT = ["/usr/bin/tini", "--", "/usr/lib/slurmctl/entrypoint-nccl-benchmark"]
 HISTORY_LIMIT = 3
 # A schedule missed by more than this (operator or controller-manager down) is skipped rather than run late.

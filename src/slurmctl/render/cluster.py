@@ -7,15 +7,15 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta
-from slurmctl.render.slurm_conf import render_slurm_configs
 
 COMPONENT = "cluster"
 MUNGE_KEY = "munge.key"
 
 
-def render_slurm_configs_map(cluster: SlurmCluster) -> dict[str, Any]:
+def render_slurm_configs_map(cluster: SlurmCluster, *, configs: Mapping[str, str]) -> dict[str, Any]:
+    """`configs` is `render_slurm_configs(cluster)`, rendered once per reconcile and shared with every config hash."""
     c = meta.cluster_name(cluster)
-    return meta.configmap(cluster, meta.slurm_configs(c), COMPONENT, render_slurm_configs(cluster))
+    return meta.configmap(cluster, meta.slurm_configs(c), COMPONENT, configs)
 
 
 def render_munge_secret(cluster: SlurmCluster, key: bytes) -> dict[str, Any]:

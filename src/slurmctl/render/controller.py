@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import JAIL_PATH, render_slurm_configs
+from slurmctl.render.slurm_conf import JAIL_PATH
 
 COMPONENT = "controller"
 STATE_DIR = "/var/spool/slurmctld"
 
 
-def config_hash(cluster: SlurmCluster, *, munge_key_id: str) -> str:
+def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
     """slurmctld reads every config file; scaling changes none of them (workers are dynamic nodes), so it rolls
-    slurmctld only when the node sets or partitions change."""
-    return meta.content_hash(render_slurm_configs(cluster), munge_key_id)
+    slurmctld only when the node sets or partitions change. `configs` is the rendered config set
+    (`render_slurm_configs`), rendered once per reconcile."""
+    return meta.content_hash(dict(configs), munge_key_id)
 
 
 def render_controller_service(cluster: SlurmCluster) -> dict[str, Any]:
@@ -26,7 +28,9 @@ def render_controller_service(cluster: SlurmCluster) -> dict[str, Any]:
     )
 
 
-def render_controller_statefulset(cluster: SlurmCluster, *, munge_key_id: str) -> dict[str, Any]:
+def render_controller_statefulset(
+    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str
+) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     spec = cluster.spec
     ctl = spec.controller
@@ -66,7 +70,7 @@ def render_controller_statefulset(cluster: SlurmCluster, *, munge_key_id: str) -
             "template": pods.slurm_pod_template(
                 c,
                 COMPONENT,
-                config_hash=config_hash(cluster, munge_key_id=munge_key_id),
+                config_hash=config_hash(configs, munge_key_id=munge_key_id),
                 daemon=slurmctld,
                 image=image,
                 volumes=[*pods.slurm_volumes(c), pods.volume("jail", spec.jail.volume)],
@@ -77,5 +81,8 @@ def render_controller_statefulset(cluster: SlurmCluster, *, munge_key_id: str) -
     }
 
 
-def render_controller(cluster: SlurmCluster, *, munge_key_id: str) -> list[dict[str, Any]]:
-    return [render_controller_service(cluster), render_controller_statefulset(cluster, munge_key_id=munge_key_id)]
+def render_controller(cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str) -> list[dict[str, Any]]:
+    return [
+        render_controller_service(cluster),
+        render_controller_statefulset(cluster, configs=configs, munge_key_id=munge_key_id),
+    ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import NODE_LOCAL_FILES, render_slurm_configs
+from slurmctl.render.slurm_conf import NODE_LOCAL_FILES
 from slurmctl.render.sshd import AUTHORIZED_KEYS, SSHD_CONFIG, render_authorized_keys, render_sshd_config
 
 COMPONENT = "login"
@@ -18,9 +19,10 @@ def sshd_configs_data(cluster: SlurmCluster) -> dict[str, str]:
     return {SSHD_CONFIG: render_sshd_config(cluster), AUTHORIZED_KEYS: render_authorized_keys(cluster)}
 
 
-def config_hash(cluster: SlurmCluster, *, munge_key_id: str, host_keys_id: str) -> str:
+def config_hash(cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, host_keys_id: str) -> str:
+    """`configs` is the rendered config set (`render_slurm_configs`), rendered once per reconcile."""
     return meta.content_hash(
-        meta.subset(render_slurm_configs(cluster), NODE_LOCAL_FILES),
+        meta.subset(configs, NODE_LOCAL_FILES),
         sshd_configs_data(cluster),
         munge_key_id,
         host_keys_id,
@@ -55,7 +57,9 @@ def render_login_headless_service(cluster: SlurmCluster) -> dict[str, Any]:
     return meta.service(cluster, meta.login_headless(c), COMPONENT, port_name="ssh", port=meta.SSH_PORT, headless=True)
 
 
-def render_login_statefulset(cluster: SlurmCluster, *, munge_key_id: str, host_keys_id: str) -> dict[str, Any]:
+def render_login_statefulset(
+    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, host_keys_id: str
+) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     spec = cluster.spec
     login = spec.login
@@ -82,7 +86,7 @@ def render_login_statefulset(cluster: SlurmCluster, *, munge_key_id: str, host_k
         {"name": "sshd-configs", "configMap": {"name": meta.sshd_configs(c)}},
         {"name": "ssh-host-keys", "secret": {"secretName": meta.ssh_host_keys_secret(c), "defaultMode": 0o400}},
     ]
-    hash_ = config_hash(cluster, munge_key_id=munge_key_id, host_keys_id=host_keys_id)
+    hash_ = config_hash(cluster, configs=configs, munge_key_id=munge_key_id, host_keys_id=host_keys_id)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -99,10 +103,12 @@ def render_login_statefulset(cluster: SlurmCluster, *, munge_key_id: str, host_k
     }
 
 
-def render_login(cluster: SlurmCluster, *, munge_key_id: str, host_keys_id: str) -> list[dict[str, Any]]:
+def render_login(
+    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, host_keys_id: str
+) -> list[dict[str, Any]]:
     return [
         render_sshd_configmap(cluster),
         render_login_service(cluster),
         render_login_headless_service(cluster),
-        render_login_statefulset(cluster, munge_key_id=munge_key_id, host_keys_id=host_keys_id),
+        render_login_statefulset(cluster, configs=configs, munge_key_id=munge_key_id, host_keys_id=host_keys_id),
     ]

@@ -1,12 +1,19 @@
-"""Everything the operator applies for one SlurmCluster, for `slurmctl render` and the golden tests.
+"""What each component applies, as one pure function per component from the same typed inputs.
+
+The reconcilers and `slurmctl render` call these same functions (through the component registry), so what `render`
+prints and what the operator applies cannot drift. `Inputs` carries everything a renderer needs beyond the spec: the
+config set rendered once, the ids of live Secrets, the served CronJob version and the replicas the scale-in gate
+allows. `Inputs.offline` fills them the way `slurmctl render` can without a cluster.
 
 Secrets whose contents are random and created once by the operator (munge key, SSH host keys, MariaDB passwords) are
-left out; so is the slurmdbd Secret unless the database password is given, because a rendering must never print it
-from a guess. Keyword parameters carry what only a reconciler knows (ids of live Secrets, discovery results).
+not rendered here; neither is the slurmdbd Secret unless the database password is given, because a rendering must
+never print it from a guess.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
@@ -14,34 +21,85 @@ from slurmctl.render.accounting import render_accounting
 from slurmctl.render.benchmark import render_benchmark_cronjob
 from slurmctl.render.cluster import render_slurm_configs_map
 from slurmctl.render.controller import render_controller
+from slurmctl.render.kinds import CRONJOB
 from slurmctl.render.login import render_login
 from slurmctl.render.populate_jail import render_populate_jail_job
+from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.workers import render_worker_statefulset, render_workers_service
 
+Obj = dict[str, Any]
 
-def render_manifests(
-    cluster: SlurmCluster,
-    *,
-    munge_key_id: str = "",
-    host_keys_id: str = "",
-    dbd_password: str | None = None,
-    dbd_password_id: str = "",
-    cronjob_api_version: str = "batch/v1",
-) -> list[dict[str, Any]]:
-    spec = cluster.spec
-    groups = sorted(spec.workers, key=lambda g: g.name)
-    out = [
-        render_slurm_configs_map(cluster),
-        render_populate_jail_job(cluster),
-        *render_controller(cluster, munge_key_id=munge_key_id),
-        render_workers_service(cluster),
-        *(render_worker_statefulset(cluster, g, replicas=g.size, munge_key_id=munge_key_id) for g in groups),
-        *render_login(cluster, munge_key_id=munge_key_id, host_keys_id=host_keys_id),
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a component renderer reads. Built once per reconcile by the reconciler (from the cache) or by
+    `offline` (for `slurmctl render`); renderers never look anywhere else."""
+
+    cluster: SlurmCluster
+    configs: Mapping[str, str]  # render_slurm_configs(cluster): the ConfigMap's data and every config hash
+    munge_key_id: str = ""
+    host_keys_id: str = ""
+    dbd_password: str | None = None
+    dbd_password_id: str = ""
+    cronjob_api_version: str = CRONJOB.api_version
+    replicas: Mapping[str, int] = field(default_factory=dict)  # worker group -> replicas after the scale-in gate
+
+    @classmethod
+    def offline(cls, cluster: SlurmCluster, **known: Any) -> Inputs:
+        """Inputs without a cluster to read: empty ids, no password, current API versions, every group at its size."""
+        return cls(cluster=cluster, configs=render_slurm_configs(cluster), **known)
+
+    def group_replicas(self, group: str, size: int) -> int:
+        return self.replicas.get(group, size)
+
+
+Renderer = Callable[[Inputs], list[Obj]]
+
+
+def cluster_objects(i: Inputs) -> list[Obj]:
+    """The Slurm configs ConfigMap (the key Secrets are created once by the reconciler, never rendered)."""
+    return [render_slurm_configs_map(i.cluster, configs=i.configs)]
+
+
+def populate_jail_objects(i: Inputs) -> list[Obj]:
+    return [render_populate_jail_job(i.cluster)]
+
+
+def controller_objects(i: Inputs) -> list[Obj]:
+    return render_controller(i.cluster, configs=i.configs, munge_key_id=i.munge_key_id)
+
+
+def workers_objects(i: Inputs) -> list[Obj]:
+    groups = sorted(i.cluster.spec.workers, key=lambda g: g.name)
+    return [
+        render_workers_service(i.cluster),
+        *(
+            render_worker_statefulset(
+                i.cluster,
+                g,
+                replicas=i.group_replicas(g.name, g.size),
+                configs=i.configs,
+                munge_key_id=i.munge_key_id,
+            )
+            for g in groups
+        ),
     ]
-    if spec.accounting.enabled:
-        out += render_accounting(
-            cluster, dbd_password=dbd_password, munge_key_id=munge_key_id, dbd_password_id=dbd_password_id
-        )
-    if spec.gpu_groups:
-        out.append(render_benchmark_cronjob(cluster, api_version=cronjob_api_version))
-    return out
+
+
+def login_objects(i: Inputs) -> list[Obj]:
+    return render_login(i.cluster, configs=i.configs, munge_key_id=i.munge_key_id, host_keys_id=i.host_keys_id)
+
+
+def accounting_objects(i: Inputs) -> list[Obj]:
+    if not i.cluster.spec.accounting.enabled:
+        return []
+    return render_accounting(
+        i.cluster, dbd_password=i.dbd_password, munge_key_id=i.munge_key_id, dbd_password_id=i.dbd_password_id
+    )
+
+
+def benchmark_objects(i: Inputs) -> list[Obj]:
+    """Rendered whenever the cluster has GPU groups (suspended while disabled), so enabling it is one field."""
+    if not i.cluster.spec.gpu_groups:
+        return []
+    return [render_benchmark_cronjob(i.cluster, api_version=i.cronjob_api_version)]

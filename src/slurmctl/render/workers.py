@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import NODE_LOCAL_FILES, dynamic_node_conf, render_slurm_configs
+from slurmctl.render.slurm_conf import NODE_LOCAL_FILES, dynamic_node_conf
 
-COMPONENT = "worker"
+COMPONENT = "workers"
 WORKER_PRESTOP = "/usr/lib/slurmctl/worker-prestop"
 
 
-def config_hash(cluster: SlurmCluster, *, munge_key_id: str) -> str:
+def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
     """slurmd reads its configs once at start; nodes.conf (node sets, partitions) matters only to slurmctld, so
-    adding a group or a partition rolls no worker."""
-    return meta.content_hash(meta.subset(render_slurm_configs(cluster), NODE_LOCAL_FILES), munge_key_id)
+    adding a group or a partition rolls no worker. `configs` is the rendered config set (`render_slurm_configs`),
+    rendered once per reconcile."""
+    return meta.content_hash(meta.subset(configs, NODE_LOCAL_FILES), munge_key_id)
 
 
 def render_workers_service(cluster: SlurmCluster) -> dict[str, Any]:
@@ -27,7 +29,7 @@ def render_workers_service(cluster: SlurmCluster) -> dict[str, Any]:
 
 
 def render_worker_statefulset(
-    cluster: SlurmCluster, group: WorkerGroup, *, replicas: int, munge_key_id: str
+    cluster: SlurmCluster, group: WorkerGroup, *, replicas: int, configs: Mapping[str, str], munge_key_id: str
 ) -> dict[str, Any]:
     """`replicas` is passed separately from `group.size`: scale-in goes through the reconciler's gate first."""
     c = meta.cluster_name(cluster)
@@ -76,7 +78,7 @@ def render_worker_statefulset(
             "template": pods.slurm_pod_template(
                 c,
                 COMPONENT,
-                config_hash=config_hash(cluster, munge_key_id=munge_key_id),
+                config_hash=config_hash(configs, munge_key_id=munge_key_id),
                 daemon=slurmd,
                 image=image,
                 volumes=[*pods.slurm_volumes(c), *pods.jail_volumes(spec), shm],

@@ -27,10 +27,10 @@ from typing import Any, Protocol
 
 from cachetools import TTLCache
 
-from slurmctl.runtime import metrics
 from slurmctl.runtime.client import Obj, drop_nones
 from slurmctl.runtime.errors import NotFound
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.metrics import Metrics, default_metrics
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,9 @@ class Applier:
         ttl: float = DEFAULT_TTL,
         maxsize: int = 100_000,
         timer: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics or default_metrics()
         self._transport = transport
         self._lookup = lookup
         self._digest_annotation = digest_annotation
@@ -163,9 +165,9 @@ class Applier:
             ):
                 if remembered is None:  # re-inserting a remembered entry would restart its TTL
                     self._applied[key] = _Applied(_rv(live) or "", digest)
-                metrics.APPLY_CACHE_HITS.labels(kind).inc()
+                self._metrics.apply_cache_hits.labels(kind).inc()
                 return live
-        metrics.APPLY_CACHE_MISSES.labels(kind).inc()
+        self._metrics.apply_cache_misses.labels(kind).inc()
         self._applied.pop(key, None)
         applied = await self._transport.apply(body, field_manager=field_manager, subresource=subresource)
         self._seen.add(key)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from slurmctl.runtime.apply import Cached
 from slurmctl.runtime.informer import Informer
-from slurmctl.runtime.store import Obj
+from slurmctl.runtime.store import Obj, Store
 
 
 class NotWatched(LookupError):  # noqa: N818
@@ -18,16 +18,22 @@ class Cache:
         self._informers = informers
         self._namespace = namespace  # the manager watches only this namespace (None: all)
 
-    def _store_of(self, api_version: str, kind: str) -> Informer:
+    def store(self, api_version: str, kind: str) -> Store:
+        """The local copy of a watched kind; NotWatched when no informer watches it."""
         informer = self._informers.get((api_version, kind))
         if informer is None:
             raise NotWatched(f"{kind} ({api_version}) is not watched by this manager")
-        return informer
+        return informer.store
+
+    def synced(self, api_version: str, kind: str, namespace: str) -> bool:
+        """Whether the copy of this kind in this namespace is complete enough to answer "absent"."""
+        informer = self._informers.get((api_version, kind))
+        return informer is not None and informer.has_synced and (not namespace or self._namespace in (None, namespace))
 
     def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Obj | None:
         """The cached object (read-only: deep-copy before changing it), or None."""
         key = f"{namespace}/{name}" if namespace else name
-        return self._store_of(api_version, kind).store.get(key)
+        return self.store(api_version, kind).get(key)
 
     def list(
         self,
@@ -39,11 +45,10 @@ class Cache:
         owner_uid: str | None = None,
     ) -> list[Obj]:
         """Cached objects matching all filters (read-only), sorted by namespace/name."""
-        return self._store_of(api_version, kind).store.list(namespace=namespace, labels=labels, owner_uid=owner_uid)
+        return self.store(api_version, kind).list(namespace=namespace, labels=labels, owner_uid=owner_uid)
 
     def lookup(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | Cached | None:
         """For the applier: the cached object, None when absent, NOT_WATCHED when the kind has no synced informer."""
-        informer = self._informers.get((api_version, kind))
-        if informer is None or not informer.has_synced or (namespace and self._namespace not in (None, namespace)):
+        if not self.synced(api_version, kind, namespace):
             return Cached.NOT_WATCHED
-        return informer.store.get(f"{namespace}/{name}" if namespace else name)
+        return self.store(api_version, kind).get(f"{namespace}/{name}" if namespace else name)

@@ -22,7 +22,6 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
-from slurmctl.runtime import metrics
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.errors import (
     ApiError,
@@ -35,6 +34,7 @@ from slurmctl.runtime.errors import (
     is_transient,
 )
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.metrics import Metrics, default_metrics
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,15 @@ def drop_nones(value: Any) -> Any:
 
 class Client:
     def __init__(
-        self, api: ApiClient, *, timeout: float = 30.0, read_attempts: int = 4, clock: Clock = REAL_CLOCK
+        self,
+        api: ApiClient,
+        *,
+        timeout: float = 30.0,
+        read_attempts: int = 4,
+        clock: Clock = REAL_CLOCK,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics or default_metrics()
         self.api = api
         self.outages = OutageWindow(clock=clock)
         self.timeout = timeout
@@ -233,8 +240,8 @@ class Client:
             raise
 
     def _observe(self, method: str, code: str, started: float) -> None:
-        metrics.REST_CLIENT_REQUESTS.labels(code, method, self.host).inc()
-        metrics.REST_CLIENT_DURATION.labels(method, self.host).observe(time.perf_counter() - started)
+        self._metrics.rest_client_requests.labels(code, method, self.host).inc()
+        self._metrics.rest_client_duration.labels(method, self.host).observe(time.perf_counter() - started)
 
     async def _read(self, method: str, path: str, query: Mapping[str, str] | None = None) -> Any:
         return await self.retrying_read(lambda: self.request(method, path, query=query))
@@ -362,11 +369,14 @@ class Client:
         obj: Obj = await self.request("PATCH", res.path(namespace, name), body=patch, content_type=MERGE_PATCH)
         return obj
 
-    async def delete(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> None:
-        """Delete with background propagation; an object already gone is not an error."""
+    async def delete(
+        self, api_version: str, kind: str, name: str, *, namespace: str | None = None, propagation: str = "Background"
+    ) -> None:
+        """Delete (dependents by `propagation`: Background, Foreground or Orphan); an object already gone is not an
+        error."""
         res = await self.resource(api_version, kind)
         try:
-            await self.request("DELETE", res.path(namespace, name), query={"propagationPolicy": "Background"})
+            await self.request("DELETE", res.path(namespace, name), query={"propagationPolicy": propagation})
         except NotFound:
             log.debug("delete of a missing object %s", kv(kind=kind, namespace=namespace or "", name=name))
 

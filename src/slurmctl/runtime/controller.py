@@ -23,12 +23,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from slurmctl.runtime import metrics
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.errors import TerminalError, outage_reason
 from slurmctl.runtime.handlers import Handler, Predicate, Request
 from slurmctl.runtime.informer import Event
 from slurmctl.runtime.logs import Throttle, controller_name, kv, reconcile_id, request_key
+from slurmctl.runtime.metrics import Metrics, default_metrics
 from slurmctl.runtime.workqueue import ExponentialBackoff, ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -55,21 +55,23 @@ class Controller:
         reconcile_timeout: float | None = None,
         clock: Clock = REAL_CLOCK,
         backoff: ExponentialBackoff[Request] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.name = name
+        metrics = metrics or default_metrics()
         self._reconcile = reconcile
         self.workers = max(1, max_concurrent_reconciles)
         self.reconcile_timeout = reconcile_timeout
-        self.queue: WorkQueue[Request] = WorkQueue(name, clock=clock, backoff=backoff)
+        self.queue: WorkQueue[Request] = WorkQueue(name, clock=clock, backoff=backoff, metrics=metrics)
         self._outage_log = Throttle(OUTAGE_LOG_INTERVAL, clock=clock)
         self._total = {
-            r: metrics.RECONCILE_TOTAL.labels(name, r) for r in ("success", "error", "requeue_after", "requeue")
+            r: metrics.reconcile_total.labels(name, r) for r in ("success", "error", "requeue_after", "requeue")
         }
-        self._errors = metrics.RECONCILE_ERRORS.labels(name)
-        self._terminal = metrics.TERMINAL_RECONCILE_ERRORS.labels(name)
-        self._time = metrics.RECONCILE_TIME.labels(name)
-        self._active = metrics.ACTIVE_WORKERS.labels(name)
-        metrics.MAX_CONCURRENT_RECONCILES.labels(name).set(self.workers)
+        self._errors = metrics.reconcile_errors.labels(name)
+        self._terminal = metrics.terminal_reconcile_errors.labels(name)
+        self._time = metrics.reconcile_time.labels(name)
+        self._active = metrics.active_workers.labels(name)
+        metrics.max_concurrent_reconciles.labels(name).set(self.workers)
 
     def listener(self, handler: Handler, predicates: Iterable[Predicate] = ()) -> Callable[[Event], None]:
         """An informer listener that filters with `predicates` and enqueues what `handler` returns."""

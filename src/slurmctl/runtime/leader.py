@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from slurmctl.runtime import metrics
 from slurmctl.runtime.client import Client, Obj
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.errors import ApiError, NotFound
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.metrics import Metrics, default_metrics
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +50,21 @@ def _micro_time(now: datetime) -> str:
 
 
 class LeaderElector:
-    def __init__(self, client: Client, config: LeaderElectionConfig, *, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(
+        self,
+        client: Client,
+        config: LeaderElectionConfig,
+        *,
+        clock: Clock = REAL_CLOCK,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._client = client
         self.config = config
         self._clock = clock
         self.is_leader = False
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
-        self._status = metrics.LEADER_ELECTION_STATUS.labels(config.name)
+        self._status = (metrics or default_metrics()).leader_election_status.labels(config.name)
         self._status.set(0)
 
     def _observe(self, spec: dict[str, Any]) -> None:

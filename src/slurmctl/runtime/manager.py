@@ -21,7 +21,7 @@ import logging
 import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -35,6 +35,7 @@ from slurmctl.runtime.handlers import Handler, Predicate, enqueue_object, enqueu
 from slurmctl.runtime.informer import ClientSource, Informer
 from slurmctl.runtime.leader import LeaderElectionConfig, LeaderElectionLost, LeaderElector
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.metrics import Metrics, default_metrics
 from slurmctl.runtime.server import metrics_routes, probe_routes, start_site
 
 log = logging.getLogger(__name__)
@@ -73,17 +74,32 @@ class ControllerBuilder:
         return self.watches(api_version, kind, enqueue_owner(*self._for), predicates=predicates)
 
 
+class CacheFactory(Protocol):
+    def __call__(self, informers: Mapping[tuple[str, str], Informer], *, namespace: str | None = None) -> Cache: ...
+
+
 class Manager:
-    def __init__(self, client: Client, options: ManagerOptions | None = None, *, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(
+        self,
+        client: Client,
+        options: ManagerOptions | None = None,
+        *,
+        clock: Clock = REAL_CLOCK,
+        cache: CacheFactory = Cache,
+        metrics: Metrics | None = None,
+    ) -> None:
+        """`cache` builds the read side over the manager's informers (tests pass `FakeClient.cache_factory`);
+        `metrics` is where the series go and what `/metrics` serves (default: prometheus_client's registry)."""
+        self.metrics = metrics or default_metrics()
         self.client = client
         self.options = options or ManagerOptions()
         self._clock = clock
         self._informers: dict[tuple[str, str], Informer] = {}
         self._controllers: list[Controller] = []
-        self.cache = Cache(self._informers, namespace=self.options.namespace)
-        self.applier = Applier(client, lookup=self.cache.lookup)
+        self.cache = cache(self._informers, namespace=self.options.namespace)
+        self.applier = Applier(client, lookup=self.cache.lookup, metrics=self.metrics)
         le = self.options.leader_election
-        self.elector = LeaderElector(client, le, clock=clock) if le else None
+        self.elector = LeaderElector(client, le, clock=clock, metrics=self.metrics) if le else None
         self.recorder = EventRecorder(
             client, component=self.options.component, instance=le.identity if le else self.options.component
         )
@@ -123,6 +139,7 @@ class Manager:
             max_concurrent_reconciles=max_concurrent_reconciles or self.options.max_concurrent_reconciles,
             reconcile_timeout=reconcile_timeout,
             clock=self._clock,
+            metrics=self.metrics,
         )
         self._controllers.append(ctrl)
         builder = ControllerBuilder(self, ctrl, for_)
@@ -151,6 +168,10 @@ class Manager:
         return True, "ok"
 
     @property
+    def controller_names(self) -> list[str]:
+        return [ctrl.name for ctrl in self._controllers]
+
+    @property
     def is_leading(self) -> bool:
         return self._leading.is_set()
 
@@ -169,7 +190,7 @@ class Manager:
         self._running = True
         try:
             for address, routes in (
-                (self.options.metrics_bind_address, metrics_routes()),
+                (self.options.metrics_bind_address, metrics_routes(self.metrics.registry)),
                 (self.options.health_probe_bind_address, probe_routes(self.healthz, self.readyz)),
             ):
                 runner = await start_site(address, routes)

@@ -6,9 +6,10 @@ import logging
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.metrics import exposition
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,11 @@ def disabled(address: str) -> bool:
     return address in ("", "0")
 
 
-async def _metrics(_: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+def _metrics(registry: CollectorRegistry) -> Callable[[web.Request], object]:
+    async def handler(_: web.Request) -> web.Response:
+        return web.Response(body=exposition(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    return handler
 
 
 def _probe(check: Check) -> Callable[[web.Request], object]:
@@ -55,8 +59,8 @@ async def start_site(address: str, routes: list[web.RouteDef]) -> web.AppRunner 
     return runner
 
 
-def metrics_routes() -> list[web.RouteDef]:
-    return [web.get("/metrics", _metrics)]
+def metrics_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
+    return [web.get("/metrics", _metrics(registry))]  # type: ignore[arg-type]
 
 
 def probe_routes(healthz: Check, readyz: Check) -> list[web.RouteDef]:

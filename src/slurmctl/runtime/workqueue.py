@@ -22,8 +22,8 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from slurmctl.runtime import metrics
 from slurmctl.runtime.clock import REAL_CLOCK, Clock, sleep_or_event
+from slurmctl.runtime.metrics import Metrics, default_metrics
 
 T = TypeVar("T", bound=Hashable)
 
@@ -56,8 +56,16 @@ class ExponentialBackoff(Generic[T]):
 
 
 class WorkQueue(Generic[T]):
-    def __init__(self, name: str, *, clock: Clock = REAL_CLOCK, backoff: ExponentialBackoff[T] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        clock: Clock = REAL_CLOCK,
+        backoff: ExponentialBackoff[T] | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.name = name
+        metrics = metrics or default_metrics()
         self._clock = clock
         self._backoff: ExponentialBackoff[T] = backoff or ExponentialBackoff()
         self._queues: tuple[deque[T], deque[T]] = (deque(), deque())
@@ -71,13 +79,13 @@ class WorkQueue(Generic[T]):
         self._timer_wake = asyncio.Event()
         self._shutting_down = False
         self._drained = asyncio.Event()
-        self._depth = metrics.WORKQUEUE_DEPTH.labels(name)
-        self._adds = metrics.WORKQUEUE_ADDS.labels(name)
-        self._queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(name)
-        self._work_duration = metrics.WORKQUEUE_WORK_DURATION.labels(name)
-        self._retries = metrics.WORKQUEUE_RETRIES.labels(name)
-        metrics.WORKQUEUE_UNFINISHED_WORK.labels(name).set_function(self._unfinished_work)
-        metrics.WORKQUEUE_LONGEST_RUNNING.labels(name).set_function(self._longest_running)
+        self._depth = metrics.workqueue_depth.labels(name)
+        self._adds = metrics.workqueue_adds.labels(name)
+        self._queue_duration = metrics.workqueue_queue_duration.labels(name)
+        self._work_duration = metrics.workqueue_work_duration.labels(name)
+        self._retries = metrics.workqueue_retries.labels(name)
+        metrics.workqueue_unfinished_work.labels(name).set_function(self._unfinished_work)
+        metrics.workqueue_longest_running.labels(name).set_function(self._longest_running)
 
     def __len__(self) -> int:
         return len(self._queued)

@@ -24,7 +24,7 @@ SAMPLE = REPO / "config" / "samples" / "slurmcluster_minimal.yaml"
 NAME = "minimal"
 LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
 CONTROLLER_POD = f"{NAME}-controller-0"
-WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=worker"
+WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
 JAIL = "/mnt/jail"
 USER, UID = "alice", 1500
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from slurmctl.api.v1 import SlurmCluster, check_cluster
 from slurmctl.api.v1.defaults import MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS
 from slurmctl.api.v1.sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound, sshd_configs_bound
-from slurmctl.render.manifests import render_manifests
+from slurmctl.reconcilers.registry import desired_objects
+from slurmctl.render.manifests import Inputs
 
 NAME = "c" * 24  # the longest cluster name, in the longest namespace: the bound holds for any name
 NAMESPACE = "n" * 63
@@ -39,7 +40,7 @@ def data_size(configmap: dict[str, Any]) -> int:
 def rendered_sizes(cluster: SlurmCluster) -> dict[str, int]:
     return {
         obj["metadata"]["name"].removeprefix(f"{NAME}-"): data_size(obj)
-        for obj in render_manifests(cluster)
+        for obj in desired_objects(Inputs.offline(cluster))
         if obj["kind"] == "ConfigMap"
     }
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from slurmctl.reconcilers.benchmark import cronjob_api_version
+from slurmctl.reconcilers.registry import resolve_kinds
+from slurmctl.render.kinds import CRONJOB, JOB, Kind
 
 
 class Discovery:
@@ -14,8 +15,10 @@ class Discovery:
 
     def __init__(self, *served: tuple[str, str]) -> None:
         self.served = set(served)
+        self.asked: list[tuple[str, str]] = []
 
     async def is_served(self, api_version: str, kind: str) -> bool:
+        self.asked.append((api_version, kind))
         return (api_version, kind) in self.served
 
 
@@ -29,4 +32,7 @@ class Discovery:
 )
 async def test_cronjob_version_comes_from_discovery(served: list[tuple[str, str]], expected: str) -> None:
     manager: Any = Discovery(*served)
-    assert await cronjob_api_version(manager) == expected
+    resolved = await resolve_kinds(manager, [CRONJOB, JOB])
+    assert resolved[CRONJOB] == Kind(expected, "CronJob")
+    assert resolved[JOB] == JOB
+    assert all(kind == "CronJob" for _, kind in manager.asked), "kinds without older versions need no discovery"

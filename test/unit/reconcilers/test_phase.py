@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from slurmctl.api.v1 import SlurmCluster
-from slurmctl.reconcilers.cluster import aggregate_phase
+from slurmctl.reconcilers.cluster import aggregate_phase as aggregate
+from slurmctl.reconcilers.registry import COMPONENTS
 
 
 def cluster(generation: int, conditions: dict[str, tuple[str, int]]) -> SlurmCluster:
@@ -31,6 +32,12 @@ def cluster(generation: int, conditions: dict[str, tuple[str, int]]) -> SlurmClu
             "status": status,
         }
     )
+
+
+def aggregate_phase(cluster: SlurmCluster, **kwargs: Any) -> str:
+    """The phase over the registered components' required conditions, as the cluster reconciler computes it."""
+    required = [c.condition for c in COMPONENTS if c.required(cluster)]
+    return aggregate(cluster, required=required, **kwargs)
 
 
 ALL_TRUE = {

@@ -11,10 +11,11 @@ from typing import Any
 import yaml
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render import accounting
 from slurmctl.render.cluster import render_munge_secret, render_ssh_host_keys_secret
 from slurmctl.render.login import sshd_configs_data
-from slurmctl.render.manifests import render_manifests
+from slurmctl.render.manifests import Inputs
 from slurmctl.render.slurm_conf import render_slurm_configs
 from test.unit.api.helpers import sample_clusters
 
@@ -64,14 +65,14 @@ def sample(variant: str) -> SlurmCluster:
 
 
 def manifests(cluster: SlurmCluster, **overrides: Any) -> list[dict[str, Any]]:
-    """render_manifests with every id and password a reconciler would pass, fixed."""
+    """What the components apply, with every id and password a reconciler would pass, fixed."""
     kwargs: dict[str, Any] = {
         "munge_key_id": MUNGE_KEY_ID,
         "host_keys_id": HOST_KEYS_ID,
         "dbd_password": DBD_PASSWORD,
         "dbd_password_id": DBD_PASSWORD_ID,
     }
-    return render_manifests(cluster, **{**kwargs, **overrides})
+    return desired_objects(Inputs.offline(cluster, **{**kwargs, **overrides}))
 
 
 def all_objects(cluster: SlurmCluster) -> list[dict[str, Any]]:

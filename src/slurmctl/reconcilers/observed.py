@@ -1,0 +1,101 @@
+"""Typed readers of live objects from the cache: the only place that digs through their `status` and `metadata`.
+
+Renderers build objects from the spec; what the cluster *is* (a Job's outcome, ready replicas, the uid of a Secret)
+is read here, once, into small frozen values the reconcilers branch on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from slurmctl.api.v1 import SlurmCluster
+from slurmctl.render.populate_jail import GENERATION_ANNOTATION
+
+Live = Mapping[str, Any]
+
+
+def _status(obj: Live | None) -> Mapping[str, Any]:
+    return (obj or {}).get("status") or {}
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def ready_replicas(obj: Live | None) -> int:
+    """Ready pods of a StatefulSet; 0 when it does not exist."""
+    return _int(_status(obj).get("readyReplicas"))
+
+
+def available_replicas(obj: Live | None) -> int:
+    """Available pods of a Deployment; 0 when it does not exist."""
+    return _int(_status(obj).get("availableReplicas"))
+
+
+def spec_replicas(obj: Live | None) -> int | None:
+    """The replicas a live workload asks for; None when it does not exist."""
+    return None if obj is None else _int((obj.get("spec") or {}).get("replicas"))
+
+
+def match_labels(obj: Live | None) -> dict[str, str]:
+    """A live workload's selector (immutable once created)."""
+    return dict((((obj or {}).get("spec") or {}).get("selector") or {}).get("matchLabels") or {})
+
+
+def deleting(obj: Live | None) -> bool:
+    return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
+
+
+def uid(obj: Live) -> str:
+    return str((obj.get("metadata") or {}).get("uid", ""))
+
+
+def resource_version(obj: Live) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the populate-jail reconciler needs to know about its live Job."""
+
+    uid: str
+    succeeded: bool
+    failed: bool
+    failure: str  # "<reason>: <message>" of the Failed condition, when failed
+    generation: int | None  # the SlurmCluster generation the Job was created for; None when unknown
+
+    @classmethod
+    def of(cls, job: Live) -> JobState:
+        status = _status(job)
+        failed: Mapping[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "Failed" and c.get("status") == "True"),
+            {},
+        )
+        raw = ((job.get("metadata") or {}).get("annotations") or {}).get(GENERATION_ANNOTATION)
+        try:
+            generation = int(raw) if raw is not None else None
+        except ValueError:
+            generation = None
+        return cls(
+            uid=uid(job),
+            succeeded=_int(status.get("succeeded")) >= 1,
+            failed=bool(failed),
+            failure=f"{failed.get('reason', 'Failed')}: {failed.get('message', 'the Job failed')}" if failed else "",
+            generation=generation,
+        )
+
+    def needs_recreate(self, cluster: SlurmCluster) -> bool:
+        """Whether the live Job must be deleted and applied anew for the cluster's current generation.
+
+        - `overwrite: true` re-runs the copy once per generation: a Job created for an older generation is replaced,
+          the one created for this generation is left alone whatever its outcome (succeeded, running or failed).
+        - A failed Job is retried once the spec changes (a new generation, e.g. a fixed image), never in a loop.
+        """
+        if self.generation == cluster.metadata.generation:
+            return False
+        return cluster.spec.populate_jail.overwrite or self.failed

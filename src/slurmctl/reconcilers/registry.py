@@ -1,0 +1,129 @@
+"""The component registry: one declaration per component, and the loops that use it.
+
+`register` builds one controller per entry (its children watched by its component label, its dependencies' children
+waking it), `desired_objects` is what `slurmctl render` prints (the same renderers the reconcilers apply), and the
+cluster reconciler derives the phase from the entries' `required`. Adding a component means: spec, renderer,
+reconciler, image, tests, and one entry here.
+
+Component controllers react to spec changes (generation), to resyncs, and to their own and their dependencies'
+children; status writes of other components do not wake them. The cluster controller also reacts to status changes:
+the phase is derived from every component's condition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from slurmctl.api.v1 import (
+    ACCOUNTING_READY,
+    BENCHMARK_SCHEDULED,
+    CONTROLLER_READY,
+    JAIL_POPULATED,
+    LOGIN_READY,
+    SPEC_VALID,
+    WORKERS_READY,
+    SlurmCluster,
+)
+from slurmctl.reconcilers.accounting import AccountingReconciler
+from slurmctl.reconcilers.base import Component, Context, never
+from slurmctl.reconcilers.benchmark import BenchmarkReconciler
+from slurmctl.reconcilers.cluster import ClusterReconciler
+from slurmctl.reconcilers.controller import ControllerReconciler
+from slurmctl.reconcilers.login import LoginReconciler
+from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
+from slurmctl.reconcilers.workers import WorkersReconciler
+from slurmctl.render import manifests, meta
+from slurmctl.render.kinds import (
+    CONFIGMAP,
+    CRONJOB,
+    DEPLOYMENT,
+    FALLBACKS,
+    JOB,
+    SECRET,
+    SERVICE,
+    SLURM_CLUSTER,
+    STATEFULSET,
+    Kind,
+)
+from slurmctl.runtime import Event, Manager, any_of, generation_changed
+from slurmctl.runtime.handlers import Predicate
+
+
+def _accounting_enabled(cluster: SlurmCluster) -> bool:
+    return cluster.spec.accounting.enabled
+
+
+# One row per component, in the order `slurmctl render` prints their objects. Not required for Available: the cluster
+# (SpecValid has its own phase, Failed) and the benchmark (a failing benchmark drains nodes, the cluster stays up).
+# fmt: off
+COMPONENTS: Final[tuple[Component, ...]] = (
+    Component("cluster", SPEC_VALID, reconciler=ClusterReconciler, render=manifests.cluster_objects,
+              owns=(CONFIGMAP, SECRET), required=never, watch_status=True),
+    Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler,
+              render=manifests.populate_jail_objects, owns=(JOB,), image="populate-jail"),
+    Component("controller", CONTROLLER_READY, reconciler=ControllerReconciler, render=manifests.controller_objects,
+              owns=(STATEFULSET, SERVICE), image="controller", after=("cluster",)),
+    Component("workers", WORKERS_READY, reconciler=WorkersReconciler, render=manifests.workers_objects,
+              owns=(STATEFULSET, SERVICE), image="worker", after=("cluster", "populate-jail"),
+              former_names=("worker",)),  # the label of releases before 0.2; see reconcilers/workers.py
+    Component("login", LOGIN_READY, reconciler=LoginReconciler, render=manifests.login_objects,
+              owns=(STATEFULSET, SERVICE, CONFIGMAP), image="login", after=("cluster", "populate-jail")),
+    Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, render=manifests.accounting_objects,
+              owns=(DEPLOYMENT, SERVICE, SECRET), image="accounting", required=_accounting_enabled,
+              after=("cluster",)),
+    Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, render=manifests.benchmark_objects,
+              owns=(CRONJOB,), image="nccl-benchmark", required=never, after=("cluster",)),
+)
+# fmt: on
+
+
+def desired_objects(inputs: manifests.Inputs, components: Iterable[Component] | None = None) -> list[dict[str, Any]]:
+    """Every object the components (default: the registry) apply for these inputs: what `slurmctl render` prints."""
+    return [obj for component in (COMPONENTS if components is None else components) for obj in component.render(inputs)]
+
+
+async def resolve_kinds(manager: Manager, kinds: Iterable[Kind]) -> dict[Kind, Kind]:
+    """The served version of each kind: the current one, else the first older one discovery shows (`FALLBACKS`)."""
+    served: dict[Kind, Kind] = {}
+    for kind in kinds:
+        candidates = (kind, *FALLBACKS.get(kind, ()))
+        served[kind] = kind
+        if len(candidates) > 1:
+            for candidate in candidates:
+                if await manager.is_served(*candidate):
+                    served[kind] = candidate
+                    break
+    return served
+
+
+def resync(event: Event) -> bool:
+    return event.low_priority
+
+
+def component_is(*components: str) -> Predicate:
+    """Only children carrying one of these component labels (a worker StatefulSet does not wake the login)."""
+
+    def predicate(event: Event) -> bool:
+        labels = (event.obj.get("metadata") or {}).get("labels") or {}
+        return labels.get(meta.LABEL_COMPONENT) in components
+
+    return predicate
+
+
+async def register(manager: Manager, components: Sequence[Component] | None = None) -> Context:
+    """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
+    manager's informers."""
+    components = COMPONENTS if components is None else components
+    by_name = {c.name: c for c in components}
+    served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
+    ctx = Context(manager, tuple(components), served)
+    for component in components:
+        reconciler = ctx.reconcilers[component.name] = component.reconciler(ctx, component)
+        predicates = [] if component.watch_status else [any_of(generation_changed, resync)]
+        builder = manager.controller(component.name, reconciler, for_=SLURM_CLUSTER, predicates=predicates)
+        for source in (component, *(by_name[name] for name in component.after)):
+            for kind in source.owns:
+                builder.owns(*ctx.kind(kind), predicates=[component_is(*source.labels)])
+        reconciler.watch(builder)
+    return ctx

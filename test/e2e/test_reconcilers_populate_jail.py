@@ -1,0 +1,112 @@
+"""The populate-jail Job against the real control plane: the jail gate, a failed copy, overwrite once per generation."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from test.e2e.clusters import FAILED, GENERATION_ANNOTATION, NAME, SUCCEEDED, Cluster, job_uids, spec
+from test.e2e.harness import eventually
+
+# Every test runs against the operator; none needs its handle.
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("operator")]
+
+
+async def test_jail_gate_holds_workers_and_login_until_the_job_succeeds(api: client.ApiClient, namespace: str) -> None:
+    cluster = Cluster(api, namespace)
+    await cluster.create(spec())
+    job = await cluster.started_job()
+    generation = (await cluster.get())["metadata"]["generation"]
+    assert job.metadata.labels["app.kubernetes.io/component"] == "populate-jail"
+    assert job.metadata.annotations[GENERATION_ANNOTATION] == str(generation)
+
+    # Both gated components have looked and say what they wait for: the absence below is the gate, not slowness.
+    for type_ in ("WorkersReady", "LoginReady"):
+        await cluster.wait_condition(type_, "False", "WaitingForJail")
+    await cluster.wait_condition("JailPopulated", "False", "Populating")
+    await cluster.resyncs(2, ("workers", "login"))
+    gated = (f"{NAME}-worker-cpu", f"{NAME}-login")
+    assert await cluster.statefulsets(*gated) == {}
+
+    written = await cluster.finish_job(SUCCEEDED)
+
+    async def both_exist() -> bool:
+        return len(await cluster.statefulsets(*gated)) == 2
+
+    await eventually(both_exist, timeout=10, interval=0.005, what="the worker and login StatefulSets")
+    latency = time.monotonic() - written
+    print(f"\nJob succeeded -> worker and login StatefulSets exist: {latency * 1000:.0f} ms")
+    assert latency < 1.0, f"the StatefulSets took {latency:.2f}s after the Job succeeded"
+    populated = await cluster.wait_condition("JailPopulated", "True", "Populated")
+    assert populated["observedGeneration"] == generation
+
+
+async def test_failed_job_reports_degrades_and_tears_nothing_down(api: client.ApiClient, namespace: str) -> None:
+    cluster = Cluster(api, namespace)
+    await cluster.create(spec())
+
+    async def controller_exists() -> bool:
+        return bool(await cluster.statefulsets(f"{NAME}-controller"))
+
+    await eventually(controller_exists, timeout=30, what="the controller StatefulSet")
+    await cluster.started_job()
+    await cluster.resyncs(2)  # everything the gate lets through has been created
+    before = {key: obj.metadata.uid for key, obj in (await cluster.children()).items()}
+
+    await cluster.finish_job(FAILED)
+    failed = await cluster.wait_condition("JailPopulated", "False", "JobFailed")
+    assert "BackoffLimitExceeded" in failed["message"]
+    assert "Job has reached the specified backoff limit" in failed["message"]
+    await cluster.wait_phase("Degraded")
+    event = await cluster.wait_event("Warning", "PopulateJailFailed", contains="BackoffLimitExceeded")
+    assert event.involved_object.name == NAME
+
+    await cluster.resyncs(2)
+    after = {key: obj.metadata.uid for key, obj in (await cluster.children()).items()}
+    assert after == before, "a failed Job must neither remove nor re-create anything (the Job included)"
+    for type_ in ("WorkersReady", "LoginReady"):
+        assert (await cluster.condition(type_) or {}).get("reason") == "WaitingForJail"
+    assert await cluster.phase() == "Degraded"
+
+
+async def test_overwrite_reruns_the_job_exactly_once_and_keeps_the_nodes(api: client.ApiClient, namespace: str) -> None:
+    cluster = Cluster(api, namespace)
+    nodes = (f"{NAME}-worker-cpu", f"{NAME}-login")
+    async with job_uids(api, namespace) as uids:
+        await cluster.create(spec())
+        await cluster.finish_job(SUCCEEDED)
+
+        async def nodes_exist() -> dict[str, str] | None:
+            found = await cluster.statefulsets(*nodes)
+            return found if len(found) == 2 else None
+
+        node_uids = await eventually(nodes_exist, timeout=30, what="the worker and login StatefulSets")
+        await cluster.wait_condition("JailPopulated", "True", "Populated")
+        first = await cluster.job()
+        assert first is not None
+
+        generation = await cluster.merge({"populateJail": {"overwrite": True}})
+
+        async def rerun() -> Any | None:
+            job = await cluster.job()
+            return job if job is not None and job.metadata.uid != first.metadata.uid else None
+
+        second = await eventually(rerun, timeout=30, what="the populate-jail Job to be re-created")
+        assert second.metadata.annotations[GENERATION_ANNOTATION] == str(generation)
+        overwriting = await cluster.wait_condition("JailPopulated", "False", "Overwriting")
+        assert "overwrite" in overwriting["message"]
+        assert await cluster.statefulsets(*nodes) == node_uids, "an overwrite in progress must tear nothing down"
+
+        await cluster.finish_job(SUCCEEDED, not_uid=first.metadata.uid)
+        populated = await cluster.wait_condition("JailPopulated", "True", "Populated")
+        assert populated["observedGeneration"] == generation
+
+        await cluster.resyncs(3, ("populate-jail",))
+        final = await cluster.job()
+        assert final is not None
+        assert final.metadata.uid == second.metadata.uid, "the overwrite must run once per generation"
+        assert uids == {first.metadata.uid, second.metadata.uid}
+    assert await cluster.statefulsets(*nodes) == node_uids

@@ -1,0 +1,66 @@
+"""The `cluster` reconciler: key Secrets created once, the configs ConfigMap, SpecValid and the phase."""
+
+from __future__ import annotations
+
+import base64
+
+from slurmctl.render.kinds import CONFIGMAP, SECRET, STATEFULSET
+from test.unit.reconcilers.env import NAME, Env, spec
+
+
+async def test_keys_and_configs_are_created_owned_by_the_cluster_and_never_rotated() -> None:
+    async with Env() as env:
+        uid = env.create(spec())["metadata"]["uid"]
+        await env.run("cluster")
+        assert env.names(SECRET) == [f"{NAME}-munge", f"{NAME}-ssh-host-keys"]
+        assert env.names(CONFIGMAP) == [f"{NAME}-slurm-configs"]
+        for obj in [*env.fake.of_kind(*SECRET), *env.fake.of_kind(*CONFIGMAP)]:
+            (owner,) = obj["metadata"]["ownerReferences"]
+            assert (owner["uid"], owner["controller"]) == (uid, True)
+            assert obj["metadata"]["labels"]["app.kubernetes.io/component"] == "cluster"
+        munge = env.get(SECRET, f"{NAME}-munge")
+        assert munge is not None
+        assert len(base64.b64decode(munge["data"]["munge.key"])) == 1024
+        assert env.reason("SpecValid") == ("True", "Valid")
+        env.edit(lambda s: s["workers"].append({"name": "extra", "size": 1}))
+        await env.converge()
+        assert env.get(SECRET, f"{NAME}-munge") == munge, "a key pods use is never rewritten"
+        configs = env.get(CONFIGMAP, f"{NAME}-slurm-configs")
+        assert configs is not None
+        assert "NodeSet=extra Feature=extra\n" in configs["data"]["nodes.conf"]
+
+
+async def test_a_converged_cluster_costs_no_write_and_no_event() -> None:
+    async with Env() as env:
+        env.create(spec())
+        await env.converge()
+        env.job_succeeds()
+        await env.converge()
+        env.pods_ready()
+        await env.converge()
+        assert env.phase() == "Available"
+        mark, events = env.mark(), env.events()
+        await env.run()
+        await env.run()
+        assert env.writes_since(mark) == []
+        assert env.events() == events
+
+
+async def test_an_invalid_spec_fails_names_the_field_and_changes_no_child() -> None:
+    async with Env() as env:
+        env.create(spec(partitions=[{"name": "main", "workers": ["nope"]}]))
+        await env.run()
+        cond = env.condition("SpecValid")
+        assert cond is not None
+        assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
+        assert "spec.partitions[0].workers" in cond["message"]
+        assert env.phase() == "Failed"
+        assert env.fake.of_kind(*STATEFULSET) == [] and env.fake.of_kind(*SECRET) == []
+        assert [(t, r) for t, r, _ in env.events()] == [("Warning", "InvalidSpec")]
+        mark = env.mark()
+        await env.run()
+        assert env.writes_since(mark) == [], "the same problem is reported once"
+        env.edit(lambda s: s.pop("partitions"))
+        await env.converge()
+        assert env.reason("SpecValid") == ("True", "Valid")
+        assert env.phase() in ("Pending", "Reconciling")

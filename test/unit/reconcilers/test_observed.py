@@ -1,0 +1,70 @@
+"""Reading live objects: when the populate-jail Job is replaced, and what a failed Job says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from slurmctl.api.v1 import SlurmCluster
+from slurmctl.reconcilers.observed import JobState
+from slurmctl.render.populate_jail import GENERATION_ANNOTATION, render_populate_jail_job
+from test.unit.render.samples import sample_doc
+
+
+def _cluster(*, overwrite: bool = False, generation: int | None = 3) -> SlurmCluster:
+    doc = sample_doc("research")
+    doc["spec"]["populateJail"] = {"overwrite": overwrite}
+    doc["metadata"]["generation"] = generation
+    return SlurmCluster.model_validate(doc)
+
+
+def _job(generation: str | None, *, failed: bool = False, succeeded: bool = False) -> dict[str, Any]:
+    job: dict[str, Any] = {"metadata": {"annotations": {GENERATION_ANNOTATION: generation} if generation else {}}}
+    conditions = [{"type": "Failed", "status": "True"}] if failed else []
+    conditions += [{"type": "Complete", "status": "True"}] if succeeded else []
+    job["status"] = {"conditions": conditions}
+    return job
+
+
+@pytest.mark.parametrize(
+    ("overwrite", "live", "expected"),
+    [
+        pytest.param(False, _job("1", succeeded=True), False, id="populated: never again"),
+        pytest.param(False, _job("1"), False, id="running"),
+        pytest.param(True, _job("1", succeeded=True), True, id="overwrite-requested: once more"),
+        pytest.param(True, _job("3", succeeded=True), False, id="overwrite-done-for-this-generation"),
+        pytest.param(True, _job("3", failed=True), False, id="overwrite-failed-this-generation: no loop"),
+        pytest.param(False, _job("1", failed=True), True, id="failed-then-spec-changed: retry"),
+        pytest.param(False, _job("3", failed=True), False, id="failed-this-generation: no loop"),
+        pytest.param(True, _job(None, succeeded=True), True, id="unannotated-job: overwrite"),
+        pytest.param(True, _job("garbage", succeeded=True), True, id="unreadable-annotation: overwrite"),
+    ],
+)
+def test_when_the_job_is_replaced(overwrite: bool, live: dict[str, Any], expected: bool) -> None:
+    assert JobState.of(live).needs_recreate(_cluster(overwrite=overwrite, generation=3)) is expected
+
+
+def test_a_recreated_job_is_not_replaced_again_in_the_same_generation() -> None:
+    """Re-running "exactly once": the Job rendered for the generation satisfies needs_recreate at once."""
+    cluster = _cluster(overwrite=True, generation=4)
+    assert JobState.of(_job("3", succeeded=True)).needs_recreate(cluster)
+    fresh = render_populate_jail_job(cluster)
+    assert not JobState.of(fresh).needs_recreate(cluster)
+    assert not JobState.of({**fresh, "status": {"conditions": [{"type": "Failed", "status": "True"}]}}).needs_recreate(
+        cluster
+    )
+
+
+def test_a_failed_job_says_why() -> None:
+    job = {
+        "status": {
+            "failed": 4,
+            "conditions": [
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "backoff limit"}
+            ],
+        }
+    }
+    state = JobState.of(job)
+    assert (state.failed, state.succeeded) == (True, False)
+    assert state.failure == "BackoffLimitExceeded: backoff limit"
