@@ -474,6 +474,7 @@ cmd_up() {
         log "already up (node $NODE_NAME, state in $NODE)"
         return 0
     fi
+    check_machine_free
     "$ROOT/hack/control-plane.sh" status >/dev/null 2>&1 ||
         die "the control plane in $STATE is not up; run 'hack/control-plane.sh up' first (same SLURMCTL_CLUSTER_DIR)"
     [ -f "$STATE/no-controller-manager" ] &&
@@ -482,7 +483,6 @@ cmd_up() {
     bin=$(kube_bin_dir) || die "no kubelet/kube-scheduler cached in $CACHE; run 'hack/node.sh build' first"
     [ -x "$VENV/bin/python" ] || die "no virtualenv at $VENV (the DNS watcher runs in it); run 'make setup' first"
     ensure_apt_packages "${NODE_PACKAGES[@]}"
-    check_machine_free
     [ -d "$NODE" ] && cmd_down >/dev/null 2>&1
     mkdir -p "$NODE"
     trap on_up_exit EXIT
