@@ -2,7 +2,9 @@
 
 The cluster lives in a temporary state directory and is torn down at the end of the package; the teardown fails if
 any process, mount, bridge or network namespace of it is left behind. Only one node can run on a machine (the pod
-bridge and DNS namespace are machine-wide): with `make cluster-up` running, these tests fail and say so.
+bridge and DNS namespace are machine-wide): with `make cluster-up` running, these tests fail and say so; set
+SLURMCTL_E2E_CLUSTER_DIR to that cluster's state directory (e.g. .cluster) to run them on it instead (it is left
+running).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from test.e2e.harness import Node, control_plane_script, node_script
 
 TEST_IMAGE = "localhost/slurmctl-test/busybox:1"
@@ -104,6 +107,12 @@ def ensure_test_image(node: Node) -> None:
 
 @pytest.fixture(scope="package")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    existing = os.environ.get("SLURMCTL_E2E_CLUSTER_DIR")
+    if existing:
+        cluster = Node(kubeconfig=Path(existing).resolve() / "kubeconfig", state_dir=Path(existing).resolve())
+        ensure_test_image(cluster)
+        yield cluster
+        return
     state = tmp_path_factory.mktemp("pods-cluster")
     netns_before = netns_names()
     up_seconds: dict[str, float] = {}
