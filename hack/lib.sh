@@ -101,7 +101,7 @@ start_bg() {
     local name=$1
     shift
     mkdir -p "$STATE/pids" "$STATE/logs"
-    setsid "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null &
+    setsid "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
     echo $! >"$STATE/pids/$name"
 }
 

@@ -423,7 +423,7 @@ start_kubelet() {
         --read-only-port=0 --healthz-bind-address=127.0.0.1 --healthz-port="$healthz" \
         --fail-swap-on=false --cgroup-driver=cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= \
         --cluster-dns="$DNS_IP" --cluster-domain=cluster.local --resolv-conf="$NODE/resolv.conf" \
-        --make-iptables-util-chains=false \
+        --make-iptables-util-chains=false --node-status-update-frequency=2s --containerd="$CTR_SOCK" \
         --eviction-hard= --image-gc-high-threshold=100 --anonymous-auth=true --authorization-mode=AlwaysAllow
 }
 
@@ -461,6 +461,9 @@ volumeBindingMode: Immediate
 EOF
 }
 
+T0=$(date +%s%N)
+mark() { log "$1 (+$((($(date +%s%N) - T0) / 1000000)) ms)"; }
+
 up_done=0
 on_up_exit() {
     [ "$up_done" = 1 ] && return 0
@@ -488,10 +491,12 @@ cmd_up() {
     trap on_up_exit EXIT
     setup_network
     start_containerd
+    mark "containerd answers"
     STORE_SOCK=$CTR_SOCK ensure_pause_image
     start_dns
     start_scheduler "$bin"
     start_kubelet "$bin"
+    mark "DNS, scheduler and kubelet started"
     apply_storage_class
     wait_node_ready
     kctl uncordon "$NODE_NAME" >/dev/null 2>&1 || true
@@ -530,12 +535,41 @@ remove_containers() {
     local ids id
     ids=$(ctr_at "$CTR_SOCK" containers ls -q 2>/dev/null || true)
     [ -n "$ids" ] || return 0
+    local info
     for id in $ids; do
-        ctr_at "$CTR_SOCK" containers info "$id" 2>/dev/null |
-            grep -o '/var/run/netns/cni-[0-9a-f-]*\|/run/netns/cni-[0-9a-f-]*' >>"$NODE/leftover-netns" || true
+        info=$(ctr_at "$CTR_SOCK" containers info "$id" 2>/dev/null || true)
+        grep -o '/var/run/netns/cni-[0-9a-f-]*\|/run/netns/cni-[0-9a-f-]*' <<<"$info" >>"$NODE/leftover-netns" || true
+        pod_log_dir "$info" >>"$NODE/pod-log-dirs" || true
         ctr_at "$CTR_SOCK" tasks delete --force "$id" >/dev/null 2>&1 || true
         ctr_at "$CTR_SOCK" containers delete "$id" >/dev/null 2>&1 || true
     done
+}
+
+# label_of JSON LABEL: a label's value from `ctr containers info` output.
+label_of() {
+    sed -n "s/.*\"$2\": \"\([^\"]*\)\".*/\1/p" <<<"$1" | head -n 1
+}
+
+# The kubelet keeps container logs in /var/log/pods/<ns>_<pod>_<uid> (a fixed path in 1.20), named here from the
+# CRI labels of the pod's containers; its own garbage collection removes them only later.
+pod_log_dir() {
+    local ns name uid
+    ns=$(label_of "$1" io.kubernetes.pod.namespace)
+    name=$(label_of "$1" io.kubernetes.pod.name)
+    uid=$(label_of "$1" io.kubernetes.pod.uid)
+    [ -n "$ns" ] && [ -n "$name" ] && [ -n "$uid" ] && printf '/var/log/pods/%s_%s_%s\n' "$ns" "$name" "$uid"
+}
+
+remove_pod_logs() {
+    local dir link
+    [ -f "$NODE/pod-log-dirs" ] || return 0
+    while read -r dir; do
+        [ -d "$dir" ] || continue
+        for link in /var/log/containers/*.log; do
+            [ -L "$link" ] && [[ "$(readlink "$link")" == "$dir"/* ]] && rm -f "$link"
+        done
+        rm -rf "$dir"
+    done < <(sort -u "$NODE/pod-log-dirs")
 }
 
 # Shims whose command line names our containerd socket outlive containerd when tasks were left running.
@@ -591,6 +625,7 @@ cmd_down() {
     kill_leftover_shims
     unmount_under "$NODE"
     delete_leftover_netns
+    remove_pod_logs
     teardown_network
     if apiserver_reachable; then
         kctl delete node "$NODE_NAME" --wait=false >/dev/null 2>&1 || true
