@@ -22,6 +22,8 @@
 #                          IPAM, DNS hosts), PIDs in <dir>/pids/, logs in <dir>/logs/
 #   SLURMCTL_CACHE         cache (default: ~/.cache/slurmctl): kube binaries, containerd/root (the image store, kept
 #                          across down/up), buildah/ (build storage)
+#   SLURMCTL_CONTAINERD_DIR  containerd's persistent directory (default: $SLURMCTL_CACHE/containerd): root/ is the image
+#                          store, owner names the containerd using it ("PID SOCKET STATE_DIR")
 #   SLURMCTL_VENV          the repository's virtualenv, for the DNS watcher (default: <repo>/.venv)
 #   NODE_READY_TIMEOUT     seconds `up` waits for the Node to be Ready (default 120)
 #
@@ -46,7 +48,7 @@ NET=10.244.0
 DNS_NS=slurmctl-dns
 DNS_VETH=slurmctl-dns0
 DNS_IP=$NET.2
-CTR_DIR=$CACHE/containerd
+CTR_DIR=${SLURMCTL_CONTAINERD_DIR:-$CACHE/containerd}
 CTR_ROOT=$CTR_DIR/root
 CTR_OWNER=$CTR_DIR/owner
 CTR_SOCK=$NODE/containerd/containerd.sock
@@ -520,12 +522,14 @@ delete_pods() {
     while read -r ns name; do
         [ -n "$name" ] && kctl delete pod -n "$ns" "$name" --grace-period=2 --wait=false >/dev/null 2>&1 || true
     done <<<"$pods"
+    # Done when the kubelet has stopped every sandbox (which tears down its network); the API objects go later, after
+    # volume cleanup, which the kubelet need not finish: what it leaves is unmounted below.
     local deadline=$((SECONDS + 45))
     while [ $SECONDS -lt $deadline ]; do
-        [ -z "$(kctl get pods -A --field-selector "spec.nodeName=$NODE_NAME" -o name 2>/dev/null)" ] && return 0
-        sleep 0.5
+        ctr_at "$CTR_SOCK" tasks ls 2>/dev/null | grep -q RUNNING || return 0
+        sleep 0.3
     done
-    log "some pods were still terminating after 45s; removing their containers directly"
+    log "some pods were still running after 45s; removing their containers directly"
 }
 
 # Whatever the kubelet left in containerd (it was killed, or the apiserver was gone): kill the tasks, remember their
@@ -611,12 +615,15 @@ cmd_down() {
         return 0
     fi
     delete_pods
+    mark "pods deleted"
     stop_pid kubelet
     stop_pid kube-scheduler
     stop_pid dns-watcher "$(match_of dns-watcher)"
     stop_pid dnsmasq
+    mark "kubelet, scheduler and DNS stopped"
     remove_containers
     stop_pid containerd
+    mark "containers removed, containerd stopped"
     local pid _sock ostate
     if [ -f "$CTR_OWNER" ]; then
         read -r pid _sock ostate <"$CTR_OWNER" || true
