@@ -201,3 +201,17 @@ async def test_pvc_binds_with_the_default_storage_class_and_a_pod_writes_to_it(n
     pv = get(node, "pv", pvc["spec"]["volumeName"])
     path = Path(pv["spec"]["hostPath"]["path"])
     assert (path / "hello").read_text() == "written\n"
+
+
+async def test_a_missing_image_is_never_pulled_from_a_registry(node: Node, ns: str) -> None:
+    """Every registry host in containerd's config points at a closed loopback port, so a pull fails right there."""
+    missing = pod("missing", "true")
+    missing["spec"]["containers"][0] |= {"image": "registry.k8s.io/slurmctl-none:1", "imagePullPolicy": "IfNotPresent"}
+    apply(node, ns, missing)
+
+    async def pull_refused() -> str | None:
+        events = node.kubectl("get", "events", "-n", ns, "-o", "jsonpath={.items[*].message}", check=False).stdout
+        return events if "127.0.0.1:9" in events else None
+
+    events = await eventually(pull_refused, timeout=30, interval=0.5, what="a pull refused on 127.0.0.1:9")
+    assert "connection refused" in events, events
