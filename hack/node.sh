@@ -490,6 +490,7 @@ cmd_up() {
     ensure_apt_packages "${NODE_PACKAGES[@]}"
     [ -d "$NODE" ] && cmd_down >/dev/null 2>&1
     mkdir -p "$NODE"
+    touch "$NODE/started"
     trap on_up_exit EXIT
     setup_network
     start_containerd
@@ -543,37 +544,23 @@ remove_containers() {
     for id in $ids; do
         info=$(ctr_at "$CTR_SOCK" containers info "$id" 2>/dev/null || true)
         grep -o '/var/run/netns/cni-[0-9a-f-]*\|/run/netns/cni-[0-9a-f-]*' <<<"$info" >>"$NODE/leftover-netns" || true
-        pod_log_dir "$info" >>"$NODE/pod-log-dirs" || true
         ctr_at "$CTR_SOCK" tasks delete --force "$id" >/dev/null 2>&1 || true
         ctr_at "$CTR_SOCK" containers delete "$id" >/dev/null 2>&1 || true
     done
 }
 
-# label_of JSON LABEL: a label's value from `ctr containers info` output.
-label_of() {
-    sed -n "s/.*\"$2\": \"\([^\"]*\)\".*/\1/p" <<<"$1" | head -n 1
-}
-
-# The kubelet keeps container logs in /var/log/pods/<ns>_<pod>_<uid> (a fixed path in 1.20), named here from the
-# CRI labels of the pod's containers; its own garbage collection removes them only later.
-pod_log_dir() {
-    local ns name uid
-    ns=$(label_of "$1" io.kubernetes.pod.namespace)
-    name=$(label_of "$1" io.kubernetes.pod.name)
-    uid=$(label_of "$1" io.kubernetes.pod.uid)
-    [ -n "$ns" ] && [ -n "$name" ] && [ -n "$uid" ] && printf '/var/log/pods/%s_%s_%s\n' "$ns" "$name" "$uid"
-}
-
+# The kubelet keeps container logs in /var/log/pods/<ns>_<pod>_<uid> (a path fixed in 1.20) and links them from
+# /var/log/containers; its garbage collection removes them only a while after a pod goes. Ours are those created
+# since `up` (one node per machine).
 remove_pod_logs() {
     local dir link
-    [ -f "$NODE/pod-log-dirs" ] || return 0
-    while read -r dir; do
-        [ -d "$dir" ] || continue
+    [ -f "$NODE/started" ] && [ -d /var/log/pods ] || return 0
+    while IFS= read -r -d '' dir; do
         for link in /var/log/containers/*.log; do
             [ -L "$link" ] && [[ "$(readlink "$link")" == "$dir"/* ]] && rm -f "$link"
         done
         rm -rf "$dir"
-    done < <(sort -u "$NODE/pod-log-dirs")
+    done < <(find /var/log/pods -mindepth 1 -maxdepth 1 -type d -newer "$NODE/started" -print0)
 }
 
 # Shims whose command line names our containerd socket outlive containerd when tasks were left running.

@@ -58,13 +58,23 @@ def owned_bridge(state: Path) -> list[str]:
         return []
 
 
+def pod_log_dirs() -> set[str]:
+    logs = Path("/var/log/pods")
+    return {str(p) for p in logs.iterdir()} if logs.is_dir() else set()
+
+
 def recorded_pids(state: Path) -> dict[str, str]:
     pids = state / "pids"
     return {p.name: p.read_text().strip() for p in pids.iterdir()} if pids.is_dir() else {}
 
 
 def find_leftovers(
-    state: Path, pids: dict[str, str], netns_before: set[str], volumes: list[str], deadline: float = 10.0
+    state: Path,
+    pids: dict[str, str],
+    netns_before: set[str],
+    logs_before: set[str],
+    volumes: list[str],
+    deadline: float = 10.0,
 ) -> Leftovers:
     """Everything of this cluster still present; polls briefly, since a killed process may take a moment to go."""
     end = time.monotonic() + deadline
@@ -81,6 +91,7 @@ def find_leftovers(
         found.links = owned_bridge(state)
         found.netns = sorted(netns_names() - netns_before)
         found.paths = [v for v in volumes if Path(v).exists()] + ([str(state)] if state.exists() else [])
+        found.paths += sorted(pod_log_dirs() - logs_before)
         if found.empty() or time.monotonic() >= end:
             return found
         time.sleep(0.2)
@@ -115,6 +126,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         return
     state = tmp_path_factory.mktemp("pods-cluster")
     netns_before = netns_names()
+    logs_before = pod_log_dirs()
     up_seconds: dict[str, float] = {}
     cluster = Node(kubeconfig=state / "kubeconfig", state_dir=state)
     volumes: list[str] = []
@@ -140,7 +152,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         ndown = node_script("down", state)
         cdown = control_plane_script("down", state)
         print(f"cluster down: {time.monotonic() - t0:.1f}s")
-        left = find_leftovers(state, pids, netns_before, volumes)
+        left = find_leftovers(state, pids, netns_before, logs_before, volumes)
         problems = []
         if ndown.returncode != 0:
             problems.append(f"node.sh down failed:\n{ndown.stderr}")
