@@ -167,6 +167,7 @@ EOF
 
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$NODE/containerd/runc"
 
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
@@ -380,6 +381,37 @@ teardown_network() {
     fi
 }
 
+# Paths outside the state directory that the kubelet, containerd, CNI or runc create at fixed places (kubelet 1.20's
+# device plugin socket, container logs, CNI result cache, shim sockets, the k8s.io cgroups): those that did not exist
+# at `up` are ours and go at `down` (one node per machine).
+host_paths() {
+    printf '%s\n' /var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd
+    local c
+    for c in /sys/fs/cgroup/*/; do
+        [ -d "$c" ] && printf '%sk8s.io\n' "$c"
+    done
+}
+
+record_host_paths() {
+    local p
+    : >"$NODE/host-paths"
+    while read -r p; do
+        [ -e "$p" ] || printf '%s\n' "$p" >>"$NODE/host-paths"
+    done < <(host_paths)
+}
+
+remove_host_paths() {
+    local p
+    [ -f "$NODE/host-paths" ] || return 0
+    while read -r p; do
+        [ -e "$p" ] || continue
+        case $p in
+        /sys/fs/cgroup/*) find "$p" -depth -type d -exec rmdir {} + 2>/dev/null || log "cgroup $p is not empty; left" ;;
+        *) rm -rf "$p" ;;
+        esac
+    done <"$NODE/host-paths"
+}
+
 # --- up -------------------------------------------------------------------------------------------------------------
 
 start_containerd() {
@@ -491,6 +523,7 @@ cmd_up() {
     [ -d "$NODE" ] && cmd_down >/dev/null 2>&1
     mkdir -p "$NODE"
     touch "$NODE/started"
+    record_host_paths
     trap on_up_exit EXIT
     setup_network
     start_containerd
@@ -545,6 +578,7 @@ remove_containers() {
         info=$(ctr_at "$CTR_SOCK" containers info "$id" 2>/dev/null || true)
         grep -o '/var/run/netns/cni-[0-9a-f-]*\|/run/netns/cni-[0-9a-f-]*' <<<"$info" >>"$NODE/leftover-netns" || true
         ctr_at "$CTR_SOCK" tasks delete --force "$id" >/dev/null 2>&1 || true
+        rm -f /var/lib/cni/results/*-"$id"-* 2>/dev/null || true
         ctr_at "$CTR_SOCK" containers delete "$id" >/dev/null 2>&1 || true
     done
 }
@@ -620,6 +654,7 @@ cmd_down() {
     unmount_under "$NODE"
     delete_leftover_netns
     remove_pod_logs
+    remove_host_paths
     teardown_network
     if apiserver_reachable; then
         kctl delete node "$NODE_NAME" --wait=false >/dev/null 2>&1 || true

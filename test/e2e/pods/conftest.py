@@ -58,6 +58,13 @@ def owned_bridge(state: Path) -> list[str]:
         return []
 
 
+def host_paths() -> set[str]:
+    """Fixed host paths a kubelet/containerd/CNI/runc create outside the state directory, where they exist now."""
+    fixed = ["/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/containerd"]
+    cgroups = [f"{c}/k8s.io" for c in Path("/sys/fs/cgroup").glob("*")]
+    return {p for p in fixed + cgroups if Path(p).exists()}
+
+
 def pod_log_dirs() -> set[str]:
     logs = Path("/var/log/pods")
     return {str(p) for p in logs.iterdir()} if logs.is_dir() else set()
@@ -73,6 +80,7 @@ def find_leftovers(
     pids: dict[str, str],
     netns_before: set[str],
     logs_before: set[str],
+    host_before: set[str],
     volumes: list[str],
     deadline: float = 10.0,
 ) -> Leftovers:
@@ -91,7 +99,7 @@ def find_leftovers(
         found.links = owned_bridge(state)
         found.netns = sorted(netns_names() - netns_before)
         found.paths = [v for v in volumes if Path(v).exists()] + ([str(state)] if state.exists() else [])
-        found.paths += sorted(pod_log_dirs() - logs_before)
+        found.paths += sorted(pod_log_dirs() - logs_before) + sorted(host_paths() - host_before)
         if found.empty() or time.monotonic() >= end:
             return found
         time.sleep(0.2)
@@ -127,6 +135,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     state = tmp_path_factory.mktemp("pods-cluster")
     netns_before = netns_names()
     logs_before = pod_log_dirs()
+    host_before = host_paths()
     up_seconds: dict[str, float] = {}
     cluster = Node(kubeconfig=state / "kubeconfig", state_dir=state)
     volumes: list[str] = []
@@ -152,7 +161,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         ndown = node_script("down", state)
         cdown = control_plane_script("down", state)
         print(f"cluster down: {time.monotonic() - t0:.1f}s")
-        left = find_leftovers(state, pids, netns_before, logs_before, volumes)
+        left = find_leftovers(state, pids, netns_before, logs_before, host_before, volumes)
         problems = []
         if ndown.returncode != 0:
             problems.append(f"node.sh down failed:\n{ndown.stderr}")
