@@ -8,7 +8,8 @@
 #   hack/node.sh up             start the node (after `hack/control-plane.sh up` on the same state directory);
 #                               idempotent; waits until the Node is Ready and the default StorageClass exists
 #   hack/node.sh down           delete pods (short grace), stop kubelet, scheduler, DNS, containerd by recorded PID,
-#                               unmount, delete the bridge and the DNS network namespace
+#                               unmount, delete the bridge and the DNS network namespace, remove the fixed host paths
+#                               (/var/lib/kubelet, /var/log/pods, ...) that did not exist before `up`
 #   hack/node.sh status         say what runs
 #   hack/node.sh import FILE... import OCI or docker archives into the node's containerd image store (namespace k8s.io);
 #                               when no node is up, into a temporary containerd on the same persistent store
@@ -548,14 +549,8 @@ delete_pods() {
     daemon_running kubelet || return 0
     kctl get node "$NODE_NAME" >/dev/null 2>&1 || return 0
     kctl cordon "$NODE_NAME" >/dev/null 2>&1 || true
-    local pods
-    pods=$(kctl get pods -A --field-selector "spec.nodeName=$NODE_NAME" \
-        -o jsonpath='{range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}' 2>/dev/null || true)
-    [ -n "$pods" ] || return 0
-    local ns name
-    while read -r ns name; do
-        [ -n "$name" ] && kctl delete pod -n "$ns" "$name" --grace-period=2 --wait=false >/dev/null 2>&1 || true
-    done <<<"$pods"
+    kctl delete pods -A --field-selector "spec.nodeName=$NODE_NAME" --grace-period=2 --wait=false >/dev/null 2>&1 ||
+        true
     # Done when the kubelet has stopped every sandbox (which tears down its network); the API objects go later, after
     # volume cleanup, which the kubelet need not finish: what it leaves is unmounted below.
     local deadline=$((SECONDS + 45))
@@ -635,10 +630,11 @@ cmd_down() {
         log "not up"
         return 0
     fi
+    # The scheduler goes first, so no replacement pod (a StatefulSet's, a DaemonSet's) lands here while we drain.
+    stop_pid kube-scheduler
     delete_pods
     mark "pods deleted"
     stop_pid kubelet
-    stop_pid kube-scheduler
     stop_pid dns-watcher "$(match_of dns-watcher)"
     stop_pid dnsmasq
     mark "kubelet, scheduler and DNS stopped"
