@@ -54,11 +54,16 @@ ensure_apt_packages() {
 
 # A random unused loopback port (pure bash: `cluster-up` must work before Python is installed). A port taken between
 # this check and the daemon's bind makes that daemon fail at start, which `up` reports.
+# Ports already handed out by this script run are skipped too (nothing listens on them yet). Callers use
+# `port=$(free_port)`, a subshell, so the record is a file.
 free_port() {
-    local port _
+    local port _ picked=${STATE:?}/.picked-ports
+    mkdir -p "$STATE"
     for _ in $(seq 1 100); do
         port=$((20000 + RANDOM % 40000))
+        grep -qx "$port" "$picked" 2>/dev/null && continue
         port_in_use "$port" || {
+            printf '%s\n' "$port" >>"$picked"
             printf '%s' "$port"
             return 0
         }

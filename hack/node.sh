@@ -523,6 +523,7 @@ cmd_up() {
     ensure_apt_packages "${NODE_PACKAGES[@]}"
     [ -d "$NODE" ] && cmd_down >/dev/null 2>&1
     mkdir -p "$NODE"
+    rm -f "$STATE/.picked-ports"
     touch "$NODE/started"
     record_host_paths
     trap on_up_exit EXIT
