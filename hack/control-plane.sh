@@ -149,6 +149,10 @@ wait_ready() {
     printf 'control-plane: error: kube-apiserver not ready at %s within %ss; last lines of its log:\n' \
         "$url" "$READY_TIMEOUT" >&2
     tail -n 25 "$STATE/logs/kube-apiserver.log" | sed 's/^/    | /' >&2
+    if ! running etcd; then
+        printf 'control-plane: etcd is not running; last lines of its log:\n' >&2
+        tail_log etcd
+    fi
     cmd_down >/dev/null 2>&1 || true
     exit 1
 }
@@ -202,6 +206,7 @@ cmd_up() {
     mkdir -p "$STATE"/{pids,logs,certs,etcd}
     chmod 700 "$STATE"
     local etcd_port peer_port api_port
+    rm -f "$STATE/.picked-ports"
     etcd_port=$(pick_port "${ETCD_PORT:-}")
     peer_port=$(pick_port "${ETCD_PEER_PORT:-}")
     api_port=$(pick_port "${APISERVER_PORT:-}")

@@ -54,11 +54,22 @@ ensure_apt_packages() {
 
 # A random unused loopback port (pure bash: `cluster-up` must work before Python is installed). A port taken between
 # this check and the daemon's bind makes that daemon fail at start, which `up` reports.
+# Ports come from below the kernel's ephemeral range: a port there may be the local end of some outgoing connection,
+# which a connect test cannot see but which makes bind fail ("address already in use"; seen with etcd). Ports already
+# handed out by this script run are skipped too (nothing listens on them yet); callers use `port=$(free_port)`, a
+# subshell, so the record is a file.
 free_port() {
-    local port _
+    local port _ picked=${STATE:?}/.picked-ports lo=32768 hi=60999 base=20000
+    mkdir -p "$STATE"
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+    [ "$lo" -gt $((base + 1000)) ] || base=$((hi + 1))
+    [ "$base" -lt 65000 ] || die "no port range outside the ephemeral range $lo-$hi"
+    local span=$((base < lo ? lo - base : 65535 - base))
     for _ in $(seq 1 100); do
-        port=$((20000 + RANDOM % 40000))
+        port=$((base + RANDOM % span))
+        grep -qx "$port" "$picked" 2>/dev/null && continue
         port_in_use "$port" || {
+            printf '%s\n' "$port" >>"$picked"
             printf '%s' "$port"
             return 0
         }

@@ -330,12 +330,22 @@ check_machine_free() {
     fi
 }
 
+# The bridge, created with our state directory as its alias, is the claim on the machine; checking and creating it
+# happen under a lock, so two `up`s at once cannot both think the machine is free.
+claim_machine() {
+    mkdir -p "$CACHE"
+    (
+        flock -w 60 9 || die "timed out waiting for $CACHE/node.lock"
+        check_machine_free
+        if [ ! -e "/sys/class/net/$BRIDGE" ]; then
+            ip link add "$BRIDGE" type bridge
+            ip link set "$BRIDGE" alias "$STATE"
+        fi
+    ) 9>"$CACHE/node.lock"
+}
+
 setup_network() {
-    if [ ! -e "/sys/class/net/$BRIDGE" ]; then
-        ip link add "$BRIDGE" type bridge
-        ip link set "$BRIDGE" alias "$STATE"
-        ip addr add "$NET.1/24" dev "$BRIDGE"
-    fi
+    ip addr replace "$NET.1/24" dev "$BRIDGE"
     ip link set "$BRIDGE" up
     if [ ! -e "/run/netns/$DNS_NS" ]; then
         ip netns add "$DNS_NS"
@@ -371,6 +381,10 @@ EOF
 }
 
 teardown_network() {
+    # The namespace is ours only while the bridge is (or when no bridge claims the machine any more).
+    if [ -e "/sys/class/net/$BRIDGE" ] && [ "$(bridge_owner)" != "$STATE" ]; then
+        return 0
+    fi
     if [ -e "/run/netns/$DNS_NS" ]; then
         ip netns delete "$DNS_NS" || log "could not delete network namespace $DNS_NS"
     fi
@@ -523,9 +537,11 @@ cmd_up() {
     ensure_apt_packages "${NODE_PACKAGES[@]}"
     [ -d "$NODE" ] && cmd_down >/dev/null 2>&1
     mkdir -p "$NODE"
+    rm -f "$STATE/.picked-ports"
+    trap on_up_exit EXIT
+    claim_machine
     touch "$NODE/started"
     record_host_paths
-    trap on_up_exit EXIT
     setup_network
     start_containerd
     mark "containerd answers"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -105,6 +106,22 @@ def find_leftovers(
         time.sleep(0.2)
 
 
+def bridge_owner() -> str | None:
+    try:
+        return Path(f"/sys/class/net/{BRIDGE}/ifalias").read_text().strip()
+    except OSError:
+        return None
+
+
+def wait_for_other_test_sessions(timeout: float = 240.0) -> None:
+    """Another pytest session's node (a parallel run on a shared machine) is waited for; anything else fails at up."""
+    end = time.monotonic() + timeout
+    while (owner := bridge_owner()) and owner.startswith(tempfile.gettempdir() + "/pytest-of-"):
+        if time.monotonic() >= end:
+            return
+        time.sleep(1)
+
+
 def ensure_test_image(node: Node) -> None:
     """A scratch image with the host's static busybox, built with buildah and imported once (the store persists)."""
     assert node.state_dir is not None
@@ -140,6 +157,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     cluster = Node(kubeconfig=state / "kubeconfig", state_dir=state)
     volumes: list[str] = []
     try:
+        wait_for_other_test_sessions()
         t0 = time.monotonic()
         up = control_plane_script("up", state)
         if up.returncode != 0:
