@@ -48,38 +48,9 @@ APT_PACKAGES=(buildah mmdebstrap python3)
 # The Python whose pip downloads the operator's wheels (the project's venv when it exists).
 PYTHON=${PYTHON:-$([ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3)}
 
-log() { printf 'images: %s\n' "$*" >&2; }
-die() { printf 'images: error: %s\n' "$*" >&2; exit 1; }
-
-# run_step NAME LOGFILE CMD...: the command's output goes to LOGFILE; on failure show which step and the log's tail.
-run_step() {
-    local name=$1 logfile=$2
-    shift 2
-    mkdir -p "$(dirname "$logfile")"
-    if ! "$@" >"$logfile" 2>&1; then
-        {
-            printf '\nimages: error: step %s failed\n' "'$name'"
-            printf '  command: %s\n' "$*"
-            printf '  log:     %s\n' "$logfile"
-            printf '  last lines of the log:\n'
-            tail -n 30 "$logfile" | sed 's/^/    | /'
-        } >&2
-        exit 1
-    fi
-}
-
-ensure_apt_packages() {
-    local missing=() p
-    for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    log "installing ${missing[*]} from apt"
-    run_step apt-update "$LOGS/apt-update.log" apt-get -o DPkg::Lock::Timeout=300 update
-    run_step apt-install "$LOGS/apt-install.log" \
-        env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends \
-        "${missing[@]}"
-}
+LOG_PREFIX=images
+# shellcheck source=hack/lib.sh
+. "$ROOT/hack/lib.sh"
 
 B=(buildah --root "$WORK/storage" --runroot "$WORK/run" --storage-driver vfs)
 

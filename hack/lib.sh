@@ -16,6 +16,7 @@ run_step() {
     local name=$1 logfile=$2
     shift 2
     log "step '$name': $*"
+    mkdir -p "$(dirname "$logfile")"
     if ! "$@" >"$logfile" 2>&1; then
         {
             printf '\n%s: error: step %s failed\n' "$LOG_PREFIX" "'$name'"
@@ -92,10 +93,14 @@ pick_port() {
 }
 
 # pid_alive PID NAME: a recorded PID counts as ours only while its command line still names what we started (PIDs
-# are reused).
+# are reused). With PID_MATCH_STATE=1 it must also name our state directory, for scripts whose instances run the same
+# binaries side by side (hack/local-slurm.sh).
 pid_alive() {
-    local pid=$1 name=$2
-    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$name"
+    local pid=$1 name=$2 cmdline
+    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    [[ $cmdline == *"$name"* ]] || return 1
+    [ "${PID_MATCH_STATE:-0}" != 1 ] || [[ $cmdline == *"$STATE"* ]]
 }
 
 recorded_pid() {

@@ -59,38 +59,10 @@ CACHE=${LOCAL_SLURM_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" 
 NS_CONF_DIR=/etc/slurm
 NS_MUNGE_SOCKET=/run/munge/munge.socket
 
-log() { printf 'local-slurm: %s\n' "$*" >&2; }
-die() { printf 'local-slurm: error: %s\n' "$*" >&2; exit 1; }
-
-# run_step NAME LOGFILE CMD...: run a command with its output in LOGFILE; on failure name the step and show the log.
-run_step() {
-    local name=$1 logfile=$2
-    shift 2
-    if ! "$@" >"$logfile" 2>&1; then
-        {
-            printf 'local-slurm: error: step %s failed\n' "'$name'"
-            printf '  command: %s\n' "$*"
-            printf '  last lines of %s:\n' "$logfile"
-            tail -n 25 "$logfile" | sed 's/^/    | /'
-        } >&2
-        exit 1
-    fi
-}
-
-# Another agent may hold the dpkg lock: wait for it rather than fail.
-ensure_apt_packages() {
-    local missing=() p logdir
-    for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    logdir=$(mktemp -d)
-    log "installing ${missing[*]}"
-    run_step apt-update "$logdir/apt-update.log" apt-get -o DPkg::Lock::Timeout=300 update
-    run_step apt-install "$logdir/apt-install.log" env DEBIAN_FRONTEND=noninteractive \
-        apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${missing[@]}"
-    rm -rf "$logdir"
-}
+LOG_PREFIX=local-slurm
+PID_MATCH_STATE=1
+# shellcheck source=hack/lib.sh
+. "$ROOT/hack/lib.sh"
 
 mirror() {
     local m=${LOCAL_SLURM_MIRROR:-}
@@ -178,17 +150,6 @@ cmd_enter() {
     exec chroot "$R" /usr/bin/env -C "$cwd" "$@"
 }
 
-# A recorded PID counts as ours only while its command line still names the binary and our state directory
-# (PIDs are reused, and other instances run the same binaries).
-pid_alive() {
-    local pid=$1 name=$2 cmdline
-    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
-    [[ $cmdline == *"$name"* && $cmdline == *"$STATE"* ]]
-}
-
-recorded_pid() { cat "$STATE/pids/$1" 2>/dev/null || true; }
-
 # munged is started first in a new namespace; everything else of the instance joins that namespace.
 anchor_pid() {
     local pid
@@ -224,36 +185,6 @@ all_running() {
     for n in "${DAEMONS[@]}"; do
         pid_alive "$(recorded_pid "$n")" "$n" || return 1
     done
-}
-
-start_bg() {
-    local name=$1
-    shift
-    setsid "$@" >"$STATE/log/$name.out" 2>&1 </dev/null &
-    echo $! >"$STATE/pids/$name"
-}
-
-stop_pid() {
-    local n=$1 pid _
-    pid=$(recorded_pid "$n")
-    pid_alive "$pid" "$n" || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-        pid_alive "$pid" "$n" || return 0
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-}
-
-# A random unused loopback port. A port taken between this check and the daemon's bind makes that daemon fail at
-# start, which `up` reports.
-free_port() {
-    local port _
-    for _ in $(seq 1 100); do
-        port=$((20000 + RANDOM % 40000))
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { printf '%s' "$port"; return 0; }
-    done
-    die "no free loopback port found"
 }
 
 # passwd/group for the daemons (the root filesystem's own, plus the named host users).
@@ -377,7 +308,7 @@ show_logs_and_fail() {
         printf 'local-slurm: error: %s\n' "$msg"
         for n in munged slurmctld slurmd; do
             local f=$STATE/log/$n.log
-            [ -s "$f" ] || f=$STATE/log/$n.out
+            [ -s "$f" ] || f=$STATE/logs/$n.log
             printf '  last lines of %s:\n' "$f"
             tail -n 15 "$f" 2>/dev/null | sed 's/^/    | /'
         done

@@ -77,7 +77,7 @@ async def test_samples_apply_and_keep_every_field(
             # The server's defaults are the models' defaults.
             assert SlurmClusterSpec.model_validate(stored["spec"]) == SlurmClusterSpec.model_validate(doc["spec"])
     assert stored["spec"]["controller"]["size"] == 1
-    assert stored["spec"]["slurm"]["version"] == "22.05.8"
+    assert stored["spec"]["slurm"]["cgroupVersion"] == "auto"
 
 
 async def test_printer_columns_and_status_conditions_merge_by_type(

@@ -133,12 +133,15 @@ def test_hanging_nvidia_smi_is_cut_off_in_time(slurm: LocalSlurm, tmp_path: Path
     assert leftover.returncode == 1, leftover.stdout
 
 
-def test_missing_nvidia_smi_drains(slurm: LocalSlurm, tmp_path: Path) -> None:
+def test_missing_nvidia_smi_is_a_check_that_could_not_run_and_drains_nothing(slurm: LocalSlurm, tmp_path: Path) -> None:
+    """A check that cannot run never punishes the node: no nvidia-smi is "could not run" (exit 2), not "unhealthy"."""
     tmp_path.mkdir(exist_ok=True)
     done = healthcheck(slurm, tmp_path)
 
-    assert done.returncode == 1
-    assert drain_reasons(slurm) == ["slurmctl-gpu: nvidia-smi not found"]
+    assert done.returncode == 2, done.stderr
+    assert "could not run" in done.stderr
+    assert drain_reasons(slurm) == []
+    assert slurm.node_state() == "idle"
 
 
 def test_admin_drain_is_never_undone(slurm: LocalSlurm, tmp_path: Path) -> None:
