@@ -116,6 +116,9 @@ async def register(manager: Manager, components: Sequence[Component] | None = No
     manager's informers."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
+    # Secrets: only those the operator labels as its own are listed and watched; the user's (a database password)
+    # are read by name when needed.
+    manager.select(*SECRET, label_selector=meta.OWNED_SELECTOR)
     served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
     ctx = Context(manager, tuple(components), served)
     for component in components:

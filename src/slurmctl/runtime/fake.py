@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,7 +173,9 @@ class FakeClient(Client):
         """Field manager (and subresource) -> the fields it owns."""
         return self._managed.get(_key(api_version, kind, namespace, name), {})
 
-    def cache_factory(self, informers: Mapping[tuple[str, str], Informer], *, namespace: str | None = None) -> Cache:
+    def cache_factory(
+        self, informers: Mapping[tuple[str, str], Informer], *, namespace: str | Collection[str] | None = None
+    ) -> Cache:
         """For `Manager(client, cache=fake.cache_factory)`: the manager's cache reads this fake, always up to date."""
         return FakeCache(self, informers, namespace=namespace)
 
@@ -324,14 +326,28 @@ class FakeCache(Cache):
     raises `NotWatched` as the real cache does."""
 
     def __init__(
-        self, fake: FakeClient, informers: Mapping[tuple[str, str], Informer], *, namespace: str | None = None
+        self,
+        fake: FakeClient,
+        informers: Mapping[tuple[str, str], Informer],
+        *,
+        namespace: str | Collection[str] | None = None,
     ) -> None:
         super().__init__(informers, namespace=namespace)
         self._fake = fake
 
     def store(self, api_version: str, kind: str) -> Store:
+        informer = self._informers.get((api_version, kind))
         super().store(api_version, kind)  # NotWatched unless a controller watches the kind
-        return self._fake.store(api_version, kind)
+        store = self._fake.store(api_version, kind)
+        selector = informer.label_selector if informer is not None else None
+        if not selector:
+            return store
+        # As the server would: a label-selected informer never sees the other objects (equality selectors only).
+        wanted = dict(part.split("=", 1) for part in selector.split(","))
+        selected = Store()
+        for obj in store.list(labels=wanted):
+            selected.put(obj)
+        return selected
 
     def synced(self, api_version: str, kind: str, namespace: str) -> bool:
         return (api_version, kind) in self._informers
