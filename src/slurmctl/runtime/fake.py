@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from slurmctl.runtime.cache import Cache
 from slurmctl.runtime.client import KNOWN, Client, Obj, Resource, drop_nones
-from slurmctl.runtime.errors import Conflict, Invalid, NotFound
+from slurmctl.runtime.errors import ApiError, Conflict, Invalid, NotFound
 from slurmctl.runtime.informer import Informer
 from slurmctl.runtime.store import Store, object_key
 
@@ -134,6 +134,9 @@ class FakeClient(Client):
         self._managed: dict[Key, dict[tuple[str, str], set[Path]]] = {}
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)
+        # Admission as the real server does it: each check sees (the apply body, the live object or None) and returns
+        # the error the server would answer (422 for an immutable field, 500 for a body it cannot convert) or None.
+        self.admission: list[Callable[[Mapping[str, Any], Mapping[str, Any] | None], ApiError | None]] = []
 
     # ---- the world ---------------------------------------------------------------------------------------------
     def serve(self, api_version: str, kind: str) -> None:
@@ -215,6 +218,9 @@ class FakeClient(Client):
             part = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "status")}
         else:
             raise Invalid(f"unknown subresource {subresource}", status=422)
+        for check in self.admission if subresource is None else ():
+            if (error := check(body, live)) is not None:
+                raise error
         self.writes.append(Write("apply", api_version, kind, key[2], key[3], field_manager, subresource or ""))
         new: Obj = copy.deepcopy(live) if live is not None else {"apiVersion": api_version, "kind": kind}
         owned = self._managed.setdefault(key, {})
