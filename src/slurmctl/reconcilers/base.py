@@ -108,8 +108,9 @@ class Loader:
     """Parses, validates and renders the configs of a SlurmCluster once per (uid, resourceVersion): every component
     controller reconciles the same object after each change, and they share this work."""
 
-    def __init__(self, maxsize: int = 1024) -> None:
+    def __init__(self, maxsize: int = 1024, *, allow_host_path: bool = False) -> None:
         self._maxsize = maxsize
+        self.allow_host_path = allow_host_path  # the operator's policy (--allow-host-path)
         self._memo: OrderedDict[tuple[str, str], Loaded | Invalid] = OrderedDict()
         self.parsed = 0  # how many times an object was actually parsed (tests check the memo works)
 
@@ -120,7 +121,7 @@ class Loader:
             self._memo.move_to_end(key)
             return self._memo[key]
         self.parsed += 1
-        cluster, problems = check_cluster(obj)
+        cluster, problems = check_cluster(obj, allow_host_path=self.allow_host_path)
         result: Loaded | Invalid
         if cluster is None or problems:
             result = Invalid(obj, tuple(str(p) for p in problems) or ("the spec could not be read",))

@@ -102,3 +102,18 @@ def test_rejection_tells_refused_content_from_outages() -> None:
     assert rejection(error_for_status(500, {"message": "etcdserver: request timed out"})) is None
     assert rejection(error_for_status(503, {"message": "is invalid"})) is None
     assert rejection(error_for_status(403, {"message": "forbidden"})) is None
+
+
+async def test_host_path_volumes_are_an_invalid_spec_unless_the_operator_allows_them() -> None:
+    host = {"name": "scratch", "mountPath": "/scratch", "volume": {"source": {"hostPath": {"path": "/mnt/nvme"}}}}
+    async with Env() as env:
+        env.create(spec(jail={"volume": {"claimName": "jail"}, "subMounts": [host]}))
+        await env.converge()
+        assert env.reason("SpecValid") == ("False", "InvalidSpec")
+        message = (env.condition("SpecValid") or {})["message"]
+        assert "spec.jail.subMounts[0].volume.source.hostPath" in message and "--allow-host-path" in message
+        assert [w for w in env.fake.writes if w.kind != "Event" and w.subresource != "status"] == []
+    async with Env(allow_host_path=True) as env:
+        env.create(spec(jail={"volume": {"claimName": "jail"}, "subMounts": [host]}))
+        await env.converge()
+        assert env.reason("SpecValid") == ("True", "Valid")
