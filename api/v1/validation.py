@@ -72,6 +72,10 @@ def problems_from_error(error: ValidationError, *, prefix: Sequence[str | int] =
     return sorted(set(problems), key=lambda p: (p.path, p.message))
 
 
+# Where the operator never creates anything, whatever its RBAC allows (a ClusterRole cannot exclude a namespace).
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+
 def check_cluster(obj: Any, *, allow_host_path: bool = True) -> tuple[SlurmCluster | None, list[Problem]]:
     """Parse a SlurmCluster (a live object or a manifest) and validate it; never raises.
 
@@ -87,6 +91,14 @@ def check_cluster(obj: Any, *, allow_host_path: bool = True) -> tuple[SlurmClust
     except ValidationError as error:
         return None, sorted({*problems_from_error(error), *_nul_bytes(obj.get("spec"), "spec")})
     problems = _check_name(cluster.metadata.name)
+    if cluster.metadata.namespace in SYSTEM_NAMESPACES:
+        problems.append(
+            Problem(
+                "metadata.namespace",
+                f"SlurmClusters are not run in {cluster.metadata.namespace}: the namespaces Kubernetes keeps for "
+                f"itself ({', '.join(SYSTEM_NAMESPACES)}) get no workloads from slurmctl",
+            )
+        )
     problems += _nul_bytes(obj.get("spec"), "spec")
     problems += validate_spec(cluster.spec)
     if not allow_host_path:
