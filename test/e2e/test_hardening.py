@@ -212,9 +212,9 @@ def restart_apiserver(plane: ControlPlane, command: str) -> None:
 
 
 OUTAGES = 3
-# Per outage: at most one line per informer (8 kinds) when its list/watch first fails, and one per controller (7)
-# every 30 s while reconciles fail; each outage here lasts well under 30 s. Measured: see the report.
-MAX_WARNINGS_PER_OUTAGE = 8 + 7
+# Per outage: at most one line per informer (8 kinds) when its list/watch first fails, one per controller (7) and one
+# for the event recorder every 30 s while requests fail; each outage here lasts well under 30 s (measured: 8-11).
+MAX_WARNINGS_PER_OUTAGE = 8 + 7 + 1
 
 
 async def test_apiserver_outages_cost_a_few_warning_lines_no_traceback_and_the_cluster_converges(

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 WATCHDOG_SECONDS = 70.0
 STALE_MARGIN = 10.0
 MIN_WATCH_TIMEOUT = 300
+RETRY_WARNING_EVERY = 10
 
 
 class EventType(enum.Enum):
@@ -211,10 +212,13 @@ class Informer:
                 await step()
 
     def _log_retry(self, state: RetryCallState) -> None:
+        """The first failure of a streak is a WARNING (one line, no traceback); the retries that follow are DEBUG,
+        except every RETRY_WARNING_EVERY-th, so an outage costs one line per informer and a lasting failure (a
+        missing RBAC rule) still shows now and then."""
         exc = state.outcome.exception() if state.outcome else None
-        log.warning(
-            "list/watch failed, backing off %s", kv(informer=self.name, attempt=state.attempt_number, error=exc)
-        )
+        attempt = state.attempt_number
+        level = logging.WARNING if attempt == 1 or attempt % RETRY_WARNING_EVERY == 0 else logging.DEBUG
+        log.log(level, "list/watch failed, backing off %s", kv(informer=self.name, attempt=attempt, error=exc))
 
     async def _list(self) -> None:
         """Paged LIST, then replace the store: adds, updates and deletes for what changed since the last list."""
