@@ -14,26 +14,32 @@ $(STAMP): pyproject.toml hack/setup.sh
 
 setup: $(STAMP)
 
+# The embedded cluster: control plane (hack/control-plane.sh) + one real node (hack/node.sh) in .cluster/.
 cluster-build:
 	hack/control-plane.sh build
+	hack/node.sh build
 
-cluster-up: cluster-build
+cluster-up: setup cluster-build
 	hack/control-plane.sh up
+	hack/node.sh up
 
 cluster-down:
+	hack/node.sh down
 	hack/control-plane.sh down
 
 cluster-status:
 	hack/control-plane.sh status
+	hack/node.sh status
 
-# Everything CI checks, then every test in one pytest run so the output ends with pytest's summary line.
-test: setup cluster-build lint
+# Everything CI checks, then every test in one pytest run so the output ends with pytest's summary line. The
+# real-pods tests run the images `make images` built (cached: seconds when nothing changed).
+test: setup cluster-build lint images
 	$(BIN)/pytest test $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/pytest test/unit $(PYTEST_ARGS)
 
-e2e: setup cluster-build
+e2e: setup cluster-build images
 	$(BIN)/pytest test/e2e $(PYTEST_ARGS)
 
 lint: setup

@@ -6,6 +6,9 @@
 #   hack/control-plane.sh up       start etcd, kube-apiserver and kube-controller-manager; write a kubeconfig
 #   hack/control-plane.sh down     stop exactly the processes `up` started (by recorded PID) and remove the state
 #   hack/control-plane.sh status   say whether it is up and where
+#   hack/control-plane.sh bin-dir  print the directory of the cached binaries (kube-scheduler and kubelet included)
+#
+# A node (kubelet, containerd, pod network and DNS) runs on top of it with hack/node.sh; `down` stops that first.
 #
 # Environment:
 #   SLURMCTL_CLUSTER_DIR   state directory (default: <repo>/.cluster)
@@ -23,48 +26,9 @@ KUBE_SRC_PACKAGE=${KUBE_SRC_PACKAGE:-kubernetes}
 APT_PACKAGES=(golang-go etcd-server rsync golang-github-modern-go-reflect2-dev openssl curl make ca-certificates)
 READY_TIMEOUT=${READY_TIMEOUT:-90}
 
-log() { printf 'control-plane: %s\n' "$*" >&2; }
-die() { printf 'control-plane: error: %s\n' "$*" >&2; exit 1; }
-
-# run_step NAME LOGFILE CMD...: run a command with its output in LOGFILE; on failure say which step, which command,
-# and show the tail of the log, so a user sees why without digging.
-run_step() {
-    local name=$1 logfile=$2
-    shift 2
-    log "step '$name': $*"
-    if ! "$@" >"$logfile" 2>&1; then
-        {
-            printf '\ncontrol-plane: error: step %s failed\n' "'$name'"
-            printf '  command: %s\n' "$*"
-            printf '  log:     %s\n' "$logfile"
-            printf '  last lines of the log:\n'
-            tail -n 25 "$logfile" | sed 's/^/    | /'
-        } >&2
-        exit 1
-    fi
-}
-
-in_dir() {
-    local dir=$1
-    shift
-    (cd "$dir" && "$@")
-}
-
-apt_updated=0
-ensure_apt_packages() {
-    local missing=() p
-    for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    mkdir -p "$CACHE/logs"
-    if [ "$apt_updated" = 0 ]; then
-        run_step apt-update "$CACHE/logs/apt-update.log" apt-get -o DPkg::Lock::Timeout=300 update
-        apt_updated=1
-    fi
-    run_step apt-install "$CACHE/logs/apt-install.log" \
-        env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${missing[@]}"
-}
+LOG_PREFIX=control-plane
+# shellcheck source=hack/lib.sh
+. "$ROOT/hack/lib.sh"
 
 # The cache key names the source version and the patch set: a change to the patches below must bump PATCHSET, so a
 # machine with binaries from older patches rebuilds instead of running them.
@@ -164,37 +128,6 @@ patch_kubelet() {
     ! grep -qE 'credentialprovider/(aws|azure|gcp)"' "$b" || die "step 'patch-kubelet': credential providers left in $b"
 }
 
-# A random unused loopback port (pure bash: `cluster-up` must work before Python is installed). A port taken between
-# this check and the daemon's bind makes that daemon fail at start, which `up` reports.
-free_port() {
-    local port _
-    for _ in $(seq 1 100); do
-        port=$((20000 + RANDOM % 40000))
-        port_in_use "$port" || { printf '%s' "$port"; return 0; }
-    done
-    die "no free loopback port found"
-}
-
-port_in_use() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-pick_port() {
-    local want=$1
-    if [ -n "$want" ]; then
-        port_in_use "$want" && die "port $want on 127.0.0.1 is already in use"
-        printf '%s' "$want"
-    else
-        free_port
-    fi
-}
-
-# A recorded PID counts as ours only while its command line still names the binary we started (PIDs are reused).
-pid_alive() {
-    local pid=$1 name=$2
-    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$name"
-}
-
 all_running() {
     [ -d "$STATE/pids" ] || return 1
     local n daemons=(etcd kube-apiserver)
@@ -202,13 +135,6 @@ all_running() {
     for n in "${daemons[@]}"; do
         pid_alive "$(cat "$STATE/pids/$n" 2>/dev/null)" "$n" || return 1
     done
-}
-
-start_bg() {
-    local name=$1
-    shift
-    setsid "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
-    echo $! >"$STATE/pids/$name"
 }
 
 wait_ready() {
@@ -223,6 +149,10 @@ wait_ready() {
     printf 'control-plane: error: kube-apiserver not ready at %s within %ss; last lines of its log:\n' \
         "$url" "$READY_TIMEOUT" >&2
     tail -n 25 "$STATE/logs/kube-apiserver.log" | sed 's/^/    | /' >&2
+    if ! running etcd; then
+        printf 'control-plane: etcd is not running; last lines of its log:\n' >&2
+        tail_log etcd
+    fi
     cmd_down >/dev/null 2>&1 || true
     exit 1
 }
@@ -262,20 +192,8 @@ start_apiserver() {
         --service-account-signing-key-file "$STATE/certs/sa.key" \
         --token-auth-file "$STATE/certs/tokens.csv" \
         --authorization-mode RBAC --allow-privileged=true \
+        --kubelet-preferred-address-types InternalIP \
         --service-cluster-ip-range 10.96.0.0/16
-}
-
-stop_pid() {
-    local n=$1 pid
-    pid=$(cat "$STATE/pids/$n" 2>/dev/null || true)
-    pid_alive "$pid" "$n" || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    local _
-    for _ in $(seq 1 50); do
-        pid_alive "$pid" "$n" || return 0
-        sleep 0.2
-    done
-    kill -KILL "$pid" 2>/dev/null || true
 }
 
 # Test aids: stop and start only the apiserver (same port, same etcd) to prove clients survive an apiserver restart.
@@ -306,6 +224,7 @@ cmd_up() {
     mkdir -p "$STATE"/{pids,logs,certs,etcd}
     chmod 700 "$STATE"
     local etcd_port peer_port api_port
+    rm -f "$STATE/.picked-ports"
     etcd_port=$(pick_port "${ETCD_PORT:-}")
     peer_port=$(pick_port "${ETCD_PEER_PORT:-}")
     api_port=$(pick_port "${APISERVER_PORT:-}")
@@ -354,7 +273,8 @@ EOF
         --kubeconfig "$STATE/kubeconfig" \
         --service-account-private-key-file "$STATE/certs/sa.key" \
         --root-ca-file "$STATE/certs/apiserver.crt" \
-        --leader-elect=false --port 0 --secure-port 0
+        --leader-elect=false --port 0 --secure-port 0 \
+        --enable-hostpath-provisioner
     sleep 0.2
     pid_alive "$(cat "$STATE/pids/kube-controller-manager")" kube-controller-manager || {
         tail -n 25 "$STATE/logs/kube-controller-manager.log" | sed 's/^/    | /' >&2
@@ -365,12 +285,31 @@ EOF
     print_export
 }
 
+# kube-controller-manager's development hostPath provisioner (`--enable-hostpath-provisioner`, used by the node's
+# default StorageClass) creates each volume as /tmp/hostpath_pv/<uuid>; the path is fixed in its source.
+hostpath_volumes() {
+    [ -f "$STATE/kubeconfig" ] || return 0
+    kubectl --kubeconfig "$STATE/kubeconfig" --request-timeout=10s get pv \
+        -o jsonpath='{range .items[*]}{.spec.hostPath.path}{"\n"}{end}' 2>/dev/null | grep '^/tmp/hostpath_pv/.' || true
+}
+
 cmd_down() {
     [ -d "$STATE" ] || { log "not up"; return 0; }
-    local n
+    # A node started from this state directory (hack/node.sh) goes first: its mounts live under $STATE, and it needs
+    # the apiserver to delete its pods.
+    if [ -d "$STATE/node" ]; then
+        "$ROOT/hack/node.sh" down || die "hack/node.sh down failed; not removing $STATE"
+    fi
+    local n volumes
+    volumes=$(hostpath_volumes)
     for n in kube-controller-manager kube-apiserver etcd; do
         stop_pid "$n"
     done
+    # The hostPath provisioner's directories die with the cluster that recorded them (only ours, by PV).
+    for n in $volumes; do
+        rm -rf "$n"
+    done
+    rmdir /tmp/hostpath_pv 2>/dev/null || true
     rm -rf "$STATE"
     log "down"
 }
@@ -389,10 +328,11 @@ build) cmd_build ;;
 up) cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
+bin-dir) cached_bin_dir || die "no binaries cached in $CACHE; run 'hack/control-plane.sh build' first" ;;
 stop-apiserver) cmd_stop_apiserver ;;
 start-apiserver) cmd_start_apiserver ;;
 *)
-    printf 'usage: %s build|up|down|status|stop-apiserver|start-apiserver\n' "$0" >&2
+    printf 'usage: %s build|up|down|status|bin-dir|stop-apiserver|start-apiserver\n' "$0" >&2
     exit 2
     ;;
 esac

@@ -8,7 +8,8 @@
 #   hack/images.sh check [COMPONENT...]     run each image's smoke check inside it (what its entrypoint needs)
 #
 # Components are the ones api/v1/defaults.py names (controller worker login accounting jail populate-jail
-# nccl-benchmark operator), plus `pause` when images/pause/ exists; slurm-base is a build base only. A component's
+# nccl-benchmark operator); slurm-base is a build base only. images/pause is the node's: `hack/node.sh build|up`
+# compiles it on the host and imports it (it has no base image to compile in). A component's
 # dependencies (slurm-base, jail, the Debian base) are built first but only the named components are imported.
 #
 # Base: `mmdebstrap --variant=minbase --include=ca-certificates <suite>` from the Debian mirror this system uses
@@ -24,7 +25,6 @@
 #   IMAGE_REGISTRY     registry part of the references (default: IMAGE_REGISTRY in api/v1/defaults.py)
 #   IMAGE_TAG          tag (default: IMAGE_TAG in api/v1/defaults.py)
 #   DEBIAN_SUITE       suite of the base (default trixie)
-#   PAUSE_IMAGE        reference of images/pause (default k8s.gcr.io/pause:3.2, what containerd's CRI expects)
 #   IMAGES_IMPORT      auto (default: import when hack/node.sh exists), 1 (must import), 0 (build only)
 #   NODE_SH            the node script (default hack/node.sh): `NODE_SH import FILE...`, `NODE_SH images`
 #   PYTHON             Python whose pip downloads the operator's wheels (default .venv/bin/python, else python3)
@@ -39,7 +39,6 @@ ARCHIVES=$WORK/archives
 IMPORTED=$WORK/imported
 DEBIAN_SUITE=${DEBIAN_SUITE:-trixie}
 BASE_REF=localhost/debian:$DEBIAN_SUITE
-PAUSE_IMAGE=${PAUSE_IMAGE:-k8s.gcr.io/pause:3.2}
 IMAGES_IMPORT=${IMAGES_IMPORT:-auto}
 NODE_SH=${NODE_SH:-$ROOT/hack/node.sh}
 LABEL=io.slurmctl.context-hash
@@ -94,7 +93,6 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 # --- the image graph --------------------------------------------------------------------------------------------
 
 COMPONENTS=(controller worker login accounting jail populate-jail nccl-benchmark operator)
-[ -f images/pause/Dockerfile ] && COMPONENTS+=(pause)
 
 image_dir() {
     case $1 in
@@ -116,7 +114,6 @@ image_parents() {
 image_ref() {
     case $1 in
         slurm-base) echo "$IMAGE_REGISTRY/slurm-base:$IMAGE_TAG" ;;
-        pause) echo "$PAUSE_IMAGE" ;;
         *) echo "$IMAGE_REGISTRY/$1:$IMAGE_TAG" ;;
     esac
 }

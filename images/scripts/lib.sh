@@ -11,6 +11,9 @@
 : "${MUNGE_USER:=munge}"
 : "${JAIL_DIR:=/mnt/jail}"
 : "${EXTRAUSERS_DIR:=/var/lib/extrausers}"
+# A pod's containers are stopped together; a daemon's preStop hook that needs munged says here when it is done, and
+# the munge sidecar's own preStop (munge-prestop) waits for that before munged is stopped.
+: "${PRESTOP_DONE:=$(dirname "$MUNGE_SOCKET")/.prestop-done}"
 
 PROG=${PROG:-$(basename "$0")}
 
@@ -75,6 +78,7 @@ start_munged() {
     local rundir
     rundir=$(dirname "$MUNGE_SOCKET")
     mkdir -p "$rundir"
+    rm -f "$PRESTOP_DONE"
     chown "$MUNGE_USER:$MUNGE_USER" "$rundir"
     chmod 0755 "$rundir"
     local -a cmd=(setpriv --reuid="$MUNGE_USER" --regid="$MUNGE_USER" --init-groups

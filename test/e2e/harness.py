@@ -53,3 +53,30 @@ def control_plane_script(command: str, state_dir: Path) -> subprocess.CompletedP
     return subprocess.run(
         ["bash", str(CONTROL_PLANE), command], env=env, capture_output=True, text=True, timeout=180, check=False
     )
+
+
+NODE_SCRIPT = REPO / "hack" / "node.sh"
+NODE_NAME = "slurmctl-node"
+
+
+def node_script(command: str, state_dir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """hack/node.sh COMMAND on the cluster in `state_dir` (a node runs on top of that state's control plane)."""
+    env = {**os.environ, "SLURMCTL_CLUSTER_DIR": str(state_dir)}
+    return subprocess.run(
+        ["bash", str(NODE_SCRIPT), command, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@dataclass(frozen=True)
+class Node(ControlPlane):
+    """A control plane with a real node (kubelet, containerd, pod network and DNS) from hack/node.sh."""
+
+    node_name: str = NODE_NAME
+
+    def exec(self, namespace: str, pod: str, *command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.kubectl("exec", "-n", namespace, pod, "--", *command, check=check)

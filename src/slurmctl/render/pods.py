@@ -22,6 +22,7 @@ MUNGE_SOCKET_DIR = "/run/munge"
 SUBMOUNTS_ROOT = "/mnt/jail-submounts"
 ENTRYPOINT_MUNGE = "/usr/lib/slurmctl/entrypoint-munge"
 SLURM_READY = "/usr/lib/slurmctl/slurm-ready"
+MUNGE_PRESTOP = "/usr/lib/slurmctl/munge-prestop"
 MUNGE_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
 
 
@@ -70,9 +71,13 @@ def root_then_drop(*extra: str) -> dict[str, Any]:
     }
 
 
-def munge_container(image: str) -> dict[str, Any]:
-    """munged in its own container: the daemon's container waits for its socket in the shared directory."""
-    return {
+def munge_container(image: str, *, outlive_prestop: bool = False) -> dict[str, Any]:
+    """munged in its own container: the daemon's container waits for its socket in the shared directory.
+
+    The kubelet stops every container of a terminating pod at once and runs each one's own preStop hook first. A
+    daemon whose preStop talks to Slurm (the worker's leaves the node list) needs munged until that hook is done, so
+    with `outlive_prestop` munge's own preStop waits, with a deadline, for the daemon's hook to say it finished."""
+    container: dict[str, Any] = {
         "name": "munge",
         "image": image,
         "command": [ENTRYPOINT_MUNGE],
@@ -83,6 +88,9 @@ def munge_container(image: str) -> dict[str, Any]:
         "resources": MUNGE_RESOURCES,
         "securityContext": root_then_drop(),
     }
+    if outlive_prestop:
+        container["lifecycle"] = {"preStop": {"exec": {"command": [MUNGE_PRESTOP]}}}
+    return container
 
 
 def jail_volumes(spec: SlurmClusterSpec) -> list[dict[str, Any]]:
@@ -168,7 +176,8 @@ def slurm_pod_template(
     spec: dict[str, Any] = {"automountServiceAccountToken": False}
     if hostname:
         spec["hostname"] = hostname
-    spec |= {"containers": [daemon, munge_container(image)], "volumes": volumes, **scheduling(placement)}
+    munge = munge_container(image, outlive_prestop="preStop" in daemon.get("lifecycle", {}))
+    spec |= {"containers": [daemon, munge], "volumes": volumes, **scheduling(placement)}
     return {
         "metadata": {
             "labels": meta.labels(c, component, **(extra_labels or {})),

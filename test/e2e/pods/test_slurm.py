@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from test.e2e.harness import REPO, ControlPlane
+
+from slurmctl.api.v1 import default_image
+from test.e2e.harness import REPO, ControlPlane, node_script
 from test.e2e.operator import service_account_kubeconfig
 from test.e2e.pods.slurm import Kube, identity, operator_process, pod_ready, ssh, ssh_keypair, until
 
@@ -27,17 +29,23 @@ CONTROLLER_POD = f"{NAME}-controller-0"
 WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
 JAIL = "/mnt/jail"
 USER, UID = "alice", 1500
+IMAGES = ("controller", "worker", "login", "populate-jail")
 
 
 @pytest.fixture(scope="module")
-def operator(node_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def operator(node: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """CRD and RBAC as config/default installs them (minus the operator Deployment: this test runs the operator)."""
-    manifests = node_cluster.kubectl("kustomize", str(REPO / "config" / "default")).stdout
+    assert node.state_dir is not None
+    listed = node_script("images", node.state_dir)
+    present = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    missing = [ref for ref in (default_image(c) for c in IMAGES) if ref not in present]
+    assert not missing, f"images missing in the node's containerd (run `make images`): {missing}"
+    manifests = node.kubectl("kustomize", str(REPO / "config" / "default")).stdout
     docs = [d for d in yaml.safe_load_all(manifests) if d and d.get("kind") != "Deployment"]
-    node_cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(docs))
-    node_cluster.kubectl("wait", "--for=condition=Established", "crd/slurmclusters.slurm.slurmctl.io", "--timeout=60s")
+    node.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(docs))
+    node.kubectl("wait", "--for=condition=Established", "crd/slurmclusters.slurm.slurmctl.io", "--timeout=60s")
     work = tmp_path_factory.mktemp("operator")
-    kubeconfig = service_account_kubeconfig(node_cluster, work / "kubeconfig")
+    kubeconfig = service_account_kubeconfig(node, work / "kubeconfig")
     log = work / "operator.log"
     with operator_process(kubeconfig, log) as proc:
         yield log
@@ -45,12 +53,12 @@ def operator(node_cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="module")
-def kube(node_cluster: ControlPlane, operator: Path) -> Iterator[Kube]:
+def kube(node: ControlPlane, operator: Path) -> Iterator[Kube]:
     ns = f"slurm-{uuid.uuid4().hex[:6]}"
-    node_cluster.kubectl("create", "namespace", ns)
-    kube = Kube(node_cluster, ns)
+    node.kubectl("create", "namespace", ns)
+    kube = Kube(node, ns)
     yield kube
-    node_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    node.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def cluster_phase(kube: Kube) -> str:
@@ -64,11 +72,16 @@ def sinfo_nodes(kube: Kube) -> dict[str, str]:
 
 
 def wait_for_nodes(kube: Kube, ok: Callable[[dict[str, str]], bool], *, timeout: float, what: str) -> dict[str, str]:
-    def probe() -> dict[str, str] | None:
-        nodes = sinfo_nodes(kube)
-        return nodes if ok(nodes) else None
+    seen: list[dict[str, str]] = []
 
-    return until(probe, timeout=timeout, what=what)
+    def probe() -> dict[str, str] | None:
+        seen[:] = [sinfo_nodes(kube)]
+        return seen[0] if ok(seen[0]) else None
+
+    try:
+        return until(probe, timeout=timeout, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; sinfo showed {seen}") from None
 
 
 def worker_pods(kube: Kube) -> dict[str, dict[str, Any]]:

@@ -261,3 +261,22 @@ def test_benchmark_job_runs_its_own_munged_and_the_benchmark_as_slurm_user(pod: 
     while subprocess.run(["pgrep", "-f", "--", f"--socket={sock}"], capture_output=True, check=False).returncode == 0:
         assert time.monotonic() < deadline, "munged outlived the benchmark"
         time.sleep(0.1)
+
+
+def test_munge_outlives_the_daemons_prestop_hook_but_not_forever(pod: dict[str, str], tmp_path: Path) -> None:
+    """The worker's preStop needs munged to leave Slurm's node list; munge's preStop waits for it, with a deadline."""
+    done_marker = tmp_path / "prestop-done"
+    env = {**pod, "PRESTOP_DONE": str(done_marker), "MUNGE_PRESTOP_WAIT": "2"}
+    started = time.monotonic()
+    waited = run_script("munge-prestop", env=env)
+    assert waited.returncode == 0
+    # bash counts whole seconds: a 2 s deadline ends somewhere past 1 s.
+    assert 1 <= time.monotonic() - started < 10, "waits for the hook, up to MUNGE_PRESTOP_WAIT"
+
+    write_exe(Path(pod["ROOT"]) / "bin" / "scontrol", '#!/bin/sh\necho "scontrol $*" >> "$LOG"\n')
+    hook = run_script("worker-prestop", env={**env, "SLURMD_NODENAME": "c-worker-cpu-1"})
+    assert hook.returncode == 0, hook.stderr
+    assert "scontrol delete nodename=c-worker-cpu-1" in Path(pod["LOG"]).read_text()
+    started = time.monotonic()
+    assert run_script("munge-prestop", env=env).returncode == 0
+    assert time.monotonic() - started < 1.5, "returns at once when the hook is done"

@@ -25,7 +25,7 @@ def test_images_are_lint_clean() -> None:
     done = lint()
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "9 Dockerfiles" in done.stdout
+    assert f"{len(list((ROOT / 'images').rglob('Dockerfile')))} Dockerfiles" in done.stdout
 
 
 def test_findings_fail_the_lint(tmp_path: Path) -> None:

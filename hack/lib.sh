@@ -1,0 +1,143 @@
+# shellcheck shell=bash
+# Helpers shared by hack/control-plane.sh and hack/node.sh. Source it after setting:
+#   LOG_PREFIX   what log/die print in front of each line (e.g. "control-plane")
+#   CACHE        the binary/log cache (~/.cache/slurmctl)
+#   STATE        the state directory; start_bg/stop_pid keep PIDs in $STATE/pids and logs in $STATE/logs
+
+log() { printf '%s: %s\n' "$LOG_PREFIX" "$*" >&2; }
+die() {
+    printf '%s: error: %s\n' "$LOG_PREFIX" "$*" >&2
+    exit 1
+}
+
+# run_step NAME LOGFILE CMD...: run a command with its output in LOGFILE; on failure say which step, which command,
+# and show the tail of the log, so a user sees why without digging.
+run_step() {
+    local name=$1 logfile=$2
+    shift 2
+    log "step '$name': $*"
+    if ! "$@" >"$logfile" 2>&1; then
+        {
+            printf '\n%s: error: step %s failed\n' "$LOG_PREFIX" "'$name'"
+            printf '  command: %s\n' "$*"
+            printf '  log:     %s\n' "$logfile"
+            printf '  last lines of the log:\n'
+            tail -n 25 "$logfile" | sed 's/^/    | /'
+        } >&2
+        exit 1
+    fi
+}
+
+in_dir() {
+    local dir=$1
+    shift
+    (cd "$dir" && "$@")
+}
+
+# ensure_apt_packages PKG...: install what is missing (checked with dpkg, so a warm machine never touches apt).
+apt_updated=0
+ensure_apt_packages() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    mkdir -p "$CACHE/logs"
+    if [ "$apt_updated" = 0 ]; then
+        run_step apt-update "$CACHE/logs/apt-update.log" apt-get -o DPkg::Lock::Timeout=300 update
+        apt_updated=1
+    fi
+    run_step apt-install "$CACHE/logs/apt-install.log" \
+        env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends \
+        "${missing[@]}"
+}
+
+# A random unused loopback port (pure bash: `cluster-up` must work before Python is installed). A port taken between
+# this check and the daemon's bind makes that daemon fail at start, which `up` reports.
+# Ports come from below the kernel's ephemeral range: a port there may be the local end of some outgoing connection,
+# which a connect test cannot see but which makes bind fail ("address already in use"; seen with etcd). Ports already
+# handed out by this script run are skipped too (nothing listens on them yet); callers use `port=$(free_port)`, a
+# subshell, so the record is a file.
+free_port() {
+    local port _ picked=${STATE:?}/.picked-ports lo=32768 hi=60999 base=20000
+    mkdir -p "$STATE"
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+    [ "$lo" -gt $((base + 1000)) ] || base=$((hi + 1))
+    [ "$base" -lt 65000 ] || die "no port range outside the ephemeral range $lo-$hi"
+    local span=$((base < lo ? lo - base : 65535 - base))
+    for _ in $(seq 1 100); do
+        port=$((base + RANDOM % span))
+        grep -qx "$port" "$picked" 2>/dev/null && continue
+        port_in_use "$port" || {
+            printf '%s\n' "$port" >>"$picked"
+            printf '%s' "$port"
+            return 0
+        }
+    done
+    die "no free loopback port found"
+}
+
+port_in_use() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+pick_port() {
+    local want=$1
+    if [ -n "$want" ]; then
+        port_in_use "$want" && die "port $want on 127.0.0.1 is already in use"
+        printf '%s' "$want"
+    else
+        free_port
+    fi
+}
+
+# pid_alive PID NAME: a recorded PID counts as ours only while its command line still names what we started (PIDs
+# are reused).
+pid_alive() {
+    local pid=$1 name=$2
+    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$name"
+}
+
+recorded_pid() {
+    cat "$STATE/pids/$1" 2>/dev/null || true
+}
+
+# running NAME [MATCH]: the daemon recorded under NAME is alive (its command line contains MATCH, default NAME).
+running() {
+    pid_alive "$(recorded_pid "$1")" "${2:-$1}"
+}
+
+# start_bg NAME CMD...: start a daemon in its own session, output in $STATE/logs/NAME.log, PID in $STATE/pids/NAME.
+start_bg() {
+    local name=$1
+    shift
+    mkdir -p "$STATE/pids" "$STATE/logs"
+    setsid "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
+    echo $! >"$STATE/pids/$name"
+}
+
+# stop_pid NAME [MATCH]: TERM the recorded daemon, KILL it after 10 s, and forget it.
+stop_pid() {
+    local n=$1 match=${2:-$1} pid _
+    pid=$(recorded_pid "$n")
+    if pid_alive "$pid" "$match"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do
+            pid_alive "$pid" "$match" || break
+            sleep 0.2
+        done
+        if pid_alive "$pid" "$match"; then
+            kill -KILL "$pid" 2>/dev/null || true
+            for _ in $(seq 1 25); do
+                pid_alive "$pid" "$match" || break
+                sleep 0.2
+            done
+        fi
+    fi
+    rm -f "$STATE/pids/$n"
+}
+
+# tail_log NAME: the last lines of a daemon's log, indented, on stderr.
+tail_log() {
+    tail -n 25 "$STATE/logs/$1.log" 2>/dev/null | sed 's/^/    | /' >&2 || true
+}

@@ -1,0 +1,75 @@
+"""The pod DNS records hack/dns_watcher.py writes for dnsmasq (the watch itself runs in test/e2e/pods)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dns_watcher", REPO / "hack" / "dns_watcher.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["dns_watcher"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+dw = load()
+
+
+def pod(ns: str, name: str, ip: str | None, hostname: str = "", subdomain: str = "", phase: str = "Running") -> Any:
+    spec = {"hostname": hostname, "subdomain": subdomain} if hostname else {}
+    return {"metadata": {"namespace": ns, "name": name}, "spec": spec, "status": {"podIP": ip, "phase": phase}}
+
+
+def svc(ns: str, name: str, cluster_ip: str) -> Any:
+    return {"metadata": {"namespace": ns, "name": name}, "spec": {"clusterIP": cluster_ip}}
+
+
+def endpoints(ns: str, name: str, ready: list[tuple[str, str]], not_ready: list[tuple[str, str]]) -> Any:
+    def addrs(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
+        return [{"ip": ip, **({"hostname": h} if h else {})} for ip, h in pairs]
+
+    subset = {"addresses": addrs(ready), "notReadyAddresses": addrs(not_ready)}
+    return {"metadata": {"namespace": ns, "name": name}, "subsets": [subset]}
+
+
+def by_key(*objs: Any) -> dict[str, Any]:
+    return {dw.key(o): o for o in objs}
+
+
+def test_statefulset_pods_and_a_headless_service_with_not_ready_peers() -> None:
+    pods = by_key(
+        pod("a", "web-0", "10.244.0.10", "web-0", "web"),
+        pod("a", "web-1", "10.244.0.11", "web-1", "web"),
+        pod("a", "plain", "10.244.0.12"),
+        pod("a", "done", "10.244.0.13", "done", "web", phase="Succeeded"),
+        pod("a", "pending", None, "pending", "web"),
+    )
+    services = by_key(svc("a", "web", "None"))
+    eps = by_key(endpoints("a", "web", [("10.244.0.10", "web-0")], [("10.244.0.11", "web-1")]))
+    assert dw.render(pods, services, eps).splitlines() == [
+        "10.244.0.10 web-0.web.a.svc.cluster.local",
+        "10.244.0.10 web.a.svc.cluster.local",
+        "10.244.0.11 web-1.web.a.svc.cluster.local",
+        "10.244.0.11 web.a.svc.cluster.local",
+    ]
+
+
+def test_a_cluster_ip_service_names_only_its_ready_pods() -> None:
+    services = by_key(svc("b", "ctl", "10.96.0.7"), {"metadata": {"namespace": "b", "name": "ext"}, "spec": {}})
+    eps = by_key(
+        endpoints("b", "ctl", [("10.244.0.20", "")], [("10.244.0.21", "")]),
+        endpoints("b", "orphan", [("10.244.0.22", "")], []),
+    )
+    assert dw.render({}, services, eps) == "10.244.0.20 ctl.b.svc.cluster.local\n"
+
+
+def test_nothing_to_publish_is_an_empty_file() -> None:
+    assert dw.render({}, {}, {}) == ""
