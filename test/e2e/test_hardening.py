@@ -16,6 +16,7 @@ import json
 import logging
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -212,9 +213,14 @@ def restart_apiserver(plane: ControlPlane, command: str) -> None:
 
 
 OUTAGES = 3
-# Per outage: at most one line per informer (8 kinds) when its list/watch first fails, one per controller (7) and one
-# for the event recorder every 30 s while requests fail; each outage here lasts well under 30 s (measured: 8-11).
-MAX_WARNINGS_PER_OUTAGE = 8 + 7 + 1
+# Per outage: one line per informer (8 kinds) when its list/watch first fails (again only at its tenth retry, minutes
+# later), and one per controller (7) and for the event recorder every 30 s while requests fail (403s right after the
+# restart included). Measured: 7-15 lines per outage of a few seconds.
+INFORMERS, THROTTLED = 8, 7 + 1
+
+
+def warning_bound(seconds: float) -> int:
+    return INFORMERS + THROTTLED * (1 + int(seconds // 30))
 
 
 async def test_apiserver_outages_cost_a_few_warning_lines_no_traceback_and_the_cluster_converges(
@@ -225,12 +231,12 @@ async def test_apiserver_outages_cost_a_few_warning_lines_no_traceback_and_the_c
     kubeconfig = service_account_kubeconfig(own, tmp_path / "kubeconfig")
     operator = await RunningOperator(kubeconfig, resync_period=1.0).start()
     cluster = Cluster(own_api, namespace)
-    per_outage: list[int] = []
+    per_outage: list[tuple[int, int]] = []  # (WARNING lines, the bound for the outage's length)
     try:
         await cluster.create(spec())
         await cluster.wait_condition("SpecValid", "True", "Valid", timeout=60)
         for outage in range(OUTAGES):
-            mark = len(caplog.records)
+            mark, started = len(caplog.records), time.monotonic()
 
             async def noticed(mark: int = mark) -> bool:
                 return any(r.levelno >= logging.WARNING for r in caplog.records[mark:])
@@ -260,7 +266,9 @@ async def test_apiserver_outages_cost_a_few_warning_lines_no_traceback_and_the_c
                 await cluster.populate_jail()
             await eventually(scaled, timeout=90, interval=0.5, what=f"worker StatefulSet scaled to {size}")
             warnings = [r for r in caplog.records[mark:] if r.levelno >= logging.WARNING]
-            per_outage.append(len(warnings))
+            informers = [r for r in warnings if r.name == "slurmctl.runtime.informer"]
+            assert len(informers) <= INFORMERS, "one line per informer per outage"
+            per_outage.append((len(warnings), warning_bound(time.monotonic() - started)))
     finally:
         await operator.stop()
     records = [r for r in caplog.records if r.name.startswith("slurmctl")]
@@ -269,7 +277,8 @@ async def test_apiserver_outages_cost_a_few_warning_lines_no_traceback_and_the_c
     assert "Traceback" not in caplog.text
     print(f"WARNING lines per outage: {per_outage}", file=sys.stderr)
     assert len(per_outage) == OUTAGES
-    assert max(per_outage) <= MAX_WARNINGS_PER_OUTAGE, [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    too_many = [(lines, bound) for lines, bound in per_outage if lines > bound]
+    assert too_many == [], [r.getMessage() for r in records if r.levelno >= logging.WARNING]
 
 
 def audit_entries(plane: ControlPlane, user: str) -> list[dict[str, Any]]:
