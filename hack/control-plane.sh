@@ -161,11 +161,29 @@ print_export() {
     printf 'export KUBECONFIG=%s\n' "$STATE/kubeconfig"
 }
 
+# The audit log records every request of the operator's ServiceAccounts (names starting slurmctl-) with its full URI,
+# query included, and nothing else: the e2e tests read it to prove, from the API server's side, e.g. that the operator
+# never lists Secrets without a label selector. Metadata level: no request or response bodies, so no Secret data.
+write_audit_policy() {
+    cat >"$STATE/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts:slurmctl-system"]
+- level: None
+POLICY
+}
+
 start_apiserver() {
     local bin=$1 ETCD_ENDPOINT API_PORT
     # shellcheck disable=SC1091
     . "$STATE/ports.env"
+    [ -f "$STATE/audit-policy.yaml" ] || write_audit_policy
     start_bg kube-apiserver "$bin/kube-apiserver" \
+        --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/logs/audit.log" \
+        --audit-log-maxsize 100 --audit-log-maxbackup 1 \
         --etcd-servers "$ETCD_ENDPOINT" \
         --secure-port "$API_PORT" --insecure-port 0 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
         --cert-dir "$STATE/certs" \

@@ -53,6 +53,7 @@ class Reason(StrEnum):
     MARIADB_OPERATOR_MISSING = "MariaDBOperatorMissing"
     PASSWORD_SECRET_MISSING = "PasswordSecretMissing"  # noqa: S105 - a reason, not a password
     INVALID_PASSWORD = "InvalidPassword"  # noqa: S105
+    APPLY_REJECTED = "ApplyRejected"  # the API server refused a child the spec renders (named in the message)
 
     @property
     def in_progress(self) -> bool:

@@ -72,11 +72,17 @@ def problems_from_error(error: ValidationError, *, prefix: Sequence[str | int] =
     return sorted(set(problems), key=lambda p: (p.path, p.message))
 
 
-def check_cluster(obj: Any) -> tuple[SlurmCluster | None, list[Problem]]:
+# Where the operator never creates anything, whatever its RBAC allows (a ClusterRole cannot exclude a namespace).
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+
+def check_cluster(obj: Any, *, allow_host_path: bool = True) -> tuple[SlurmCluster | None, list[Problem]]:
     """Parse a SlurmCluster (a live object or a manifest) and validate it; never raises.
 
     Returns the model (None when it does not parse) and every problem found: schema problems when it does not
-    parse, else the name and the semantic checks.
+    parse, else the name and the semantic checks. `allow_host_path=False` is the operator's policy (its
+    `--allow-host-path` flag unset): worker pods are privileged, so a hostPath volume in the jail makes whoever may
+    edit a SlurmCluster root on the node.
     """
     if not isinstance(obj, Mapping):
         return None, [Problem("<root>", f"expected an object, got {type(obj).__name__}")]
@@ -85,9 +91,35 @@ def check_cluster(obj: Any) -> tuple[SlurmCluster | None, list[Problem]]:
     except ValidationError as error:
         return None, sorted({*problems_from_error(error), *_nul_bytes(obj.get("spec"), "spec")})
     problems = _check_name(cluster.metadata.name)
+    if cluster.metadata.namespace in SYSTEM_NAMESPACES:
+        problems.append(
+            Problem(
+                "metadata.namespace",
+                f"SlurmClusters are not run in {cluster.metadata.namespace}: the namespaces Kubernetes keeps for "
+                f"itself ({', '.join(SYSTEM_NAMESPACES)}) get no workloads from slurmctl",
+            )
+        )
     problems += _nul_bytes(obj.get("spec"), "spec")
     problems += validate_spec(cluster.spec)
+    if not allow_host_path:
+        problems += host_path_problems(cluster.spec)
     return cluster, problems
+
+
+def host_path_problems(spec: SlurmClusterSpec, path: str = "spec") -> list[Problem]:
+    """Every hostPath volume in the spec (the jail, its sub-mounts), for an operator that does not allow them."""
+    volumes = [(f"{path}.jail.volume", spec.jail.volume)]
+    volumes += [(f"{path}.jail.subMounts[{i}].volume", m.volume) for i, m in enumerate(spec.jail.sub_mounts)]
+    return [
+        Problem(
+            f"{where}.source.hostPath",
+            "hostPath volumes are refused by this operator's policy (privileged pods with a host directory are root "
+            "on the node); use a PersistentVolumeClaim or a network volume, or start the operator with "
+            "--allow-host-path",
+        )
+        for where, volume in volumes
+        if volume.source is not None and "hostPath" in volume.source
+    ]
 
 
 def _nul_bytes(value: Any, path: str) -> list[Problem]:

@@ -1,4 +1,4 @@
-"""Command-line entry point: `slurmctl --version`, `slurmctl run`, `slurmctl render -f FILE`.
+"""Command-line entry point: `slurmctl --version`, `slurmctl run`, `slurmctl render -f FILE`, `slurmctl rbac`.
 
 `run` flags are named as kubebuilder operators name them, each with an environment-variable equivalent
 (`SLURMCTL_<FLAG>`, upper-case with underscores), so users and Helm charts recognise them.
@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from slurmctl import __version__, reconcilers
 from slurmctl.api.v1 import KIND, check_cluster
+from slurmctl.render import rbac
 from slurmctl.render.manifests import Inputs
 from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions
 from slurmctl.runtime.logs import configure, kv
@@ -108,7 +110,24 @@ def _parser() -> argparse.ArgumentParser:
         help="name of the Lease",
     )
     run.add_argument(
-        "--namespace", default=_env("namespace") or None, help="watch only this namespace (default: all namespaces)"
+        "--watch-namespace",
+        "--namespace",
+        dest="namespace",
+        type=_namespaces,
+        default=_namespaces(_env("watch-namespace") or _env("namespace") or ""),
+        metavar="NS[,NS...]",
+        help="watch only these namespaces (comma-separated; default: all). Grant the operator Roles there "
+        "(`slurmctl rbac --watch-namespace` with the same list) instead of the ClusterRole",
+    )
+    run.add_argument(
+        "--allow-host-path",
+        nargs="?",
+        const=True,
+        type=_bool,
+        default=_env_bool("allow-host-path"),
+        metavar="BOOL",
+        help="accept hostPath volumes in SlurmClusters (jail, sub-mounts). Off by default: worker pods are "
+        "privileged, so a hostPath volume makes whoever may edit a SlurmCluster root on the node",
     )
     run.add_argument(
         "--max-concurrent-reconciles",
@@ -129,7 +148,38 @@ def _parser() -> argparse.ArgumentParser:
     render = sub.add_parser("render", help="print the manifests the operator would apply for SlurmClusters in a file")
     render.add_argument("-f", "--filename", required=True, help="YAML file with SlurmCluster objects ('-': stdin)")
     render.add_argument("-n", "--namespace", default="default", help="namespace for objects that name none")
+    render.add_argument(
+        "--allow-host-path",
+        nargs="?",
+        const=True,
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="render as an operator started with --allow-host-path would (default: hostPath volumes are refused)",
+    )
+    rbac = sub.add_parser("rbac", help="print the Roles and RoleBindings of the namespaced mode")
+    rbac.add_argument(
+        "--watch-namespace",
+        required=True,
+        type=_namespaces,
+        metavar="NS[,NS...]",
+        help="the namespaces the operator will watch (the same list as `run --watch-namespace`)",
+    )
+    rbac.add_argument("--service-account", default="slurmctl-operator", help="the operator's ServiceAccount")
+    rbac.add_argument("--service-account-namespace", default="slurmctl-system", help="its namespace")
     return parser  # fmt: skip
+
+
+def _namespaces(text: str) -> tuple[str, ...]:
+    """A comma-separated namespace list (empty: all namespaces)."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    for name in names:
+        if not _NAMESPACE.fullmatch(name) or len(name) > 63:
+            raise argparse.ArgumentTypeError(f"{name!r} is not a namespace name")
+    return names
+
+
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def manager_options(args: argparse.Namespace) -> ManagerOptions:
@@ -138,8 +188,10 @@ def manager_options(args: argparse.Namespace) -> ManagerOptions:
         election = LeaderElectionConfig(
             namespace=args.leader_election_namespace or _default_lease_namespace(), name=args.leader_election_id
         )
+    namespaces: tuple[str, ...] = args.namespace
     return ManagerOptions(
-        namespace=args.namespace,
+        namespace=namespaces[0] if len(namespaces) == 1 else None,
+        namespaces=namespaces if len(namespaces) > 1 else (),
         metrics_bind_address=args.metrics_bind_address,
         health_probe_bind_address=args.health_probe_bind_address,
         leader_election=election,
@@ -165,7 +217,10 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
         return 2
     try:
         manager = Manager(Client(api), manager_options(args))
-        await (register or reconcilers.register)(manager)
+        if register is not None:
+            await register(manager)
+        else:
+            await reconcilers.register(manager, allow_host_path=args.allow_host_path)
         await manager.run()
     except LeaderElectionLost as exc:
         log.error("exiting so that Kubernetes restarts the operator %s", kv(error=exc))
@@ -175,7 +230,7 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
     return 0
 
 
-def render_command(filename: str, *, namespace: str) -> int:
+def render_command(filename: str, *, namespace: str, allow_host_path: bool = False) -> int:
     """`slurmctl render`: what the operator would apply, without a cluster (for reviews and GitOps diffs). It runs
     the reconcilers' own renderers over the component registry, with inputs a cluster would add left empty.
 
@@ -193,7 +248,7 @@ def render_command(filename: str, *, namespace: str) -> int:
         if doc.get("kind") != KIND:
             continue
         doc.setdefault("metadata", {}).setdefault("namespace", namespace)
-        cluster, problems = check_cluster(doc)
+        cluster, problems = check_cluster(doc, allow_host_path=allow_host_path)
         if cluster is None or problems:
             failed = True
             name = doc["metadata"].get("name", "?")
@@ -209,12 +264,28 @@ def main(argv: Sequence[str] | None = None, *, register: Register | None = None)
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "render":
-        return render_command(args.filename, namespace=args.namespace)
+        return render_command(args.filename, namespace=args.namespace, allow_host_path=args.allow_host_path)
+    if args.command == "rbac":
+        objects = rbac.namespaced(
+            args.watch_namespace,
+            service_account=args.service_account,
+            service_account_namespace=args.service_account_namespace,
+        )
+        sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
+        return 0
     if args.command != "run":
         parser.print_help()
         return 2
     configure(args.log_level, args.log_format)
-    log.info("starting %s", kv(version=__version__, namespace=args.namespace or "*", leader_elect=args.leader_elect))
+    log.info(
+        "starting %s",
+        kv(
+            version=__version__,
+            namespaces=",".join(args.namespace) or "*",
+            leader_elect=args.leader_elect,
+            allow_host_path=args.allow_host_path,
+        ),
+    )
     return asyncio.run(_run(args, register))
 
 

@@ -22,17 +22,19 @@ NAMESPACE = "slurmctl-system"
 SERVICE_ACCOUNT = "slurmctl-operator"
 
 
-def service_account_kubeconfig(cp: ControlPlane, path: Path, *, timeout: float = 60) -> Path:
+def service_account_kubeconfig(
+    cp: ControlPlane, path: Path, *, timeout: float = 60, service_account: str = SERVICE_ACCOUNT
+) -> Path:
     """A kubeconfig with the operator ServiceAccount's token (1.20 keeps it in a Secret the token controller makes)."""
     deadline = time.monotonic() + timeout
     while True:
-        sa = json.loads(cp.kubectl("get", "sa", SERVICE_ACCOUNT, "-n", NAMESPACE, "-o", "json").stdout)
+        sa = json.loads(cp.kubectl("get", "sa", service_account, "-n", NAMESPACE, "-o", "json").stdout)
         secrets = [s["name"] for s in sa.get("secrets") or [] if "token" in s["name"]]
         if secrets:
             secret = secrets[0]
             break
         if time.monotonic() > deadline:
-            raise AssertionError(f"no token Secret for ServiceAccount {NAMESPACE}/{SERVICE_ACCOUNT} within {timeout}s")
+            raise AssertionError(f"no token Secret for ServiceAccount {NAMESPACE}/{service_account} within {timeout}s")
         time.sleep(0.2)
     data = json.loads(cp.kubectl("get", "secret", secret, "-n", NAMESPACE, "-o", "json").stdout)["data"]
     admin = yaml.safe_load(cp.kubeconfig.read_text())
@@ -41,8 +43,8 @@ def service_account_kubeconfig(cp: ControlPlane, path: Path, *, timeout: float =
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": base64.b64decode(data["token"]).decode()}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": SERVICE_ACCOUNT}}],
+        "users": [{"name": service_account, "user": {"token": base64.b64decode(data["token"]).decode()}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": service_account}}],
         "current-context": "operator",
     }
     path.write_text(yaml.safe_dump(kubeconfig))
@@ -53,9 +55,19 @@ def service_account_kubeconfig(cp: ControlPlane, path: Path, *, timeout: float =
 class RunningOperator:
     """The manager with every reconciler registered, running as a task until `stop`."""
 
-    def __init__(self, kubeconfig: Path, *, resync_period: float | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        *,
+        resync_period: float | None = None,
+        namespaces: tuple[str, ...] = (),
+        allow_host_path: bool = False,
+    ) -> None:
+        """`namespaces` and `allow_host_path` as `slurmctl run --watch-namespace` and `--allow-host-path` set them."""
         self.kubeconfig = kubeconfig
         self.resync_period = resync_period
+        self.namespaces = namespaces
+        self.allow_host_path = allow_host_path
         self.manager: Manager | None = None
         self._api: client.ApiClient | None = None
         self._task: asyncio.Task[None] | None = None
@@ -67,9 +79,10 @@ class RunningOperator:
             health_probe_bind_address="0",
             handle_signals=False,
             resync_period=self.resync_period,
+            namespaces=self.namespaces,
         )
         self.manager = Manager(Client(self._api), options)
-        await register(self.manager)
+        await register(self.manager, allow_host_path=self.allow_host_path)
         self._task = asyncio.create_task(self.manager.run(), name="operator")
         return self
 

@@ -74,7 +74,7 @@ def test_environment_variables_stand_in_for_flags(monkeypatch: pytest.MonkeyPatc
     assert opts.leader_election is not None and opts.leader_election.namespace == "ops"
     assert (opts.namespace, opts.max_concurrent_reconciles, args.kubeconfig) == ("team-b", 3, "/tmp/kc")
     # A flag beats its environment variable.
-    assert _parser().parse_args(["run", "--namespace", "x"]).namespace == "x"
+    assert _parser().parse_args(["run", "--namespace", "x"]).namespace == ("x",)
 
 
 @pytest.mark.parametrize(
@@ -142,3 +142,41 @@ def test_render_reports_every_invalid_field_and_prints_nothing(
     assert 'spec.partitions[0].workers[0]: unknown worker group "gpu2"' in captured.err
     assert "spec.workers[1]" in captured.err
     assert captured.out.strip() in ("", "[]")
+
+
+def test_watch_namespace_takes_a_list_and_the_namespaced_rbac_matches_it(capsys: pytest.CaptureFixture[str]) -> None:
+    args = _parser().parse_args(["run", "--watch-namespace", "team-a,team-b"])
+    opts = manager_options(args)
+    assert (opts.namespace, opts.namespaces) == (None, ("team-a", "team-b"))
+    single = manager_options(_parser().parse_args(["run", "--watch-namespace=team-a"]))
+    assert (single.namespace, single.namespaces) == ("team-a", ())
+    assert main(["rbac", "--watch-namespace", "team-a,team-b"]) == 0
+    objects = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [(o["kind"], o["metadata"]["namespace"]) for o in objects] == [
+        ("Role", "team-a"),
+        ("RoleBinding", "team-a"),
+        ("Role", "team-b"),
+        ("RoleBinding", "team-b"),
+    ]
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", "--watch-namespace", "Not_A_Namespace"])
+
+
+def test_host_path_volumes_are_refused_unless_allowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {
+        "apiVersion": "slurm.slurmctl.io/v1",
+        "kind": "SlurmCluster",
+        "metadata": {"name": "hp"},
+        "spec": {
+            "jail": {"volume": {"source": {"hostPath": {"path": "/"}}}},
+            "workers": [{"name": "cpu", "size": 1}],
+        },
+    }
+    path = tmp_path / "hp.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["render", "-f", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "spec.jail.volume.source.hostPath: hostPath volumes are refused" in err and "--allow-host-path" in err
+    assert main(["render", "-f", str(path), "--allow-host-path"]) == 0
+    assert not _parser().parse_args(["run"]).allow_host_path
+    assert _parser().parse_args(["run", "--allow-host-path"]).allow_host_path

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
-from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import Reason, SlurmClusterStatus
@@ -27,34 +26,19 @@ from slurmctl.render.accounting import (
     render_mariadb_secret,
     uses_mariadb,
 )
-from slurmctl.render.kinds import DEPLOYMENT, MARIADB, SECRET, SERVICE, SLURM_CLUSTER
-from slurmctl.runtime import Manager, Request, Result, enqueue_mapped
-from slurmctl.runtime.manager import ControllerBuilder
+from slurmctl.render.kinds import DEPLOYMENT, MARIADB, SECRET, SERVICE
+from slurmctl.runtime import NotFound, Result
 
 # mariadb-operator may be installed later: look again this often while it is missing.
 MARIADB_RECHECK_SECONDS = 15.0
-
-
-def password_secret_requests(manager: Manager) -> Callable[[Mapping[str, Any]], Iterable[Request]]:
-    """Map a Secret to the clusters whose external database password it holds, so creating it ends their wait."""
-
-    def mapper(secret: Mapping[str, Any]) -> Iterable[Request]:
-        md = secret.get("metadata") or {}
-        namespace, name = md.get("namespace", ""), md.get("name")
-        for obj in manager.cache.list(*SLURM_CLUSTER, namespace=namespace):
-            accounting = (obj.get("spec") or {}).get("accounting") or {}
-            ref = ((accounting.get("external") or {}).get("passwordSecretRef") or {}).get("name")
-            if ref == name:
-                yield Request(namespace, obj["metadata"]["name"])
-
-    return mapper
+# The database password Secret is the user's: it is read by name (a GET), never watched, since watching it would mean
+# listing every Secret of the namespace. Read it again this often while it is missing or unusable, and this often
+# once it works, so that a new password still rolls slurmdbd (a GET; the apply is skipped when nothing changed).
+PASSWORD_RECHECK_SECONDS = 5.0
+PASSWORD_REFRESH_SECONDS = 60.0
 
 
 class AccountingReconciler(ComponentReconciler):
-    def watch(self, builder: ControllerBuilder) -> None:
-        """The external database's password Secret is the user's, not ours: map it to the clusters naming it."""
-        builder.watches(*SECRET, enqueue_mapped(password_secret_requests(self.manager)))
-
     async def reconcile_valid(self, loaded: Loaded) -> Result | None:
         cluster = loaded.cluster
         c = loaded.name
@@ -84,7 +68,7 @@ class AccountingReconciler(ComponentReconciler):
         db = database(cluster)
         read = await self._password(loaded, db)
         if read is None:
-            return None
+            return Result(requeue_after=PASSWORD_RECHECK_SECONDS)
         password, password_id = read
         inputs = self.inputs(loaded, munge_key_id=munge_key_id, dbd_password=password, dbd_password_id=password_id)
         await self.apply(loaded, self.desired(inputs))
@@ -94,7 +78,7 @@ class AccountingReconciler(ComponentReconciler):
         else:
             cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message="slurmdbd is not available yet")
         await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
-        return None
+        return None if uses_mariadb(cluster) else Result(requeue_after=PASSWORD_REFRESH_SECONDS)
 
     async def _mariadb_operator_installed(self) -> bool:
         if await self.manager.is_served(*MARIADB):
@@ -105,7 +89,12 @@ class AccountingReconciler(ComponentReconciler):
     async def _password(self, loaded: Loaded, db: Database) -> tuple[str, str] | None:
         """The password and an id that changes with it (the Secret's resourceVersion), or None after saying why not."""
         where = f"Secret {loaded.namespace}/{db.password_secret} (key {db.password_key})"
-        source = self.live(SECRET, db.password_secret, loaded.namespace)
+        source = self.live(SECRET, db.password_secret, loaded.namespace)  # the operator's own (mariadb passwords)
+        if source is None:
+            try:
+                source = await self.manager.client.get(*SECRET, db.password_secret, namespace=loaded.namespace)
+            except NotFound:
+                source = None
         encoded = ((source or {}).get("data") or {}).get(db.password_key)
         if source is None or encoded is None:
             message = f"the database password is missing: {where} not found"

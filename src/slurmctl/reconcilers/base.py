@@ -20,7 +20,8 @@ from slurmctl.render import meta
 from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
-from slurmctl.runtime import WARNING, Conflict, Manager, NotFound, NotWatched, Request, Result
+from slurmctl.runtime import WARNING, ApiError, Conflict, Manager, NotFound, NotWatched, Request, Result
+from slurmctl.runtime.errors import rejection
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.manager import ControllerBuilder
 
@@ -107,8 +108,9 @@ class Loader:
     """Parses, validates and renders the configs of a SlurmCluster once per (uid, resourceVersion): every component
     controller reconciles the same object after each change, and they share this work."""
 
-    def __init__(self, maxsize: int = 1024) -> None:
+    def __init__(self, maxsize: int = 1024, *, allow_host_path: bool = False) -> None:
         self._maxsize = maxsize
+        self.allow_host_path = allow_host_path  # the operator's policy (--allow-host-path)
         self._memo: OrderedDict[tuple[str, str], Loaded | Invalid] = OrderedDict()
         self.parsed = 0  # how many times an object was actually parsed (tests check the memo works)
 
@@ -119,7 +121,7 @@ class Loader:
             self._memo.move_to_end(key)
             return self._memo[key]
         self.parsed += 1
-        cluster, problems = check_cluster(obj)
+        cluster, problems = check_cluster(obj, allow_host_path=self.allow_host_path)
         result: Loaded | Invalid
         if cluster is None or problems:
             result = Invalid(obj, tuple(str(p) for p in problems) or ("the spec could not be read",))
@@ -130,6 +132,33 @@ class Loader:
             while len(self._memo) > self._maxsize:
                 self._memo.popitem(last=False)
         return result
+
+
+# Kept short in conditions and Events: the API server's messages can quote large parts of the object.
+MAX_REJECTION_MESSAGE = 1024
+# What a StatefulSet refuses to change after creation, and how the user gets out of it.
+_STATEFULSET_IMMUTABLE = "updates to statefulset spec for fields other than"
+_STATEFULSET_HINT = (
+    " (a StatefulSet's volumeClaimTemplates, e.g. spec.controller.stateVolume, and its selector cannot change after"
+    " creation: revert the field, or delete the StatefulSet to have it re-created; its claims are kept)"
+)
+
+
+class ApplyRejected(Exception):  # noqa: N818 - named after the condition reason it becomes
+    """The API server refused an object this component rendered: retrying the same intent cannot help. Reported in
+    the component's condition and an Event, then the reconcile ends without a retry until something changes."""
+
+    def __init__(self, kind: str, name: str, detail: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.detail = detail
+        message = f"the API server rejected {kind} {name}: {detail}"
+        if kind == "StatefulSet" and _STATEFULSET_IMMUTABLE in detail:
+            message += _STATEFULSET_HINT
+        if len(message) > MAX_REJECTION_MESSAGE:
+            message = message[: MAX_REJECTION_MESSAGE - 3] + "..."
+        super().__init__(message)
+        self.message = message
 
 
 @dataclass
@@ -206,10 +235,26 @@ class ComponentReconciler:
         if isinstance(loaded, Invalid):
             await self.invalid(loaded)
             return None
-        return await self.reconcile_valid(loaded)
+        try:
+            return await self.reconcile_valid(loaded)
+        except ApplyRejected as rejected:
+            await self.rejected(loaded, rejected)
+            return None  # no retry loop: the next change of the cluster or of a child reconciles again
 
     async def invalid(self, invalid: Invalid) -> None:
         """An invalid spec changes no child. Only the cluster reconciler reports it; the others leave all as is."""
+
+    async def rejected(self, loaded: Loaded, rejected: ApplyRejected) -> None:
+        """Say in this component's condition which object the API server refused and why; the Warning Event (and
+        its log line) only when that is news, so a retry of the same rejection records nothing more."""
+        previous = loaded.condition(self.condition_type)
+        if previous is None or previous.reason != Reason.APPLY_REJECTED or previous.message != rejected.message:
+            self.warn(loaded, Reason.APPLY_REJECTED.value, rejected.message)
+        await self.write_status(loaded, self.rejected_status(loaded, rejected))
+
+    def rejected_status(self, loaded: Loaded, rejected: ApplyRejected) -> SlurmClusterStatus:
+        cond = self.condition(loaded, ok=False, reason=Reason.APPLY_REJECTED, message=rejected.message)
+        return SlurmClusterStatus(conditions=[cond])
 
     async def reconcile_valid(self, loaded: Loaded) -> Result | None:
         raise NotImplementedError
@@ -240,7 +285,13 @@ class ComponentReconciler:
                 created = self.cache.get(intent["apiVersion"], intent["kind"], md["name"], namespace=md["namespace"])
             except NotWatched:  # a kind installed after start (MariaDB): the applier reads it itself
                 created = {}
-            await self.manager.apply(intent)
+            try:
+                await self.manager.apply(intent)
+            except ApiError as exc:
+                detail = rejection(exc)
+                if detail is None:
+                    raise  # unavailable, conflicting, forbidden: the controller retries with backoff
+                raise ApplyRejected(intent["kind"], md["name"], detail) from exc
             if created is None:
                 self.event(loaded, "Normal", "Created", f"created {intent['kind']} {md['name']}")
 

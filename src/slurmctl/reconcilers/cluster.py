@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from slurmctl.api.v1 import Phase, Reason, SlurmCluster, SlurmClusterStatus
-from slurmctl.reconcilers.base import ComponentReconciler, Invalid, Loaded, make_condition, status_body
+from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler, Invalid, Loaded, make_condition, status_body
 from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_munge_secret, render_ssh_host_keys_secret
@@ -53,6 +53,11 @@ class ClusterReconciler(ComponentReconciler):
         status = SlurmClusterStatus(phase="Failed", observed_generation=md.get("generation", 0), conditions=[cond])
         body = status_body(md.get("name", ""), md.get("namespace", ""), status)
         await self.manager.apply_status(body, field_manager=self.field_manager)
+
+    def rejected_status(self, loaded: Loaded, rejected: ApplyRejected) -> SlurmClusterStatus:
+        """The shared configs or keys could not be applied: no component can run, as with an invalid spec."""
+        cond = self.condition(loaded, ok=False, reason=Reason.APPLY_REJECTED, message=rejected.message)
+        return SlurmClusterStatus(phase="Failed", observed_generation=loaded.generation, conditions=[cond])
 
     async def reconcile_valid(self, loaded: Loaded) -> None:
         cluster = loaded.cluster

@@ -26,7 +26,7 @@ from slurmctl.api.v1 import (
     SlurmCluster,
 )
 from slurmctl.reconcilers.accounting import AccountingReconciler
-from slurmctl.reconcilers.base import Component, Context, never
+from slurmctl.reconcilers.base import Component, Context, Loader, never
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.controller import ControllerReconciler
@@ -111,13 +111,18 @@ def component_is(*components: str) -> Predicate:
     return predicate
 
 
-async def register(manager: Manager, components: Sequence[Component] | None = None) -> Context:
+async def register(
+    manager: Manager, components: Sequence[Component] | None = None, *, allow_host_path: bool = False
+) -> Context:
     """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
-    manager's informers."""
+    manager's informers. `allow_host_path` is the operator's policy on hostPath volumes in specs."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
+    # Secrets: only those the operator labels as its own are listed and watched; the user's (a database password)
+    # are read by name when needed.
+    manager.select(*SECRET, label_selector=meta.OWNED_SELECTOR)
     served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
-    ctx = Context(manager, tuple(components), served)
+    ctx = Context(manager, tuple(components), served, loader=Loader(allow_host_path=allow_host_path))
     for component in components:
         reconciler = ctx.reconcilers[component.name] = component.reconciler(ctx, component)
         predicates = [] if component.watch_status else [any_of(generation_changed, resync)]

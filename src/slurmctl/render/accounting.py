@@ -158,6 +158,8 @@ def render_slurmdbd_deployment(cluster: SlurmCluster, *, munge_key_id: str, dbd_
         ],
         "readinessProbe": {"tcpSocket": {"port": meta.SLURMDBD_PORT}, "periodSeconds": 10},
         "resources": pods.resources(acc.resources),
+        # Root for the entrypoint (slurmdbd.conf owned by SlurmUser, mode 0600), then slurmdbd as SlurmUser.
+        "securityContext": pods.root_then_drop(),
     }
     volumes = [
         *pods.slurm_volumes(c),

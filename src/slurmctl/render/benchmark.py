@@ -61,6 +61,9 @@ def render_benchmark_cronjob(cluster: SlurmCluster, *, api_version: str = "batch
         "env": benchmark_env(cluster),
         "volumeMounts": pods.slurm_mounts(),
         "resources": RESOURCES,
+        # Root to install the munge key and start munged (as munge), the benchmark as SlurmUser; KILL to stop munged
+        # at the end (another user's process).
+        "securityContext": pods.root_then_drop("KILL"),
     }
     return {
         "apiVersion": api_version,

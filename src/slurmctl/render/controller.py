@@ -58,6 +58,8 @@ def render_controller_statefulset(
         ],
         "readinessProbe": pods.slurm_readiness("controller"),
         "resources": pods.resources(ctl.resources),
+        # Root for the entrypoint (configs, munge key, the state directory's owner), then slurmctld as SlurmUser.
+        "securityContext": pods.root_then_drop(),
     }
     return {
         "apiVersion": "apps/v1",

@@ -19,6 +19,9 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_WORKER_GROUP = "slurm.slurmctl.io/worker-group"
+# What every child carries and nothing else needs to: the operator watches Secrets through this selector only, so it
+# never lists (or caches) Secrets it did not create.
+OWNED_SELECTOR = f"{LABEL_NAME}=slurmcluster,{LABEL_MANAGED_BY}={MANAGED_BY}"
 CONFIG_HASH_ANNOTATION = "slurm.slurmctl.io/config-hash"
 
 SLURMCTLD_PORT = 6817

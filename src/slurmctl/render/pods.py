@@ -52,6 +52,25 @@ def slurm_mounts() -> list[dict[str, Any]]:
     ]
 
 
+# Containers whose entrypoint starts as root to install keys and configs with the right owner and mode (`install -o`,
+# `chown`, `chmod` of what it no longer owns, writing into /etc/munge which munge owns), then execs the daemon with
+# `setpriv --reuid/--regid --init-groups` as its own user (munge, SlurmUser). setpriv from root to another user
+# clears every capability, so the daemon runs with none; the root part keeps only what those steps use. No privilege
+# escalation (nothing here execs a setuid binary or needs file capabilities) and the runtime's default seccomp filter.
+ROOT_THEN_DROP_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID")
+
+
+def root_then_drop(*extra: str) -> dict[str, Any]:
+    """The securityContext of a container that starts as root and drops to a daemon user (see above); `extra`
+    capabilities for what else its root part does (e.g. KILL to stop a munged it started as another user)."""
+    return {
+        "runAsUser": 0,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": sorted({*ROOT_THEN_DROP_CAPABILITIES, *extra})},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def munge_container(image: str, *, outlive_prestop: bool = False) -> dict[str, Any]:
     """munged in its own container: the daemon's container waits for its socket in the shared directory.
 
@@ -67,6 +86,7 @@ def munge_container(image: str, *, outlive_prestop: bool = False) -> dict[str, A
             {"name": "munge-socket", "mountPath": MUNGE_SOCKET_DIR},
         ],
         "resources": MUNGE_RESOURCES,
+        "securityContext": root_then_drop(),
     }
     if outlive_prestop:
         container["lifecycle"] = {"preStop": {"exec": {"command": [MUNGE_PRESTOP]}}}

@@ -42,6 +42,7 @@ def render_populate_jail_job(cluster: SlurmCluster) -> dict[str, Any]:
             "runAsUser": 0,
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"], "add": list(CAPABILITIES)},
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumeMounts": [{"name": "jail", "mountPath": JAIL_PATH}],
         "resources": pods.resources(populate.resources),

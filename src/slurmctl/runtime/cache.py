@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from slurmctl.runtime.apply import Cached
 from slurmctl.runtime.informer import Informer
@@ -14,9 +14,14 @@ class NotWatched(LookupError):  # noqa: N818
 
 
 class Cache:
-    def __init__(self, informers: Mapping[tuple[str, str], Informer], *, namespace: str | None = None) -> None:
+    def __init__(
+        self, informers: Mapping[tuple[str, str], Informer], *, namespace: str | Collection[str] | None = None
+    ) -> None:
         self._informers = informers
-        self._namespace = namespace  # the manager watches only this namespace (None: all)
+        # The namespaces the manager watches (None: all).
+        self._namespaces = (
+            (namespace,) if isinstance(namespace, str) else None if namespace is None else tuple(namespace)
+        )
 
     def store(self, api_version: str, kind: str) -> Store:
         """The local copy of a watched kind; NotWatched when no informer watches it."""
@@ -28,7 +33,8 @@ class Cache:
     def synced(self, api_version: str, kind: str, namespace: str) -> bool:
         """Whether the copy of this kind in this namespace is complete enough to answer "absent"."""
         informer = self._informers.get((api_version, kind))
-        return informer is not None and informer.has_synced and (not namespace or self._namespace in (None, namespace))
+        watched = self._namespaces is None or not namespace or namespace in self._namespaces
+        return informer is not None and informer.has_synced and watched
 
     def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Obj | None:
         """The cached object (read-only: deep-copy before changing it), or None."""

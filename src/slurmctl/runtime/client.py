@@ -298,6 +298,7 @@ class Client:
         resource_version: str,
         timeout_seconds: int,
         on_open: Callable[[], None] | None = None,
+        label_selector: str | None = None,
     ) -> AsyncIterator[Obj]:
         """Watch events (`{"type", "object"}`) from `resource_version`, with bookmarks, until the server ends it.
 
@@ -310,6 +311,8 @@ class Client:
             "resourceVersion": resource_version,
             "timeoutSeconds": str(timeout_seconds),
         }
+        if label_selector:
+            query["labelSelector"] = label_selector
         what = f"watch {res.plural}"
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + 10, connect=self.timeout, sock_connect=self.timeout)
         headers = {"Accept": "application/json"}

@@ -24,12 +24,13 @@ class ApiError(Exception):
 
     status: int = 0
 
-    def __init__(self, message: str, *, status: int | None = None, reason: str = "") -> None:
+    def __init__(self, message: str, *, status: int | None = None, reason: str = "", detail: str = "") -> None:
         super().__init__(message)
         if status is not None:
             self.status = status
         self.reason = reason
         self.message = message
+        self.detail = detail or message  # the server's own words (a Status message), without our request context
         # Set by the client (OutageWindow) when the failure came while the server was just back from an outage.
         self.after_outage = False
 
@@ -102,12 +103,31 @@ def error_for_status(status: int, body: bytes | str | dict[str, Any] | None, *, 
         reason = str(payload.get("reason", ""))
     cls = _BY_STATUS.get(status, ServerError if status >= 500 else ApiError)
     text = f"{context}: {status} {reason} {message}".strip() if context else f"{status} {reason} {message}".strip()
-    return cls(text, status=status, reason=reason)
+    return cls(text, status=status, reason=reason, detail=message)
 
 
 def is_transient(exc: BaseException) -> bool:
     """Failures worth retrying an idempotent read for."""
     return isinstance(exc, TooManyRequests | ServerError | Timeout)
+
+
+# A 500 that is the server refusing the object, not the server being unwell: server-side apply on older API servers
+# answers 500 when it cannot convert the body to the schema's types ("failed to create typed patch object: ...
+# expected map, got string"), and etcd refuses objects over its request size.
+_REJECTING_500 = ("typed patch", "typed value", "is invalid", "request is too large", "too long")
+
+
+def rejection(exc: BaseException) -> str | None:
+    """The server's message when `exc` says the API server refused the object itself (its content: 400, 422, or a
+    500 that names a conversion or size failure), else None. Retrying the same body cannot succeed: the caller
+    should report it where the user looks and wait for a change, not retry in a loop."""
+    if not isinstance(exc, ApiError) or (isinstance(exc, ServerError) and exc.status != 500):
+        return None
+    if isinstance(exc, Invalid) or exc.status == 400:
+        return exc.detail
+    if exc.status == 500 and any(marker in exc.detail.lower() for marker in _REJECTING_500):
+        return exc.detail
+    return None
 
 
 # Raised outside the client's translation (a reconcile timeout, a library that talks to the server on its own).

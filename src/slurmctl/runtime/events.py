@@ -15,10 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurmctl.runtime.client import Client, Obj
-from slurmctl.runtime.errors import ApiError, NotFound
-from slurmctl.runtime.logs import kv
+from slurmctl.runtime.errors import ApiError, NotFound, outage_reason
+from slurmctl.runtime.logs import Throttle, kv
 
 log = logging.getLogger(__name__)
+
+OUTAGE_LOG_INTERVAL = 30.0
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -48,6 +50,8 @@ class EventRecorder:
         aggregation_window: float = 600.0,
     ) -> None:
         self._client = client
+        # Posting fails for every event while the API server is away: one line per interval, as the controllers do.
+        self._outage_log = Throttle(OUTAGE_LOG_INTERVAL)
         self.component = component
         self.instance = instance
         self._queue: asyncio.Queue[tuple[Obj, str, str, str]] = asyncio.Queue(maxsize=queue_size)
@@ -76,9 +80,15 @@ class EventRecorder:
             try:
                 await self._post(involved, type_, reason, message)
             except ApiError as exc:
-                log.warning("could not post event %s", kv(reason=reason, object=involved.get("name", ""), error=exc))
+                self._log_failure(exc, reason=reason, name=involved.get("name", ""))
             finally:
                 self._queue.task_done()
+
+    def _log_failure(self, exc: ApiError, *, reason: str, name: str) -> None:
+        if outage_reason(exc) is None:
+            log.warning("could not post event %s", kv(reason=reason, object=name, error=exc))
+        elif (held := self._outage_log.allow()) is not None:
+            log.warning("could not post event %s", kv(reason=reason, object=name, error=exc, suppressed=held))
 
     async def flush(self) -> None:
         """Wait until every queued event has been posted (or failed); used on shutdown and in tests."""

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from slurmctl.runtime.cache import Cache
 from slurmctl.runtime.client import KNOWN, Client, Obj, Resource, drop_nones
-from slurmctl.runtime.errors import Conflict, Invalid, NotFound
+from slurmctl.runtime.errors import ApiError, Conflict, Invalid, NotFound
 from slurmctl.runtime.informer import Informer
 from slurmctl.runtime.store import Store, object_key
 
@@ -134,6 +134,9 @@ class FakeClient(Client):
         self._managed: dict[Key, dict[tuple[str, str], set[Path]]] = {}
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)
+        # Admission as the real server does it: each check sees (the apply body, the live object or None) and returns
+        # the error the server would answer (422 for an immutable field, 500 for a body it cannot convert) or None.
+        self.admission: list[Callable[[Mapping[str, Any], Mapping[str, Any] | None], ApiError | None]] = []
 
     # ---- the world ---------------------------------------------------------------------------------------------
     def serve(self, api_version: str, kind: str) -> None:
@@ -173,7 +176,9 @@ class FakeClient(Client):
         """Field manager (and subresource) -> the fields it owns."""
         return self._managed.get(_key(api_version, kind, namespace, name), {})
 
-    def cache_factory(self, informers: Mapping[tuple[str, str], Informer], *, namespace: str | None = None) -> Cache:
+    def cache_factory(
+        self, informers: Mapping[tuple[str, str], Informer], *, namespace: str | Collection[str] | None = None
+    ) -> Cache:
         """For `Manager(client, cache=fake.cache_factory)`: the manager's cache reads this fake, always up to date."""
         return FakeCache(self, informers, namespace=namespace)
 
@@ -213,6 +218,9 @@ class FakeClient(Client):
             part = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "status")}
         else:
             raise Invalid(f"unknown subresource {subresource}", status=422)
+        for check in self.admission if subresource is None else ():
+            if (error := check(body, live)) is not None:
+                raise error
         self.writes.append(Write("apply", api_version, kind, key[2], key[3], field_manager, subresource or ""))
         new: Obj = copy.deepcopy(live) if live is not None else {"apiVersion": api_version, "kind": kind}
         owned = self._managed.setdefault(key, {})
@@ -324,14 +332,28 @@ class FakeCache(Cache):
     raises `NotWatched` as the real cache does."""
 
     def __init__(
-        self, fake: FakeClient, informers: Mapping[tuple[str, str], Informer], *, namespace: str | None = None
+        self,
+        fake: FakeClient,
+        informers: Mapping[tuple[str, str], Informer],
+        *,
+        namespace: str | Collection[str] | None = None,
     ) -> None:
         super().__init__(informers, namespace=namespace)
         self._fake = fake
 
     def store(self, api_version: str, kind: str) -> Store:
+        informer = self._informers.get((api_version, kind))
         super().store(api_version, kind)  # NotWatched unless a controller watches the kind
-        return self._fake.store(api_version, kind)
+        store = self._fake.store(api_version, kind)
+        selector = informer.label_selector if informer is not None else None
+        if not selector:
+            return store
+        # As the server would: a label-selected informer never sees the other objects (equality selectors only).
+        wanted = dict(part.split("=", 1) for part in selector.split(","))
+        selected = Store()
+        for obj in store.list(labels=wanted):
+            selected.put(obj)
+        return selected
 
     def synced(self, api_version: str, kind: str, namespace: str) -> bool:
         return (api_version, kind) in self._informers

@@ -12,7 +12,7 @@ import asyncio
 import enum
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 WATCHDOG_SECONDS = 70.0
 STALE_MARGIN = 10.0
 MIN_WATCH_TIMEOUT = 300
+RETRY_WARNING_EVERY = 10
 
 
 class EventType(enum.Enum):
@@ -61,13 +62,26 @@ class Source(Protocol):
 
 
 class ClientSource:
-    """List and watch one resource type through `Client`; the resource path is resolved on first use."""
+    """List and watch one resource type through `Client`; the resource path is resolved on first use.
 
-    def __init__(self, client: Client, api_version: str, kind: str, *, namespace: str | None = None) -> None:
+    `label_selector` narrows both the LIST and the WATCH on the server, so objects outside it (e.g. Secrets the
+    operator did not create) are never sent to this process at all.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> None:
         self._client = client
         self.api_version = api_version
         self.kind = kind
         self.namespace = namespace
+        self.label_selector = label_selector
         self._resource: Resource | None = None
 
     async def _res(self) -> Resource:
@@ -79,7 +93,7 @@ class ClientSource:
         res = await self._res()
         return await self._client.list(
             self.api_version, self.kind, namespace=self.namespace if res.namespaced else None,
-            limit=limit, continue_token=continue_token,
+            label_selector=self.label_selector, limit=limit, continue_token=continue_token,
         )  # fmt: skip
 
     async def watch(
@@ -89,7 +103,7 @@ class ClientSource:
         namespace = self.namespace if res.namespaced else None
         async for event in self._client.watch(
             res, namespace=namespace, resource_version=resource_version, timeout_seconds=timeout_seconds,
-            on_open=on_open,
+            on_open=on_open, label_selector=self.label_selector,
         ):  # fmt: skip
             yield event
 
@@ -121,8 +135,10 @@ class Informer:
         watchdog: float = WATCHDOG_SECONDS,
         keep_managed_fields: bool = False,
         rng: random.Random | None = None,
+        label_selector: str | None = None,
     ) -> None:
         self.name = name
+        self.label_selector = label_selector  # what the source was narrowed to (the cache answers only within it)
         self.store = Store()
         self._source = source
         self._clock = clock
@@ -196,10 +212,13 @@ class Informer:
                 await step()
 
     def _log_retry(self, state: RetryCallState) -> None:
+        """The first failure of a streak is a WARNING (one line, no traceback); the retries that follow are DEBUG,
+        except every RETRY_WARNING_EVERY-th, so an outage costs one line per informer and a lasting failure (a
+        missing RBAC rule) still shows now and then."""
         exc = state.outcome.exception() if state.outcome else None
-        log.warning(
-            "list/watch failed, backing off %s", kv(informer=self.name, attempt=state.attempt_number, error=exc)
-        )
+        attempt = state.attempt_number
+        level = logging.WARNING if attempt == 1 or attempt % RETRY_WARNING_EVERY == 0 else logging.DEBUG
+        log.log(level, "list/watch failed, backing off %s", kv(informer=self.name, attempt=attempt, error=exc))
 
     async def _list(self) -> None:
         """Paged LIST, then replace the store: adds, updates and deletes for what changed since the last list."""
@@ -311,3 +330,75 @@ class Informer:
             if self.has_synced:
                 for obj in self.store:
                     self._emit(Event(EventType.UPDATED, obj, obj, low_priority=True))
+
+
+class UnionStore(Store):
+    """A read-only view over the stores of several informers of one kind (one per watched namespace). Their keys are
+    disjoint (`namespace/name`), so the union needs no merging."""
+
+    def __init__(self, stores: list[Store]) -> None:
+        super().__init__()
+        self._stores = stores
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._stores)
+
+    def __iter__(self) -> Iterator[Obj]:
+        return iter([obj for s in self._stores for obj in s])
+
+    def get(self, key: str) -> Obj | None:
+        for store in self._stores:
+            if (obj := store.get(key)) is not None:
+                return obj
+        return None
+
+    def keys(self) -> set[str]:
+        return set().union(*(s.keys() for s in self._stores))
+
+    def put(self, obj: Obj) -> Obj | None:
+        raise TypeError("a UnionStore is read-only; each informer writes its own store")
+
+    def remove(self, key: str) -> Obj | None:
+        raise TypeError("a UnionStore is read-only; each informer writes its own store")
+
+    def list(
+        self, *, namespace: str | None = None, labels: Mapping[str, str] | None = None, owner_uid: str | None = None
+    ) -> list[Obj]:
+        found = [o for s in self._stores for o in s.list(namespace=namespace, labels=labels, owner_uid=owner_uid)]
+        return sorted(found, key=object_key)
+
+
+class NamespacedInformers(Informer):
+    """One kind watched in a fixed list of namespaces: an informer per namespace (RBAC Roles grant list/watch per
+    namespace, never across all), presented as one informer with a union store."""
+
+    def __init__(self, members: list[Informer], *, name: str, label_selector: str | None = None) -> None:
+        self.name = name
+        self.label_selector = label_selector
+        self.members = members
+        self.store = UnionStore([m.store for m in members])
+        self.relists = 0
+
+    @property
+    def has_synced(self) -> bool:
+        return all(m.has_synced for m in self.members)
+
+    async def wait_synced(self) -> None:
+        for member in self.members:
+            await member.wait_synced()
+
+    @property
+    def resource_version(self) -> str:
+        return ""
+
+    def is_stale(self) -> bool:
+        return any(m.is_stale() for m in self.members)
+
+    def add_listener(self, listener: Listener) -> None:
+        for member in self.members:
+            member.add_listener(listener)
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for member in self.members:
+                tg.create_task(member.run(), name=f"informer-{member.name}")

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -32,7 +32,7 @@ from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.controller import Controller, Reconcile
 from slurmctl.runtime.events import EventRecorder
 from slurmctl.runtime.handlers import Handler, Predicate, enqueue_object, enqueue_owner
-from slurmctl.runtime.informer import ClientSource, Informer
+from slurmctl.runtime.informer import ClientSource, Informer, NamespacedInformers
 from slurmctl.runtime.leader import LeaderElectionConfig, LeaderElectionLost, LeaderElector
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.metrics import Metrics, default_metrics
@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ManagerOptions:
-    namespace: str | None = None  # watch one namespace; None watches all
+    namespace: str | None = None  # watch one namespace; None watches all (unless `namespaces` is set)
+    namespaces: tuple[str, ...] = ()  # watch exactly these namespaces, an informer per namespace and kind
     metrics_bind_address: str = ":8080"  # "0" disables
     health_probe_bind_address: str = ":8081"  # "0" disables
     leader_election: LeaderElectionConfig | None = None
@@ -75,7 +76,9 @@ class ControllerBuilder:
 
 
 class CacheFactory(Protocol):
-    def __call__(self, informers: Mapping[tuple[str, str], Informer], *, namespace: str | None = None) -> Cache: ...
+    def __call__(
+        self, informers: Mapping[tuple[str, str], Informer], *, namespace: str | Collection[str] | None = None
+    ) -> Cache: ...
 
 
 class Manager:
@@ -95,8 +98,9 @@ class Manager:
         self.options = options or ManagerOptions()
         self._clock = clock
         self._informers: dict[tuple[str, str], Informer] = {}
+        self._selectors: dict[tuple[str, str], str] = {}
         self._controllers: list[Controller] = []
-        self.cache = cache(self._informers, namespace=self.options.namespace)
+        self.cache = cache(self._informers, namespace=self.watched_namespaces)
         self.applier = Applier(client, lookup=self.cache.lookup, metrics=self.metrics)
         le = self.options.leader_election
         self.elector = LeaderElector(client, le, clock=clock, metrics=self.metrics) if le else None
@@ -108,17 +112,47 @@ class Manager:
         self._leading = asyncio.Event()
 
     # ---- registration -----------------------------------------------------------------------------------------
+    @property
+    def watched_namespaces(self) -> tuple[str, ...] | None:
+        """The namespaces informers list and watch; None for all (cluster scope)."""
+        if self.options.namespaces:
+            return self.options.namespaces
+        return (self.options.namespace,) if self.options.namespace else None
+
+    def select(self, api_version: str, kind: str, *, label_selector: str) -> None:
+        """Watch only the objects of a kind matching `label_selector` (e.g. the Secrets this operator labels as its
+        own), so the cache never holds, and the server never sends, the others. Call before anything watches it."""
+        key = (api_version, kind)
+        if key in self._informers and self._selectors.get(key) != label_selector:
+            raise RuntimeError(f"{kind} ({api_version}) is already watched; select it before registering watches")
+        self._selectors[key] = label_selector
+
+    def label_selector(self, api_version: str, kind: str) -> str | None:
+        return self._selectors.get((api_version, kind))
+
     def informer(self, api_version: str, kind: str) -> Informer:
         """The one shared informer for a kind (created on first request; started by `run`)."""
         key = (api_version, kind)
         if key not in self._informers:
             if self._running:
                 raise RuntimeError("register informers before Manager.run")
-            source = ClientSource(self.client, api_version, kind, namespace=self.options.namespace)
-            self._informers[key] = Informer(
-                source, name=f"{kind}.{api_version}", clock=self._clock, resync_period=self.options.resync_period
-            )
+            selector = self._selectors.get(key)
+            name = f"{kind}.{api_version}"
+            namespaces = self.options.namespaces
+            if namespaces:
+                members = [self._new_informer(api_version, kind, ns, selector, f"{name}/{ns}") for ns in namespaces]
+                self._informers[key] = NamespacedInformers(members, name=name, label_selector=selector)
+            else:
+                self._informers[key] = self._new_informer(api_version, kind, self.options.namespace, selector, name)
         return self._informers[key]
+
+    def _new_informer(
+        self, api_version: str, kind: str, namespace: str | None, selector: str | None, name: str
+    ) -> Informer:
+        source = ClientSource(self.client, api_version, kind, namespace=namespace, label_selector=selector)
+        return Informer(
+            source, name=name, clock=self._clock, resync_period=self.options.resync_period, label_selector=selector
+        )
 
     def controller(
         self,

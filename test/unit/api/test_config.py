@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 import slurmctl
+from slurmctl.render import rbac
 from test.unit.api.helpers import REPO
 
 
@@ -84,33 +85,40 @@ def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
     }
 
 
-def test_operator_role_grants_what_the_reconcilers_need_and_never_deletes_claims() -> None:
+def test_operator_role_grants_what_the_reconcilers_need_and_nothing_else() -> None:
     role = next(r for r in by_kind(kustomize("default"), "ClusterRole") if r["metadata"]["name"] == "slurmctl-operator")
     grants = _grants(role)
-    crud = {"get", "list", "watch", "create", "patch", "update", "delete"}
+    crud = {"get", "list", "watch", "create", "patch", "delete"}  # every write is a server-side apply: no update
     for group, resource in [("", "configmaps"), ("", "secrets"), ("", "services"), ("apps", "statefulsets")]:
         assert {verb for g, r, verb in grants if (g, r) == (group, resource)} == crud
     for resource in ("jobs", "cronjobs"):
         assert {verb for g, r, verb in grants if (g, r) == ("batch", resource)} == crud
-    assert {v for g, r, v in grants if r == "persistentvolumeclaims"} == {"get", "list", "watch"}
-    assert {v for g, r, v in grants if r == "pods"} == {"get", "list", "watch"}
+    unused = ("persistentvolumeclaims", "pods", "customresourcedefinitions", "nodes", "namespaces")
+    assert not [(g, r, v) for g, r, v in grants if r in unused], "claims hold user data; nothing reads pods or CRDs"
     assert {v for g, r, v in grants if r == "slurmclusters"} == {"get", "list", "watch"}
-    assert {v for g, r, v in grants if r == "slurmclusters/status"} == {"get", "patch", "update"}
+    assert {v for g, r, v in grants if r == "slurmclusters/status"} == {"get", "patch"}
     assert {(g, v) for g, r, v in grants if r == "events"} == {
         ("", "create"),
         ("", "patch"),
         ("events.k8s.io", "create"),
         ("events.k8s.io", "patch"),
     }
-    assert {v for g, r, v in grants if (g, r) == ("k8s.mariadb.com", "mariadbs")} == {
-        "get",
-        "list",
-        "watch",
-        "create",
-        "patch",
-        "delete",
-    }
-    assert {v for g, r, v in grants if r == "customresourcedefinitions"} == {"get", "list", "watch"}
+    assert {v for g, r, v in grants if (g, r) == ("k8s.mariadb.com", "mariadbs")} == crud
+
+
+def test_the_namespaced_mode_grants_the_cluster_roles_rules_in_each_watched_namespace_only() -> None:
+    objects = rbac.namespaced(["team-a", "team-b"])
+    roles = [o for o in objects if o["kind"] == "Role"]
+    bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    cluster_role = next(
+        r for r in by_kind(kustomize("default"), "ClusterRole") if r["metadata"]["name"] == "slurmctl-operator"
+    )
+    assert [r["metadata"]["namespace"] for r in roles] == ["team-a", "team-b"]
+    assert all(_grants(r) == _grants(cluster_role) for r in roles), "one source of truth for both modes"
+    assert [b["subjects"] for b in bindings] == [
+        [{"kind": "ServiceAccount", "name": "slurmctl-operator", "namespace": "slurmctl-system"}]
+    ] * 2
+    assert all(b["roleRef"]["name"] == r["metadata"]["name"] for b, r in zip(bindings, roles, strict=True))
 
 
 def test_leader_election_is_namespaced_and_bound_to_the_operator() -> None:

@@ -363,3 +363,14 @@ def test_mangled_specs_never_crash_the_validator(spec: dict[str, Any], data: st.
     assert parsed is not None or problems
     for problem in problems:
         assert problem.path and problem.message and "\n" not in str(problem)
+
+
+def test_clusters_in_the_namespaces_kubernetes_keeps_for_itself_are_refused() -> None:
+    obj = {
+        "apiVersion": "slurm.slurmctl.io/v1",
+        "kind": "SlurmCluster",
+        "metadata": {"name": "c", "namespace": "kube-system"},
+        "spec": {"jail": {"volume": {"claimName": "jail"}}, "workers": [{"name": "cpu", "size": 1}]},
+    }
+    _, problems = check_cluster(obj)
+    assert [p.path for p in problems] == ["metadata.namespace"]

@@ -32,9 +32,11 @@ def spec(*, size: int = 2, **extra: Any) -> dict[str, Any]:
 
 
 class Env:
-    def __init__(self, components: Sequence[Component] | None = None) -> None:
-        """`components`: what to register instead of the registry's table."""
+    def __init__(self, components: Sequence[Component] | None = None, *, allow_host_path: bool = False) -> None:
+        """`components`: what to register instead of the registry's table; `allow_host_path`: the operator's
+        --allow-host-path policy."""
         self.components = components
+        self.allow_host_path = allow_host_path
         self.fake = FakeClient()
         self.fake.serve(*SLURM_CLUSTER)
         options = ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0", handle_signals=False)
@@ -43,7 +45,7 @@ class Env:
         self._events: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Env:
-        self.ctx = await register(self.manager, self.components)
+        self.ctx = await register(self.manager, self.components, allow_host_path=self.allow_host_path)
         self.components = self.ctx.components
         self._events = asyncio.create_task(self.manager.recorder.run())
         return self

@@ -94,3 +94,15 @@ async def test_disabling_accounting_removes_slurmdbd_but_keeps_the_database_pass
         assert f"{NAME}-mariadb-passwords" in env.names(SECRET)
         assert env.reason("AccountingReady") == ("False", "Disabled")
         assert env.fake.find(*SECRET, f"{NAME}-munge", namespace=NS) is not None
+
+
+async def test_the_users_password_secret_is_read_by_name_never_cached_and_rechecked_while_missing() -> None:
+    async with Env() as env:
+        env.create(spec(accounting=EXTERNAL))
+        result = (await env.run())["accounting"]
+        assert result is not None and result.requeue_after, "a missing password is looked for again, not watched"
+        env.secret("db", {"pw": PASSWORD.encode()})
+        assert env.manager.cache.get(*SECRET, "db", namespace=NS) is None, "only the operator's own Secrets are cached"
+        await env.converge()
+        assert f"StoragePass={PASSWORD}\n" in env.secret_text(f"{NAME}-slurmdbd", "slurmdbd.conf")
+        assert env.manager.cache.get(*SECRET, f"{NAME}-slurmdbd", namespace=NS) is not None

@@ -38,7 +38,7 @@ async def _applied_by_reconcilers(variant: str) -> tuple[list[dict[str, Any]], I
     (as the reconcilers sent it) and the inputs they read (key Secret uids, the password and its id)."""
     doc = sample_doc(variant)
     name = doc["metadata"]["name"]
-    async with Env() as env:
+    async with Env(allow_host_path=True) as env:  # the research sample's scratch sub-mount is a hostPath
         env.fake.serve("k8s.mariadb.com/v1alpha1", "MariaDB")
         env.fake.put(doc)
         env.secret(f"{name}-accounting-db", {"password": b"golden-Db-passw0rd"})

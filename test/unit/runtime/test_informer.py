@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -198,6 +199,29 @@ async def test_an_expired_continue_token_during_the_list_restarts_the_list() -> 
         await until(lambda: informer.has_synced)
         assert source.list_calls == 2
         assert not task.done()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_failure_streak_logs_one_warning_then_every_tenth_retry(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="slurmctl.runtime.informer")
+    source, clock = FakeSource(), FakeClock()
+    source.put("a")
+    source.list_errors = [ServerError("down", status=0) for _ in range(11)]
+    informer = Informer(source, name="cm", clock=clock)
+    task = asyncio.create_task(informer.run())
+    try:
+        for _ in range(40):
+            await clock.advance(31)
+            if informer.has_synced:
+                break
+        assert informer.has_synced
+        retries = [r for r in caplog.records if "list/watch failed" in r.getMessage()]
+        assert len(retries) == 11
+        warned = [r.getMessage() for r in retries if r.levelno == logging.WARNING]
+        assert len(warned) == 2 and "attempt=1 " in warned[0] and "attempt=10 " in warned[1]
+        assert not any(r.exc_info for r in retries), "one line, no traceback"
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,126 @@
+"""The operator's permissions, declared once: the ClusterRole of `config/rbac/role.yaml` (written by `make manifests`)
+and the per-namespace Roles of the namespaced mode (`slurmctl rbac --watch-namespace a,b`) are both rendered from
+`RULES`, so the two modes cannot drift apart.
+
+Every rule is used by a reconciler; nothing is granted with `*`. Notably absent: `update` (every write is a
+server-side apply, a PATCH; only the leader Lease is PUT, and that Role is separate), PersistentVolumeClaims and Pods
+(nothing reads them), CustomResourceDefinitions (optional kinds are found through discovery, which every
+authenticated client may read). Secrets need list/watch because the operator watches its own (label-selected: the
+API server sends no other Secret, but RBAC cannot express a selector) and get for the user's password Secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+OPERATOR_LABELS: Final = {"app.kubernetes.io/name": "slurmctl", "app.kubernetes.io/component": "operator"}
+READ = ("get", "list", "watch")
+WRITE = ("create", "patch", "delete")
+
+
+@dataclass(frozen=True)
+class Rule:
+    why: str  # the comment above the rule in the generated YAML
+    groups: tuple[str, ...]
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+
+    def manifest(self) -> dict[str, Any]:
+        return {"apiGroups": list(self.groups), "resources": list(self.resources), "verbs": list(self.verbs)}
+
+
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("The SlurmClusters themselves: read the spec.", ("slurm.slurmctl.io",), ("slurmclusters",), READ),
+    Rule("Status conditions and the phase (server-side apply on /status).", ("slurm.slurmctl.io",),
+         ("slurmclusters/status",), ("get", "patch")),
+    Rule("Children carry owner references with blockOwnerDeletion, which OwnerReferencesPermissionEnforcement "
+         "checks against this subresource.", ("slurm.slurmctl.io",), ("slurmclusters/finalizers",), ("update",)),
+    Rule("Slurm configs and sshd ConfigMaps; controller, worker, login and accounting Services.", ("",),
+         ("configmaps", "services"), READ + WRITE),
+    Rule("Secrets: the munge and SSH host keys (created once), slurmdbd.conf (applied, deleted when accounting is "
+         "switched off). Listed and watched only through a label selector; the user's password Secret is read by "
+         "name.", ("",), ("secrets",), READ + WRITE),
+    Rule("Controller, worker and login StatefulSets; the slurmdbd Deployment.", ("apps",),
+         ("statefulsets", "deployments"), READ + WRITE),
+    Rule("The populate-jail Job and the NCCL benchmark CronJob (batch/v1, or batch/v1beta1 on old clusters).",
+         ("batch",), ("jobs", "cronjobs"), READ + WRITE),
+    Rule("Events on SlurmClusters, through either Events API.", ("", "events.k8s.io"), ("events",),
+         ("create", "patch")),
+    Rule("Accounting through mariadb-operator, when its CRD is installed.", ("k8s.mariadb.com",), ("mariadbs",),
+         READ + WRITE),
+)  # fmt: skip
+
+
+def _metadata(name: str, namespace: str | None = None) -> dict[str, Any]:
+    md: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        md["namespace"] = namespace
+    md["labels"] = dict(OPERATOR_LABELS)
+    return md
+
+
+def cluster_role(name: str = "operator") -> dict[str, Any]:
+    """The ClusterRole of the default, cluster-wide mode (kustomize adds the `slurmctl-` prefix)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": _metadata(name),
+        "rules": [rule.manifest() for rule in RULES],
+    }
+
+
+def namespaced(
+    namespaces: Sequence[str],
+    *,
+    service_account: str = "slurmctl-operator",
+    service_account_namespace: str = "slurmctl-system",
+    name: str = "slurmctl-operator",
+) -> list[dict[str, Any]]:
+    """A Role and a RoleBinding in each watched namespace, granting the operator's ServiceAccount `RULES` there and
+    nowhere else (for `slurmctl run --watch-namespace` with the same list)."""
+    objects: list[dict[str, Any]] = []
+    subject = {"kind": "ServiceAccount", "name": service_account, "namespace": service_account_namespace}
+    for namespace in namespaces:
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": _metadata(name, namespace),
+                "rules": [rule.manifest() for rule in RULES],
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": _metadata(name, namespace),
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [subject],
+            }
+        )
+    return objects
+
+
+def cluster_role_yaml(dump: Any) -> str:
+    """role.yaml as `make manifests` writes it: each rule preceded by why it is there. `dump` is yaml.safe_dump
+    (passed in: the renderers do not import a YAML library)."""
+    role = cluster_role()
+    head = {k: v for k, v in role.items() if k != "rules"}
+    text = str(dump(head, sort_keys=False)) + "rules:\n"
+    for rule in RULES:
+        text += "".join(f"# {line}\n" for line in _wrap(rule.why))
+        text += str(dump([rule.manifest()], sort_keys=False, default_flow_style=None))
+    return text
+
+
+def _wrap(text: str, width: int = 116) -> list[str]:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line] if line else lines

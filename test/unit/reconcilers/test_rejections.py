@@ -1,0 +1,119 @@
+"""Objects the API server refuses: the component's condition names the object and the server's message, one Event
+per rejection (not per retry), the phase shows it, no retry loop, and a later successful apply clears it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from slurmctl.render.kinds import CONFIGMAP, STATEFULSET
+from slurmctl.runtime import Invalid, ServerError
+from slurmctl.runtime.errors import ApiError, error_for_status, rejection
+from test.unit.reconcilers.env import NAME, Env, spec
+
+IMMUTABLE = (
+    'StatefulSet.apps "c-controller" is invalid: spec: Forbidden: updates to statefulset spec for fields other than '
+    "'replicas', 'template', 'updateStrategy' and 'minReadySeconds' are forbidden"
+)
+
+
+def immutable_claims(body: Mapping[str, Any], live: Mapping[str, Any] | None) -> ApiError | None:
+    """The StatefulSet controller's rule: volumeClaimTemplates cannot change once the StatefulSet exists."""
+    if body["kind"] != "StatefulSet" or live is None:
+        return None
+    if body["spec"].get("volumeClaimTemplates") != live["spec"].get("volumeClaimTemplates"):
+        return error_for_status(422, {"reason": "Invalid", "message": IMMUTABLE}, context="PATCH statefulsets")
+    return None
+
+
+async def test_an_immutable_state_volume_change_ends_in_a_clear_condition_one_event_and_recovers() -> None:
+    async with Env() as env:
+        env.fake.admission.append(immutable_claims)
+        env.create(spec())
+        await env.converge()
+        env.job_succeeds()
+        await env.converge()
+        env.pods_ready()
+        await env.converge()
+        assert env.phase() == "Available"
+        env.edit(lambda s: s.setdefault("controller", {}).update(stateVolume={"size": "50Gi"}))
+        for _ in range(3):  # retries (resyncs, child events) record nothing new
+            results = await env.run()
+        assert results["controller"] is None, "no retry loop: the controller waits for a change"
+        status, reason = env.reason("ControllerReady") or ("", "")
+        assert (status, reason) == ("False", "ApplyRejected")
+        message = (env.condition("ControllerReady") or {})["message"]
+        assert f"StatefulSet {NAME}-controller" in message and "Forbidden: updates to statefulset spec" in message
+        assert "spec.controller.stateVolume" in message, "the hint names the field to revert"
+        rejected = [e for e in env.events() if e[1] == "ApplyRejected"]
+        assert len(rejected) == 1 and rejected[0][0] == "Warning"
+        assert env.phase() == "Degraded"
+        assert env.reason("WorkersReady") == ("True", "Ready"), "the other components carry on"
+
+        env.edit(lambda s: s["controller"].pop("stateVolume"))
+        await env.converge()
+        env.pods_ready()
+        await env.converge()
+        assert env.reason("ControllerReady") == ("True", "Ready")
+        assert env.phase() == "Available"
+
+
+async def test_a_body_the_server_cannot_convert_is_reported_on_the_shared_configs_and_fails_the_cluster() -> None:
+    def reject_configs(body: Mapping[str, Any], live: Mapping[str, Any] | None) -> ApiError | None:
+        if body["kind"] == "ConfigMap" and body["metadata"]["name"] == f"{NAME}-slurm-configs":
+            message = (
+                "failed to create typed patch object: .data.slurm.conf: expected string, got &value.valueUnstructured"
+            )
+            return ServerError(f"PATCH configmaps: 500 {message}", status=500, detail=message)
+        return None
+
+    async with Env() as env:
+        env.fake.admission.append(reject_configs)
+        env.create(spec())
+        await env.run()
+        await env.run()
+        assert env.reason("SpecValid") == ("False", "ApplyRejected")
+        assert f"ConfigMap {NAME}-slurm-configs" in (env.condition("SpecValid") or {})["message"]
+        assert env.phase() == "Failed"
+        assert env.fake.of_kind(*CONFIGMAP) == [] and env.fake.of_kind(*STATEFULSET) == []
+        assert len([e for e in env.events() if e[1] == "ApplyRejected"]) == 1
+
+
+async def test_an_unavailable_server_is_not_a_rejection() -> None:
+    def unavailable(body: Mapping[str, Any], live: Mapping[str, Any] | None) -> ApiError | None:
+        return ServerError("PATCH configmaps: 503 ServiceUnavailable", status=503)
+
+    async with Env() as env:
+        env.fake.admission.append(unavailable)
+        env.create(spec())
+        try:
+            await env.run("cluster")
+        except ServerError:
+            pass
+        else:
+            raise AssertionError("a 503 must reach the controller, which retries with backoff")
+        assert env.condition("SpecValid") is None
+
+
+def test_rejection_tells_refused_content_from_outages() -> None:
+    assert rejection(Invalid("x: 422", status=422, detail="bad")) == "bad"
+    assert rejection(error_for_status(400, {"message": "bad request"})) == "bad request"
+    assert rejection(error_for_status(500, {"message": "failed to create typed patch object: x"})) is not None
+    assert rejection(error_for_status(500, {"message": "etcdserver: request timed out"})) is None
+    assert rejection(error_for_status(503, {"message": "is invalid"})) is None
+    assert rejection(error_for_status(403, {"message": "forbidden"})) is None
+
+
+async def test_host_path_volumes_are_an_invalid_spec_unless_the_operator_allows_them() -> None:
+    host = {"name": "scratch", "mountPath": "/scratch", "volume": {"source": {"hostPath": {"path": "/mnt/nvme"}}}}
+    async with Env() as env:
+        env.create(spec(jail={"volume": {"claimName": "jail"}, "subMounts": [host]}))
+        await env.converge()
+        assert env.reason("SpecValid") == ("False", "InvalidSpec")
+        message = (env.condition("SpecValid") or {})["message"]
+        assert "spec.jail.subMounts[0].volume.source.hostPath" in message and "--allow-host-path" in message
+        assert [w for w in env.fake.writes if w.kind != "Event" and w.subresource != "status"] == []
+    async with Env(allow_host_path=True) as env:
+        env.create(spec(jail={"volume": {"claimName": "jail"}, "subMounts": [host]}))
+        await env.converge()
+        assert env.reason("SpecValid") == ("True", "Valid")
