@@ -165,7 +165,8 @@ def test_repository_images_have_keys() -> None:
     # The operator's wheelhouse is made by hack/images.sh before it keys that image; an empty one stands in here (its
     # own fetch is keyed by a stamp, so an empty directory never passes for a fetched one).
     (ROOT / "build" / "operator-wheels").mkdir(parents=True, exist_ok=True)
-    for dockerfile in sorted((ROOT / "images").glob("*/Dockerfile")):
+    # images/pause is the node's (hack/node.sh compiles it on the host into a context of its own), not images.sh's.
+    for dockerfile in sorted(d for d in (ROOT / "images").glob("*/Dockerfile") if d.parent.name != "pause"):
         done = subprocess.run(
             [
                 sys.executable,
