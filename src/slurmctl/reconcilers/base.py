@@ -20,7 +20,7 @@ from slurmctl.render import meta
 from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
-from slurmctl.runtime import WARNING, Conflict, Manager, NotFound, NotWatched, Request, Result
+from slurmctl.runtime import WARNING, Conflict, Manager, NotFound, Request, Result
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.manager import ControllerBuilder
 
@@ -234,15 +234,10 @@ class ComponentReconciler:
         return self.cache.get(*self.ctx.kind(kind), name, namespace=namespace)
 
     async def apply(self, loaded: Loaded, intents: Iterable[Mapping[str, Any]]) -> None:
+        """Apply each intent. No Event per child: creating the objects a spec asks for is the expected course (the
+        conditions report progress); Events are for what a user must notice (a deletion, a scale, a failure)."""
         for intent in intents:
-            md = intent["metadata"]
-            try:
-                created = self.cache.get(intent["apiVersion"], intent["kind"], md["name"], namespace=md["namespace"])
-            except NotWatched:  # a kind installed after start (MariaDB): the applier reads it itself
-                created = {}
             await self.manager.apply(intent)
-            if created is None:
-                self.event(loaded, "Normal", "Created", f"created {intent['kind']} {md['name']}")
 
     async def delete(self, loaded: Loaded, kind: Kind, name: str, *, why: str, propagation: str = "Background") -> None:
         await self.manager.client.delete(
@@ -285,7 +280,6 @@ class ComponentReconciler:
             await self.manager.client.create(await render())
         except Conflict:
             return
-        self.event(loaded, "Normal", "Created", f"created Secret {name}")
 
     def event(self, loaded: Loaded | Invalid, type_: str, reason: str, message: str) -> None:
         md = loaded.obj.get("metadata") or {}
