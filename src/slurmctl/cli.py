@@ -67,6 +67,12 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def default_workers() -> int:
+    """Workers per controller. A reconcile mostly waits on the API server, so a few per CPU keep round trips
+    overlapping; more than 8 only queue up behind one event loop and the API server's own limits."""
+    return min(8, max(2, 2 * len(os.sched_getaffinity(0))))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slurmctl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"slurmctl {__version__}")
@@ -113,8 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--max-concurrent-reconciles",
         type=_positive_int,
-        default=_positive_int(_env("max-concurrent-reconciles", "1") or "1"),
-        help="workers per controller",
+        default=_positive_int(_env("max-concurrent-reconciles") or str(default_workers())),
+        help="workers per controller (default: twice the CPUs this process may use, between 2 and 8)",
     )
     run.add_argument(
         "--graceful-shutdown-timeout",

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from slurmctl import __version__
-from slurmctl.cli import _parser, main, manager_options
+from slurmctl.cli import _parser, default_workers, main, manager_options
 from slurmctl.runtime.server import disabled, split_address
 
 
@@ -43,7 +43,7 @@ def test_run_defaults_match_kubebuilder(monkeypatch: pytest.MonkeyPatch) -> None
     assert (opts.metrics_bind_address, opts.health_probe_bind_address) == (":8080", ":8081")
     assert opts.leader_election is None
     assert opts.namespace is None
-    assert opts.max_concurrent_reconciles == 1
+    assert 2 <= opts.max_concurrent_reconciles == default_workers() <= 8
     assert opts.grace_period == 30
 
 
