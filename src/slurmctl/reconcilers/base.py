@@ -20,6 +20,7 @@ from slurmctl.render import meta
 from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
+from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
 from slurmctl.runtime import WARNING, Conflict, Manager, NotFound, Request, Result
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.manager import ControllerBuilder
@@ -142,6 +143,7 @@ class Context:
     served: Mapping[Kind, Kind] = field(default_factory=dict)
     loader: Loader = field(default_factory=Loader)
     reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
+    host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
 
     def kind(self, kind: Kind) -> Kind:
         """The served version of a kind (e.g. batch/v1beta1 CronJobs on Kubernetes 1.20)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmctl.render.kinds import CONFIGMAP, SERVICE, STATEFULSET
+from slurmctl.render.kinds import CONFIGMAP, SECRET, SERVICE, STATEFULSET
 from test.unit.reconcilers.env import NAME, SSH_KEY, Env, spec
 
 
@@ -39,3 +39,36 @@ async def test_an_existing_login_keeps_running_while_the_jail_is_overwritten() -
         await env.run("populate-jail", "login")
         assert env.reason("JailPopulated") == ("False", "Overwriting")
         assert env.get(STATEFULSET, f"{NAME}-login")["spec"]["replicas"] == 2  # type: ignore[index]
+
+
+async def test_new_clusters_get_no_rsa_host_key_and_sshd_names_the_keys_the_secret_holds() -> None:
+    async with Env() as env:
+        env.create(spec())
+        await env.run("cluster")
+        keys = env.get(SECRET, f"{NAME}-ssh-host-keys")
+        assert keys is not None
+        assert sorted(keys["data"]) == [
+            "ssh_host_ecdsa_key",
+            "ssh_host_ecdsa_key.pub",
+            "ssh_host_ed25519_key",
+            "ssh_host_ed25519_key.pub",
+        ]
+        await env.converge()
+        env.job_succeeds()
+        await env.converge()
+        sshd_config = env.get(CONFIGMAP, f"{NAME}-sshd")["data"]["sshd_config"]  # type: ignore[index]
+        assert [line for line in sshd_config.splitlines() if line.startswith("HostKey")] == [
+            "HostKey /etc/ssh/ssh_host_ed25519_key",
+            "HostKey /etc/ssh/ssh_host_ecdsa_key",
+        ]
+
+
+async def test_a_cluster_created_with_an_rsa_host_key_keeps_serving_it() -> None:
+    async with Env() as env:
+        env.create(spec())
+        env.secret(f"{NAME}-ssh-host-keys", {f"ssh_host_{t}_key": b"k" for t in ("ed25519", "ecdsa", "rsa")})
+        await env.converge()
+        env.job_succeeds()
+        await env.converge()
+        sshd_config = env.get(CONFIGMAP, f"{NAME}-sshd")["data"]["sshd_config"]  # type: ignore[index]
+        assert "HostKey /etc/ssh/ssh_host_rsa_key" in sshd_config.splitlines()
