@@ -133,6 +133,14 @@ def _parser() -> argparse.ArgumentParser:
         help="workers per controller (default: twice the CPUs this process may use, between 2 and 8)",
     )
     run.add_argument(
+        "--resync-period",
+        type=float,
+        default=float(_env("resync-period") or 0) or None,
+        metavar="SECONDS",
+        help="re-deliver every cached object to the controllers this often (a converged cluster costs no writes; "
+        "default: never, watch events alone)",
+    )
+    run.add_argument(
         "--graceful-shutdown-timeout",
         type=float,
         default=float(_env("graceful-shutdown-timeout", "30") or "30"),
@@ -161,6 +169,7 @@ def manager_options(args: argparse.Namespace) -> ManagerOptions:
         leader_election=election,
         grace_period=args.graceful_shutdown_timeout,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
+        resync_period=args.resync_period,
     )
 
 

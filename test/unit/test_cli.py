@@ -142,3 +142,11 @@ def test_render_reports_every_invalid_field_and_prints_nothing(
     assert 'spec.partitions[0].workers[0]: unknown worker group "gpu2"' in captured.err
     assert "spec.workers[1]" in captured.err
     assert captured.out.strip() in ("", "[]")
+
+
+def test_resync_period_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURMCTL_RESYNC_PERIOD", raising=False)
+    assert manager_options(_parser().parse_args(["run"])).resync_period is None
+    assert manager_options(_parser().parse_args(["run", "--resync-period", "5"])).resync_period == 5.0
+    monkeypatch.setenv("SLURMCTL_RESYNC_PERIOD", "7")
+    assert manager_options(_parser().parse_args(["run"])).resync_period == 7.0
