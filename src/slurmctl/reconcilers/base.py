@@ -13,7 +13,16 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from slurmctl.api.v1 import API_VERSION, KIND, Condition, Reason, SlurmCluster, SlurmClusterStatus, check_cluster
+from slurmctl.api.v1 import (
+    API_VERSION,
+    KIND,
+    SPEC_VALID,
+    Condition,
+    Reason,
+    SlurmCluster,
+    SlurmClusterStatus,
+    check_cluster,
+)
 from slurmctl.api.v1 import Component as Image
 from slurmctl.reconcilers.observed import uid
 from slurmctl.render import meta
@@ -324,9 +333,18 @@ class ComponentReconciler:
         for name in names:
             secret = self.live(SECRET, name, loaded.namespace)
             if secret is None:
-                await self.report(
-                    loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=f"waiting for Secret {name}"
-                )
+                if self._keys_due(loaded):
+                    await self.report(
+                        loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=f"waiting for Secret {name}"
+                    )
                 return None
             ids.append(uid(secret))
         return ids
+
+    @staticmethod
+    def _keys_due(loaded: Loaded) -> bool:
+        """Whether a missing key Secret is news: the cluster component has passed over this generation (it creates the
+        keys before it reports SpecValid). Before that, every component of a new cluster would otherwise write a
+        "waiting" condition that the cluster's first pass makes stale a few milliseconds later."""
+        valid = loaded.condition(SPEC_VALID)
+        return valid is not None and valid.observed_generation == loaded.generation
