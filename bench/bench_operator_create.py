@@ -84,7 +84,16 @@ def control_plane() -> Iterator[Path]:
             _plane("up", state)
             kubeconfig = state / "kubeconfig"
             _kubectl(kubeconfig, "apply", "--server-side", "-k", "config/crd")
-            _kubectl(kubeconfig, "wait", "--for", "condition=established", "--timeout", "60s", f"crd/{CRD_NAME}")
+            for attempt in range(5):  # `kubectl wait` fails while the new CRD has no conditions at all yet
+                try:
+                    _kubectl(
+                        kubeconfig, "wait", "--for", "condition=established", "--timeout", "60s", f"crd/{CRD_NAME}"
+                    )
+                    break
+                except RuntimeError:
+                    if attempt == 4:
+                        raise
+                    time.sleep(1)
             yield kubeconfig
         finally:
             _plane("down", state)
