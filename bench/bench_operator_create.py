@@ -32,6 +32,7 @@ import yaml
 from kubernetes_asyncio import config
 
 from slurmctl.api.v1 import API_VERSION, KIND, check_cluster
+from slurmctl.cli import default_workers
 from slurmctl.reconcilers import desired_objects, register
 from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
 from slurmctl.render.cluster import render_munge_secret, render_ssh_host_keys_secret
@@ -83,7 +84,16 @@ def control_plane() -> Iterator[Path]:
             _plane("up", state)
             kubeconfig = state / "kubeconfig"
             _kubectl(kubeconfig, "apply", "--server-side", "-k", "config/crd")
-            _kubectl(kubeconfig, "wait", "--for", "condition=established", "--timeout", "60s", f"crd/{CRD_NAME}")
+            for attempt in range(5):  # `kubectl wait` fails while the new CRD has no conditions at all yet
+                try:
+                    _kubectl(
+                        kubeconfig, "wait", "--for", "condition=established", "--timeout", "60s", f"crd/{CRD_NAME}"
+                    )
+                    break
+                except RuntimeError:
+                    if attempt == 4:
+                        raise
+                    time.sleep(1)
             yield kubeconfig
         finally:
             _plane("down", state)
@@ -271,7 +281,12 @@ async def _measure(kubeconfig: Path) -> list[Figure]:
     sample = _sample()
     operator_api = await config.new_client_from_config(config_file=str(kubeconfig))
     driver_api = await config.new_client_from_config(config_file=str(kubeconfig))
-    operator_options = ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0", handle_signals=False)
+    operator_options = ManagerOptions(
+        metrics_bind_address="0",
+        health_probe_bind_address="0",
+        handle_signals=False,
+        max_concurrent_reconciles=default_workers(),  # what `slurmctl run` gets by default
+    )
     operator = Manager(Client(operator_api), operator_options)
     driver = Manager(Client(driver_api), driver_options())
     observed = Observed()

@@ -69,6 +69,12 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def default_workers() -> int:
+    """Workers per controller. A reconcile mostly waits on the API server, so a few per CPU keep round trips
+    overlapping; more than 8 only queue up behind one event loop and the API server's own limits."""
+    return min(8, max(2, 2 * len(os.sched_getaffinity(0))))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slurmctl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"slurmctl {__version__}")
@@ -98,6 +104,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="BOOL",
         help="run controllers only while holding the leader lease (for more than one replica); "
         "--leader-elect alone means true, --leader-elect=false switches it off",
+    )
+    run.add_argument(
+        "--ssh-rsa-host-keys",
+        nargs="?",
+        const=True,
+        type=_bool,
+        default=_env_bool("ssh-rsa-host-keys"),
+        metavar="BOOL",
+        help="give new clusters' login nodes an RSA-3072 SSH host key besides ed25519 and ECDSA (for clients that "
+        "know no other type; costs ~0.2 s of CPU per cluster); clusters created with one keep it either way",
     )
     run.add_argument(
         "--leader-election-namespace",
@@ -132,8 +148,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--max-concurrent-reconciles",
         type=_positive_int,
-        default=_positive_int(_env("max-concurrent-reconciles", "1") or "1"),
-        help="workers per controller",
+        default=_positive_int(_env("max-concurrent-reconciles") or str(default_workers())),
+        help="workers per controller (default: twice the CPUs this process may use, between 2 and 8)",
+    )
+    run.add_argument(
+        "--resync-period",
+        type=float,
+        default=float(_env("resync-period") or 0) or None,
+        metavar="SECONDS",
+        help="re-deliver every cached object to the controllers this often (a converged cluster costs no writes; "
+        "default: never, watch events alone)",
     )
     run.add_argument(
         "--graceful-shutdown-timeout",
@@ -197,6 +221,7 @@ def manager_options(args: argparse.Namespace) -> ManagerOptions:
         leader_election=election,
         grace_period=args.graceful_shutdown_timeout,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
+        resync_period=args.resync_period,
     )
 
 
@@ -217,10 +242,12 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
         return 2
     try:
         manager = Manager(Client(api), manager_options(args))
-        if register is not None:
-            await register(manager)
+        if register is None:
+            await reconcilers.register(
+                manager, allow_host_path=args.allow_host_path, rsa_host_keys=args.ssh_rsa_host_keys
+            )
         else:
-            await reconcilers.register(manager, allow_host_path=args.allow_host_path)
+            await register(manager)
         await manager.run()
     except LeaderElectionLost as exc:
         log.error("exiting so that Kubernetes restarts the operator %s", kv(error=exc))

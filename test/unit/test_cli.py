@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from slurmctl import __version__
-from slurmctl.cli import _parser, main, manager_options
+from slurmctl.cli import _parser, default_workers, main, manager_options
 from slurmctl.runtime.server import disabled, split_address
 
 
@@ -43,7 +43,7 @@ def test_run_defaults_match_kubebuilder(monkeypatch: pytest.MonkeyPatch) -> None
     assert (opts.metrics_bind_address, opts.health_probe_bind_address) == (":8080", ":8081")
     assert opts.leader_election is None
     assert opts.namespace is None
-    assert opts.max_concurrent_reconciles == 1
+    assert 2 <= opts.max_concurrent_reconciles == default_workers() <= 8
     assert opts.grace_period == 30
 
 
@@ -180,3 +180,11 @@ def test_host_path_volumes_are_refused_unless_allowed(tmp_path: Path, capsys: py
     assert main(["render", "-f", str(path), "--allow-host-path"]) == 0
     assert not _parser().parse_args(["run"]).allow_host_path
     assert _parser().parse_args(["run", "--allow-host-path"]).allow_host_path
+
+
+def test_resync_period_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURMCTL_RESYNC_PERIOD", raising=False)
+    assert manager_options(_parser().parse_args(["run"])).resync_period is None
+    assert manager_options(_parser().parse_args(["run", "--resync-period", "5"])).resync_period == 5.0
+    monkeypatch.setenv("SLURMCTL_RESYNC_PERIOD", "7")
+    assert manager_options(_parser().parse_args(["run"])).resync_period == 7.0

@@ -13,14 +13,24 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from slurmctl.api.v1 import API_VERSION, KIND, Condition, Reason, SlurmCluster, SlurmClusterStatus, check_cluster
+from slurmctl.api.v1 import (
+    API_VERSION,
+    KIND,
+    SPEC_VALID,
+    Condition,
+    Reason,
+    SlurmCluster,
+    SlurmClusterStatus,
+    check_cluster,
+)
 from slurmctl.api.v1 import Component as Image
 from slurmctl.reconcilers.observed import uid
 from slurmctl.render import meta
 from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
-from slurmctl.runtime import WARNING, ApiError, Conflict, Manager, NotFound, NotWatched, Request, Result
+from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
+from slurmctl.runtime import WARNING, ApiError, Conflict, Manager, NotFound, Request, Result
 from slurmctl.runtime.errors import rejection
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.manager import ControllerBuilder
@@ -171,6 +181,7 @@ class Context:
     served: Mapping[Kind, Kind] = field(default_factory=dict)
     loader: Loader = field(default_factory=Loader)
     reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
+    host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
 
     def kind(self, kind: Kind) -> Kind:
         """The served version of a kind (e.g. batch/v1beta1 CronJobs on Kubernetes 1.20)."""
@@ -279,12 +290,10 @@ class ComponentReconciler:
         return self.cache.get(*self.ctx.kind(kind), name, namespace=namespace)
 
     async def apply(self, loaded: Loaded, intents: Iterable[Mapping[str, Any]]) -> None:
+        """Apply each intent. No Event per child: creating the objects a spec asks for is the expected course (the
+        conditions report progress); Events are for what a user must notice (a deletion, a scale, a failure)."""
         for intent in intents:
             md = intent["metadata"]
-            try:
-                created = self.cache.get(intent["apiVersion"], intent["kind"], md["name"], namespace=md["namespace"])
-            except NotWatched:  # a kind installed after start (MariaDB): the applier reads it itself
-                created = {}
             try:
                 await self.manager.apply(intent)
             except ApiError as exc:
@@ -292,8 +301,6 @@ class ComponentReconciler:
                 if detail is None:
                     raise  # unavailable, conflicting, forbidden: the controller retries with backoff
                 raise ApplyRejected(intent["kind"], md["name"], detail) from exc
-            if created is None:
-                self.event(loaded, "Normal", "Created", f"created {intent['kind']} {md['name']}")
 
     async def delete(self, loaded: Loaded, kind: Kind, name: str, *, why: str, propagation: str = "Background") -> None:
         await self.manager.client.delete(
@@ -336,7 +343,6 @@ class ComponentReconciler:
             await self.manager.client.create(await render())
         except Conflict:
             return
-        self.event(loaded, "Normal", "Created", f"created Secret {name}")
 
     def event(self, loaded: Loaded | Invalid, type_: str, reason: str, message: str) -> None:
         md = loaded.obj.get("metadata") or {}
@@ -379,9 +385,18 @@ class ComponentReconciler:
         for name in names:
             secret = self.live(SECRET, name, loaded.namespace)
             if secret is None:
-                await self.report(
-                    loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=f"waiting for Secret {name}"
-                )
+                if self._keys_due(loaded):
+                    await self.report(
+                        loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=f"waiting for Secret {name}"
+                    )
                 return None
             ids.append(uid(secret))
         return ids
+
+    @staticmethod
+    def _keys_due(loaded: Loaded) -> bool:
+        """Whether a missing key Secret is news: the cluster component has passed over this generation (it creates the
+        keys before it reports SpecValid). Before that, every component of a new cluster would otherwise write a
+        "waiting" condition that the cluster's first pass makes stale a few milliseconds later."""
+        valid = loaded.condition(SPEC_VALID)
+        return valid is not None and valid.observed_generation == loaded.generation

@@ -66,11 +66,13 @@ class ClusterReconciler(ComponentReconciler):
             return render_munge_secret(cluster, new_munge_key())
 
         async def host_keys() -> dict[str, Any]:
-            # RSA key generation takes a noticeable fraction of a second: keep it off the event loop.
-            return render_ssh_host_keys_secret(cluster, await asyncio.to_thread(new_ssh_host_keys))
+            types = self.ctx.host_key_types
+            if "rsa" in types:  # RSA-3072 takes ~0.2 s of CPU: keep it off the event loop
+                return render_ssh_host_keys_secret(cluster, await asyncio.to_thread(new_ssh_host_keys, types))
+            return render_ssh_host_keys_secret(cluster, new_ssh_host_keys(types))  # well under a millisecond
 
-        # Configs and the munge key first: controller and workers need only these. Host keys (the slow RSA key)
-        # are for the login nodes alone.
+        # Configs and the munge key first: controller and workers need only these. Host keys are for the login
+        # nodes alone.
         await self.apply(loaded, self.desired(self.inputs(loaded)))
         await self.create_once(loaded, meta.munge_secret(loaded.name), munge)
         await self.create_once(loaded, meta.ssh_host_keys_secret(loaded.name), host_keys)

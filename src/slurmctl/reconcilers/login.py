@@ -7,7 +7,8 @@ from slurmctl.reconcilers.base import ComponentReconciler, Loaded
 from slurmctl.reconcilers.observed import ready_replicas
 from slurmctl.reconcilers.populate_jail import jail_gate_open
 from slurmctl.render import meta
-from slurmctl.render.kinds import STATEFULSET
+from slurmctl.render.kinds import SECRET, STATEFULSET
+from slurmctl.render.sshd import host_key_types
 
 
 class LoginReconciler(ComponentReconciler):
@@ -17,12 +18,17 @@ class LoginReconciler(ComponentReconciler):
         if ids is None:
             return
         munge_key_id, host_keys_id = ids
+        secret = self.live(SECRET, meta.ssh_host_keys_secret(c), ns) or {}
+        host_keys = host_key_types((secret.get("data") or {}).keys())
         if not jail_gate_open(self, loaded) and not self.owned(loaded, STATEFULSET):
             message = "waiting for the populate-jail Job to succeed"
             await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_JAIL, message=message)
             return
         await self.apply(
-            loaded, self.desired(self.inputs(loaded, munge_key_id=munge_key_id, host_keys_id=host_keys_id))
+            loaded,
+            self.desired(
+                self.inputs(loaded, munge_key_id=munge_key_id, host_keys_id=host_keys_id, host_keys=host_keys)
+            ),
         )
         desired = loaded.cluster.spec.login.size
         ready = min(desired, ready_replicas(self.live(STATEFULSET, meta.login(c), ns)))

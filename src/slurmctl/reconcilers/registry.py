@@ -46,6 +46,7 @@ from slurmctl.render.kinds import (
     STATEFULSET,
     Kind,
 )
+from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES, HOST_KEY_TYPES
 from slurmctl.runtime import Event, Manager, any_of, generation_changed
 from slurmctl.runtime.handlers import Predicate
 
@@ -112,17 +113,29 @@ def component_is(*components: str) -> Predicate:
 
 
 async def register(
-    manager: Manager, components: Sequence[Component] | None = None, *, allow_host_path: bool = False
+    manager: Manager,
+    components: Sequence[Component] | None = None,
+    *,
+    allow_host_path: bool = False,
+    rsa_host_keys: bool = False,
 ) -> Context:
     """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
-    manager's informers. `allow_host_path` is the operator's policy on hostPath volumes in specs."""
+    manager's informers. `allow_host_path` is the operator's policy on hostPath volumes in specs; `rsa_host_keys`:
+    new clusters get an RSA SSH host key besides ed25519 and ECDSA."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
     # Secrets: only those the operator labels as its own are listed and watched; the user's (a database password)
     # are read by name when needed.
     manager.select(*SECRET, label_selector=meta.OWNED_SELECTOR)
     served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
-    ctx = Context(manager, tuple(components), served, loader=Loader(allow_host_path=allow_host_path))
+    host_key_types = HOST_KEY_TYPES if rsa_host_keys else DEFAULT_HOST_KEY_TYPES
+    ctx = Context(
+        manager,
+        tuple(components),
+        served,
+        loader=Loader(allow_host_path=allow_host_path),
+        host_key_types=host_key_types,
+    )
     for component in components:
         reconciler = ctx.reconcilers[component.name] = component.reconciler(ctx, component)
         predicates = [] if component.watch_status else [any_of(generation_changed, resync)]

@@ -2,36 +2,54 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
 from slurmctl.render.slurm_conf import NODE_LOCAL_FILES
-from slurmctl.render.sshd import AUTHORIZED_KEYS, SSHD_CONFIG, render_authorized_keys, render_sshd_config
+from slurmctl.render.sshd import (
+    AUTHORIZED_KEYS,
+    DEFAULT_HOST_KEY_TYPES,
+    SSHD_CONFIG,
+    render_authorized_keys,
+    render_sshd_config,
+)
 
 COMPONENT = "login"
 SSHD_CONFIGS_MOUNT = "/mnt/sshd-configs"
 SSH_HOST_KEYS_MOUNT = "/mnt/ssh-host-keys"
 
 
-def sshd_configs_data(cluster: SlurmCluster) -> dict[str, str]:
-    return {SSHD_CONFIG: render_sshd_config(cluster), AUTHORIZED_KEYS: render_authorized_keys(cluster)}
+def sshd_configs_data(cluster: SlurmCluster, *, host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES) -> dict[str, str]:
+    return {
+        SSHD_CONFIG: render_sshd_config(cluster, host_keys=host_keys),
+        AUTHORIZED_KEYS: render_authorized_keys(cluster),
+    }
 
 
-def config_hash(cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, host_keys_id: str) -> str:
+def config_hash(
+    cluster: SlurmCluster,
+    *,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    host_keys_id: str,
+    host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES,
+) -> str:
     """`configs` is the rendered config set (`render_slurm_configs`), rendered once per reconcile."""
     return meta.content_hash(
         meta.subset(configs, NODE_LOCAL_FILES),
-        sshd_configs_data(cluster),
+        sshd_configs_data(cluster, host_keys=host_keys),
         munge_key_id,
         host_keys_id,
     )
 
 
-def render_sshd_configmap(cluster: SlurmCluster) -> dict[str, Any]:
+def render_sshd_configmap(
+    cluster: SlurmCluster, *, host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES
+) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
-    return meta.configmap(cluster, meta.sshd_configs(c), COMPONENT, sshd_configs_data(cluster))
+    return meta.configmap(cluster, meta.sshd_configs(c), COMPONENT, sshd_configs_data(cluster, host_keys=host_keys))
 
 
 def render_login_service(cluster: SlurmCluster) -> dict[str, Any]:
@@ -58,7 +76,12 @@ def render_login_headless_service(cluster: SlurmCluster) -> dict[str, Any]:
 
 
 def render_login_statefulset(
-    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, host_keys_id: str
+    cluster: SlurmCluster,
+    *,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    host_keys_id: str,
+    host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES,
 ) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     spec = cluster.spec
@@ -86,7 +109,9 @@ def render_login_statefulset(
         {"name": "sshd-configs", "configMap": {"name": meta.sshd_configs(c)}},
         {"name": "ssh-host-keys", "secret": {"secretName": meta.ssh_host_keys_secret(c), "defaultMode": 0o400}},
     ]
-    hash_ = config_hash(cluster, configs=configs, munge_key_id=munge_key_id, host_keys_id=host_keys_id)
+    hash_ = config_hash(
+        cluster, configs=configs, munge_key_id=munge_key_id, host_keys_id=host_keys_id, host_keys=host_keys
+    )
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -104,11 +129,18 @@ def render_login_statefulset(
 
 
 def render_login(
-    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, host_keys_id: str
+    cluster: SlurmCluster,
+    *,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    host_keys_id: str,
+    host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES,
 ) -> list[dict[str, Any]]:
+    """`host_keys`: the key types the cluster's host keys Secret holds (its sshd_config names those)."""
+    ids = {"munge_key_id": munge_key_id, "host_keys_id": host_keys_id}
     return [
-        render_sshd_configmap(cluster),
+        render_sshd_configmap(cluster, host_keys=host_keys),
         render_login_service(cluster),
         render_login_headless_service(cluster),
-        render_login_statefulset(cluster, configs=configs, munge_key_id=munge_key_id, host_keys_id=host_keys_id),
+        render_login_statefulset(cluster, configs=configs, host_keys=host_keys, **ids),
     ]

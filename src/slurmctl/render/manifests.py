@@ -25,6 +25,7 @@ from slurmctl.render.kinds import CRONJOB
 from slurmctl.render.login import render_login
 from slurmctl.render.populate_jail import render_populate_jail_job
 from slurmctl.render.slurm_conf import render_slurm_configs
+from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
 from slurmctl.render.workers import render_worker_statefulset, render_workers_service
 
 Obj = dict[str, Any]
@@ -39,6 +40,7 @@ class Inputs:
     configs: Mapping[str, str]  # render_slurm_configs(cluster): the ConfigMap's data and every config hash
     munge_key_id: str = ""
     host_keys_id: str = ""
+    host_keys: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # key types in the host keys Secret
     dbd_password: str | None = None
     dbd_password_id: str = ""
     cronjob_api_version: str = CRONJOB.api_version
@@ -87,7 +89,9 @@ def workers_objects(i: Inputs) -> list[Obj]:
 
 
 def login_objects(i: Inputs) -> list[Obj]:
-    return render_login(i.cluster, configs=i.configs, munge_key_id=i.munge_key_id, host_keys_id=i.host_keys_id)
+    return render_login(
+        i.cluster, configs=i.configs, munge_key_id=i.munge_key_id, host_keys_id=i.host_keys_id, host_keys=i.host_keys
+    )
 
 
 def accounting_objects(i: Inputs) -> list[Obj]:

@@ -2,7 +2,9 @@
 
 Every create/update an operator makes goes through `Applier.apply` (SSA, a field manager, force=True). Identical
 re-applies are skipped without a request, cluster-api style: remember (object key, resourceVersion the last apply
-returned, hash of the intent) and skip while the live resourceVersion still matches. The live resourceVersion comes
+returned, hash of the intent) and skip while the live resourceVersion still matches, or, when it moved because another
+actor wrote the object (a StatefulSet's status, another component's condition), while the live object still holds
+the intent (the same check as after a restart, below). The live resourceVersion comes
 from the informer cache when the kind is watched (no request at all), else from a GET (a read, never a write).
 Entries expire after a TTL (default 30 min) so ownership of the fields is re-asserted now and then, which also
 repairs a field some other actor changed without changing the resourceVersion we compare (impossible in practice).
@@ -180,8 +182,10 @@ class Applier:
     def _in_place(
         self, live: Obj, body: Obj, remembered: _Applied | None, *, digest: str, subresource: str | None
     ) -> bool:
-        if remembered is not None:
-            return _rv(live) == remembered.resource_version
+        if remembered is not None and _rv(live) == remembered.resource_version:
+            return True
+        # The resourceVersion moved: someone wrote the object since (the StatefulSet controller its status, another
+        # component its condition). No reason to re-apply while the live object still holds this intent.
         if subresource is not None:
             return covers(live.get(subresource), body.get(subresource))
         stamped = ((live.get("metadata") or {}).get("annotations") or {}).get(self._digest_annotation)

@@ -66,11 +66,12 @@ class Env:
         change(obj["spec"])
         return self.fake.put(obj)
 
-    def secret(self, name: str, data: dict[str, bytes]) -> dict[str, Any]:
+    def secret(self, name: str, data: dict[str, bytes], *, labels: dict[str, str] | None = None) -> dict[str, Any]:
         encoded = {k: base64.b64encode(v).decode() for k, v in data.items()}
-        return self.fake.put(
-            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}, "data": encoded}
-        )
+        metadata: dict[str, Any] = {"name": name, "namespace": NS}
+        if labels:
+            metadata["labels"] = labels
+        return self.fake.put({"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": encoded})
 
     # ---- the operator -------------------------------------------------------------------------------------------
     async def run(self, *components: str, name: str = NAME) -> dict[str, Result | None]:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from slurmctl.render.kinds import SERVICE, STATEFULSET
-from test.unit.reconcilers.env import NAME, Env, spec
+from test.unit.reconcilers.env import NAME, NS, Env, spec
 
 
 async def test_waits_for_the_munge_key_then_applies_slurmctld() -> None:
     async with Env() as env:
         env.create(spec())
         await env.run("controller")
-        assert env.reason("ControllerReady") == ("False", "WaitingForKeys")
+        assert env.reason("ControllerReady") is None  # the cluster component has not had its turn: nothing to say
         assert env.fake.of_kind(*STATEFULSET) == []
         await env.run("cluster", "controller")
         assert env.names(STATEFULSET) == [f"{NAME}-controller"]
@@ -41,3 +41,12 @@ async def test_a_new_munge_key_rolls_slurmctld_and_size_zero_is_stopped() -> Non
         env.edit(lambda s: s.update(controller={"size": 0}))
         await env.run("controller")
         assert env.reason("ControllerReady") == ("False", "Stopped")
+
+
+async def test_a_key_missing_after_the_cluster_component_created_it_is_reported() -> None:
+    async with Env() as env:
+        env.create(spec())
+        await env.run("cluster", "controller")
+        await env.fake.delete("v1", "Secret", f"{NAME}-munge", namespace=NS)
+        await env.run("controller")
+        assert env.reason("ControllerReady") == ("False", "WaitingForKeys")

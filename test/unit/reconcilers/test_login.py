@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from slurmctl.render.kinds import CONFIGMAP, SERVICE, STATEFULSET
+from slurmctl.render import meta
+from slurmctl.render.kinds import CONFIGMAP, SECRET, SERVICE, STATEFULSET
 from test.unit.reconcilers.env import NAME, SSH_KEY, Env, spec
 
 
@@ -10,7 +11,7 @@ async def test_login_waits_for_keys_and_jail_then_serves_ssh() -> None:
     async with Env() as env:
         env.create(spec())
         await env.run("login")
-        assert env.reason("LoginReady") == ("False", "WaitingForKeys")
+        assert env.reason("LoginReady") is None  # no keys yet, but the cluster component has not had its turn
         await env.run("cluster", "populate-jail", "login")
         assert env.reason("LoginReady") == ("False", "WaitingForJail")
         assert f"{NAME}-login" not in env.names(STATEFULSET)
@@ -39,3 +40,41 @@ async def test_an_existing_login_keeps_running_while_the_jail_is_overwritten() -
         await env.run("populate-jail", "login")
         assert env.reason("JailPopulated") == ("False", "Overwriting")
         assert env.get(STATEFULSET, f"{NAME}-login")["spec"]["replicas"] == 2  # type: ignore[index]
+
+
+async def test_new_clusters_get_no_rsa_host_key_and_sshd_names_the_keys_the_secret_holds() -> None:
+    async with Env() as env:
+        env.create(spec())
+        await env.run("cluster")
+        keys = env.get(SECRET, f"{NAME}-ssh-host-keys")
+        assert keys is not None
+        assert sorted(keys["data"]) == [
+            "ssh_host_ecdsa_key",
+            "ssh_host_ecdsa_key.pub",
+            "ssh_host_ed25519_key",
+            "ssh_host_ed25519_key.pub",
+        ]
+        await env.converge()
+        env.job_succeeds()
+        await env.converge()
+        sshd_config = env.get(CONFIGMAP, f"{NAME}-sshd")["data"]["sshd_config"]  # type: ignore[index]
+        assert [line for line in sshd_config.splitlines() if line.startswith("HostKey")] == [
+            "HostKey /etc/ssh/ssh_host_ed25519_key",
+            "HostKey /etc/ssh/ssh_host_ecdsa_key",
+        ]
+
+
+async def test_a_cluster_created_with_an_rsa_host_key_keeps_serving_it() -> None:
+    async with Env() as env:
+        env.create(spec())
+        # As an older operator made it: its labels are what the operator's Secret informer selects on.
+        env.secret(
+            f"{NAME}-ssh-host-keys",
+            {f"ssh_host_{t}_key": b"k" for t in ("ed25519", "ecdsa", "rsa")},
+            labels=meta.labels(NAME, "cluster"),
+        )
+        await env.converge()
+        env.job_succeeds()
+        await env.converge()
+        sshd_config = env.get(CONFIGMAP, f"{NAME}-sshd")["data"]["sshd_config"]  # type: ignore[index]
+        assert "HostKey /etc/ssh/ssh_host_rsa_key" in sshd_config.splitlines()

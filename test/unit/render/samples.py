@@ -17,6 +17,7 @@ from slurmctl.render.cluster import render_munge_secret, render_ssh_host_keys_se
 from slurmctl.render.login import sshd_configs_data
 from slurmctl.render.manifests import Inputs
 from slurmctl.render.slurm_conf import render_slurm_configs
+from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
 from test.unit.api.helpers import sample_clusters
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -31,7 +32,7 @@ MARIADB_ROOT_PASSWORD = "golden-Root-passw0rd"
 FAKE_MUNGE_KEY = bytes(range(32))
 FAKE_HOST_KEYS = {
     f"ssh_host_{kind}_key{suffix}": f"fake {kind} key{suffix}\n".encode()
-    for kind in ("ecdsa", "ed25519", "rsa")
+    for kind in DEFAULT_HOST_KEY_TYPES
     for suffix in ("", ".pub")
 }
 

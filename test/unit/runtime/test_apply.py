@@ -115,10 +115,20 @@ async def test_a_changed_intent_is_applied(api: FakeApi, applier: Applier) -> No
 
 async def test_someone_else_changing_the_object_makes_the_next_apply_go_through(api: FakeApi, applier: Applier) -> None:
     await applier.apply(intent(), field_manager="slurmctl")
+    api.objects[("ns", "cfg")]["data"] = {"k": "edited"}
     api.touch("cfg")
     await applier.apply(intent(), field_manager="slurmctl")
     await applier.apply(intent(), field_manager="slurmctl")
     assert len(api.applies) == 2
+
+
+async def test_a_write_that_leaves_the_intent_in_place_costs_no_apply(api: FakeApi, applier: Applier) -> None:
+    """E.g. the StatefulSet controller writing status: a new resourceVersion, every intended value still live."""
+    await applier.apply(intent(), field_manager="slurmctl")
+    api.objects[("ns", "cfg")]["status"] = {"observedGeneration": 2}
+    api.touch("cfg")
+    await applier.apply(intent(), field_manager="slurmctl")
+    assert len(api.applies) == 1
 
 
 async def test_a_deleted_object_is_applied_again(api: FakeApi, applier: Applier) -> None:
