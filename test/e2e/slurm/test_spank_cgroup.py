@@ -87,7 +87,7 @@ def test_step_runs_in_the_jail_inside_its_job_cgroup_and_the_cgroup_goes_away(cg
     cgroup_slurm.wait_until(
         lambda: not any(d.exists() for d in dirs),
         timeout=90,
-        what=f"the cgroups of job {job_id} to be removed ({[str(d) for d in dirs if d.exists()]} left)",
+        what=f"the cgroups of job {job_id} to be removed: {[str(d) for d in dirs]}",
     )
 
 
