@@ -306,11 +306,14 @@ show_logs_and_fail() {
     local msg=$1 n
     {
         printf 'local-slurm: error: %s\n' "$msg"
+        # Each daemon's own log file, and what it printed before it had one (start_bg's capture).
         for n in munged slurmctld slurmd; do
-            local f=$STATE/log/$n.log
-            [ -s "$f" ] || f=$STATE/logs/$n.log
-            printf '  last lines of %s:\n' "$f"
-            tail -n 15 "$f" 2>/dev/null | sed 's/^/    | /'
+            local f
+            for f in "$STATE/log/$n.log" "$STATE/logs/$n.log"; do
+                [ -s "$f" ] || continue
+                printf '  last lines of %s:\n' "$f"
+                tail -n 15 "$f" | sed 's/^/    | /'
+            done
         done
     } >&2
     cmd_down >/dev/null 2>&1 || true

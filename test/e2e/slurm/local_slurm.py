@@ -11,6 +11,7 @@ import os
 import pwd
 import subprocess
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -156,6 +157,13 @@ def local_slurm_instance(
     if cgroup_conf:
         extra["LOCAL_SLURM_CGROUP_CONF"] = cgroup_conf
     up = local_slurm_script("up", state_dir, extra)
+    if up.returncode != 0:
+        # Seen twice in full CI runs, never alone: an instance started right after the others once failed to come up
+        # (slurmctld gone before it wrote a line). One more start, and the first failure stays visible in pytest's
+        # warnings summary so that it gets looked into rather than hidden.
+        warnings.warn(f"local Slurm needed a second start; the first said:\n{up.stdout}\n{up.stderr}", stacklevel=2)
+        local_slurm_script("down", state_dir)
+        up = local_slurm_script("up", state_dir, extra)
     try:
         if up.returncode != 0:
             raise AssertionError(f"local Slurm did not come up:\n{up.stdout}\n{up.stderr}")
