@@ -234,6 +234,9 @@ class ComponentReconciler:
         self.field_manager = component.field_manager
         self.manager = ctx.manager
         self.cache = ctx.manager.cache
+        # The rejection last reported per cluster (namespace/name): the cached condition can lag the one just
+        # written while another worker reconciles the same cluster again, and that must not repeat the Event.
+        self._reported: dict[tuple[str, str], str] = {}
 
     def watch(self, builder: ControllerBuilder) -> None:
         """Watches beyond the declared children and dependencies (e.g. a Secret the user owns)."""
@@ -247,20 +250,24 @@ class ComponentReconciler:
             await self.invalid(loaded)
             return None
         try:
-            return await self.reconcile_valid(loaded)
+            result = await self.reconcile_valid(loaded)
         except ApplyRejected as rejected:
-            await self.rejected(loaded, rejected)
+            await self.rejected(req, loaded, rejected)
             return None  # no retry loop: the next change of the cluster or of a child reconciles again
+        self._reported.pop((req.namespace, req.name), None)
+        return result
 
     async def invalid(self, invalid: Invalid) -> None:
         """An invalid spec changes no child. Only the cluster reconciler reports it; the others leave all as is."""
 
-    async def rejected(self, loaded: Loaded, rejected: ApplyRejected) -> None:
+    async def rejected(self, req: Request, loaded: Loaded, rejected: ApplyRejected) -> None:
         """Say in this component's condition which object the API server refused and why; the Warning Event (and
         its log line) only when that is news, so a retry of the same rejection records nothing more."""
         previous = loaded.condition(self.condition_type)
-        if previous is None or previous.reason != Reason.APPLY_REJECTED or previous.message != rejected.message:
+        news = previous is None or previous.reason != Reason.APPLY_REJECTED or previous.message != rejected.message
+        if news and self._reported.get((req.namespace, req.name)) != rejected.message:
             self.warn(loaded, Reason.APPLY_REJECTED.value, rejected.message)
+        self._reported[(req.namespace, req.name)] = rejected.message
         await self.write_status(loaded, self.rejected_status(loaded, rejected))
 
     def rejected_status(self, loaded: Loaded, rejected: ApplyRejected) -> SlurmClusterStatus:
