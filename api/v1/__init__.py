@@ -64,22 +64,26 @@ from .status import (
     Phase,
     Reason,
     SlurmClusterStatus,
+    SlurmNodeCounts,
     WorkerGroupStatus,
     ready_summary,
 )
 from .types import (
     ApiModel,
+    Duration,
     FreeForm,
     Quantity,
     ResourceRequirements,
     Scheduling,
     SecretKeyRef,
     VolumeRef,
+    parse_duration,
     parse_quantity,
 )
 from .validation import Problem, check_cluster, validate_spec
 
 __all__ = [
+    "Duration",
     "ACCOUNTING_READY",
     "API_VERSION",
     "BENCHMARK_SCHEDULED",
@@ -133,6 +137,7 @@ __all__ = [
     "SlurmCluster",
     "SlurmClusterSpec",
     "SlurmClusterStatus",
+    "SlurmNodeCounts",
     "SlurmConfig",
     "SlurmSpec",
     "StateVolume",
@@ -143,6 +148,7 @@ __all__ = [
     "check_cluster",
     "crd",
     "default_image",
+    "parse_duration",
     "parse_quantity",
     "ready_summary",
     "validate_spec",

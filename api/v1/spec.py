@@ -35,6 +35,7 @@ from .types import (
     DNS_LABEL_PATTERN,
     NO_WHITESPACE_PATTERN,
     ApiModel,
+    Duration,
     Quantity,
     ResourceRequirements,
     Scheduling,
@@ -264,6 +265,12 @@ class WorkerGroup(Scheduling):
     )
     shared_memory_size: Quantity | None = Field(
         None, description="Size limit of /dev/shm on these nodes; empty means spec.jail.sharedMemorySize."
+    )
+    drain_timeout: Duration | None = Field(
+        None,
+        description="How long a node that must go (scale-in, group removal, pod re-creation) stays drained while "
+        "jobs still run on it, e.g. 2h; after that its pod goes and the jobs are killed. Empty means wait for the "
+        "jobs forever.",
     )
 
     @property

@@ -25,6 +25,7 @@ from slurmctl.api.v1 import (
 )
 from slurmctl.api.v1 import Component as Image
 from slurmctl.reconcilers.observed import uid
+from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.render import meta
 from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
@@ -181,7 +182,12 @@ class Context:
     served: Mapping[Kind, Kind] = field(default_factory=dict)
     loader: Loader = field(default_factory=Loader)
     reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
+    loops: dict[str, Callable[[Request], Awaitable[Result | None]]] = field(default_factory=dict)  # the others
     host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
+    slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
+
+    def __post_init__(self) -> None:
+        self.slurm = SlurmAccess(self.manager.cache)
 
     def kind(self, kind: Kind) -> Kind:
         """The served version of a kind (e.g. batch/v1beta1 CronJobs on Kubernetes 1.20)."""

@@ -6,11 +6,12 @@ is read here, once, into small frozen values the reconcilers branch on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.render.meta import LABEL_WORKER_GROUP
 from slurmctl.render.populate_jail import GENERATION_ANNOTATION
 
 Live = Mapping[str, Any]
@@ -45,6 +46,18 @@ def spec_replicas(obj: Live | None) -> int | None:
 def match_labels(obj: Live | None) -> dict[str, str]:
     """A live workload's selector (immutable once created)."""
     return dict((((obj or {}).get("spec") or {}).get("selector") or {}).get("matchLabels") or {})
+
+
+def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
+    """Replicas of each live worker StatefulSet by its group label (groups no longer in the spec included); those
+    being deleted are left out."""
+    out: dict[str, int] = {}
+    for sts in statefulsets:
+        group = ((sts.get("metadata") or {}).get("labels") or {}).get(LABEL_WORKER_GROUP)
+        replicas = spec_replicas(sts)
+        if group and replicas is not None and not deleting(sts):
+            out[group] = replicas
+    return out
 
 
 def deleting(obj: Live | None) -> bool:

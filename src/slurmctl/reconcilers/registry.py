@@ -26,12 +26,14 @@ from slurmctl.api.v1 import (
     SlurmCluster,
 )
 from slurmctl.reconcilers.accounting import AccountingReconciler
-from slurmctl.reconcilers.base import Component, Context, Loader, never
+from slurmctl.reconcilers.base import Component, Context, Loader, Obj, never
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.controller import ControllerReconciler
 from slurmctl.reconcilers.login import LoginReconciler
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
+from slurmctl.reconcilers.slurm_access import REST_COMPONENT
+from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler
 from slurmctl.reconcilers.workers import WorkersReconciler
 from slurmctl.render import manifests, meta
 from slurmctl.render.kinds import (
@@ -40,6 +42,7 @@ from slurmctl.render.kinds import (
     DEPLOYMENT,
     FALLBACKS,
     JOB,
+    POD,
     SECRET,
     SERVICE,
     SLURM_CLUSTER,
@@ -47,8 +50,8 @@ from slurmctl.render.kinds import (
     Kind,
 )
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES, HOST_KEY_TYPES
-from slurmctl.runtime import Event, Manager, any_of, generation_changed
-from slurmctl.runtime.handlers import Predicate
+from slurmctl.runtime import Event, Manager, Request, any_of, generation_changed
+from slurmctl.runtime.handlers import Predicate, enqueue_mapped
 
 
 def _accounting_enabled(cluster: SlurmCluster) -> bool:
@@ -144,4 +147,23 @@ async def register(
             for kind in source.owns:
                 builder.owns(*ctx.kind(kind), predicates=[component_is(*source.labels)])
         reconciler.watch(builder)
+    if "workers" in by_name:
+        _register_slurm_nodes(manager, ctx)
     return ctx
+
+
+def _cluster_of_pod(pod: Obj) -> list[Request]:
+    md = pod.get("metadata") or {}
+    instance = (md.get("labels") or {}).get(meta.LABEL_INSTANCE)
+    return [Request(md.get("namespace") or "", instance)] if instance else []
+
+
+def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
+    """Slurm's view on the pods: polls each cluster's slurmrestd (it sends no events); the slurmrestd pod turning
+    ready starts the first poll at once. Pods are listed through the owned-children selector only."""
+    manager.select(*POD, label_selector=meta.OWNED_SELECTOR)
+    loop = ctx.loops["slurm-nodes"] = SlurmNodesReconciler(ctx)
+    builder = manager.controller(
+        "slurm-nodes", loop, for_=SLURM_CLUSTER, predicates=[any_of(generation_changed, resync)]
+    )
+    builder.watches(*POD, enqueue_mapped(_cluster_of_pod), predicates=[component_is(REST_COMPONENT)])

@@ -27,6 +27,8 @@ CONFIG_HASH_ANNOTATION = "slurm.slurmctl.io/config-hash"
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SLURMDBD_PORT = 6819
+SLURMRESTD_PORT = 6820
+JWT_KEY_FILE = "jwt_hs256.key"
 SSH_PORT = 22
 
 
@@ -36,6 +38,14 @@ def cluster_name(cluster: SlurmCluster) -> str:
 
 def munge_secret(c: str) -> str:
     return f"{c}-munge"
+
+
+def jwt_key_secret(c: str) -> str:
+    return f"{c}-jwt-key"
+
+
+def rest(c: str) -> str:
+    return f"{c}-rest"
 
 
 def ssh_host_keys_secret(c: str) -> str:

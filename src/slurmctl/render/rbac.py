@@ -3,8 +3,8 @@ and the per-namespace Roles of the namespaced mode (`slurmctl rbac --watch-names
 `RULES`, so the two modes cannot drift apart.
 
 Every rule is used by a reconciler; nothing is granted with `*`. Notably absent: `update` (every write is a
-server-side apply, a PATCH; only the leader Lease is PUT, and that Role is separate), PersistentVolumeClaims and Pods
-(nothing reads them), CustomResourceDefinitions (optional kinds are found through discovery, which every
+server-side apply, a PATCH; only the leader Lease is PUT, and that Role is separate), PersistentVolumeClaims (nothing
+reads them), CustomResourceDefinitions (optional kinds are found through discovery, which every
 authenticated client may read). Secrets need list/watch because the operator watches its own (label-selected: the
 API server sends no other Secret, but RBAC cannot express a selector) and get for the user's password Secret.
 """
@@ -46,6 +46,10 @@ RULES: Final[tuple[Rule, ...]] = (
          ("statefulsets", "deployments"), READ + WRITE),
     Rule("The populate-jail Job and the NCCL benchmark CronJob (batch/v1, or batch/v1beta1 on old clusters).",
          ("batch",), ("jobs", "cronjobs"), READ + WRITE),
+    Rule("Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition. Listed and watched only "
+         "through the owned-children label selector.", ("",), ("pods",), READ),
+    Rule("The SlurmNodeState condition on worker pods (server-side apply on /status).", ("",), ("pods/status",),
+         ("patch",)),
     Rule("Events on SlurmClusters, through either Events API.", ("", "events.k8s.io"), ("events",),
          ("create", "patch")),
     Rule("Accounting through mariadb-operator, when its CRD is installed.", ("k8s.mariadb.com",), ("mariadbs",),

@@ -1,0 +1,171 @@
+"""The drain gate: nodes that must go are drained in Slurm first and their pods go only once no job runs there
+(or their drainTimeout passed); when Slurm cannot be asked nothing goes; a drain set by someone else is never undone.
+Slurm is an in-memory fake here; the real-pods e2e runs the same with real slurmctld and jobs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from slurmctl.render.kinds import STATEFULSET
+from slurmctl.runtime import Result
+from test.unit.reconcilers.env import NAME, Env, spec
+from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
+
+CPU = f"{NAME}-worker-cpu"
+REASON = "slurmctl: scale-in of worker group cpu to 1"
+
+
+def node(i: int, group: str = "cpu") -> str:
+    return f"{NAME}-worker-{group}-{i}"
+
+
+async def cluster_with_nodes(env: Env, slurm: FakeSlurm, size: int, body: dict[str, Any] | None = None) -> None:
+    env.create(body or spec(size=size))
+    await env.converge()
+    env.job_succeeds()
+    await env.converge()
+    env.pods_ready()
+    for i in range(size):
+        slurm.add_node(node(i))
+    connect(env, slurm)
+    await env.converge()
+
+
+def replicas(env: Env) -> int:
+    sts = env.get(STATEFULSET, CPU)
+    assert sts is not None
+    return int(sts["spec"]["replicas"])
+
+
+def shrink(size: int) -> Any:
+    return lambda s: s["workers"][0].update(size=size)
+
+
+async def test_scale_in_drains_first_and_lets_each_pod_go_only_when_its_jobs_are_done() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 3)
+        slurm.run_job(7, node(2))
+        env.edit(shrink(1))
+        results = await env.run("workers")
+        assert slurm.calls == [("drain", (node(1), node(2)), REASON)]
+        assert replicas(env) == 3, "no pod goes before Slurm says its node is drained"
+        assert env.reason("WorkersReady") == ("False", "Draining")
+        assert f"{node(2)} for job 7" in env.condition("WorkersReady")["message"]  # type: ignore[index]
+        assert results["workers"] == Result(requeue_after=5.0)
+        assert env.phase() != "Degraded"
+        await env.run("workers")
+        assert replicas(env) == 3, "node 1 is idle, but node 2 (the highest ordinal) still runs job 7"
+        slurm.end_job(7)
+        await env.run("workers")
+        assert replicas(env) == 1
+        assert ("Normal", "Scaled", "worker group cpu: 3 -> 1 nodes") in env.events()
+        assert [c[0] for c in slurm.calls] == ["drain"], "each node is drained once"
+
+
+async def test_nothing_goes_while_slurm_cannot_be_asked_and_the_condition_says_why() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 2)
+        slurm.down = "slurmrestd: connection refused"
+        env.edit(shrink(1))
+        for _ in range(3):
+            await env.run("workers")
+            assert replicas(env) == 2
+        cond = env.condition("WorkersReady")
+        assert cond is not None
+        assert (cond["status"], cond["reason"]) == ("False", "SlurmUnreachable")
+        assert "connection refused" in cond["message"]
+        slurm.down = ""
+        await env.run("workers")  # drains
+        await env.run("workers")  # drained and idle: goes
+        assert replicas(env) == 1
+
+
+async def test_without_a_ready_slurmrestd_pod_scale_in_waits() -> None:
+    async with Env() as env:
+        env.create(spec(size=2))
+        await env.converge()
+        env.job_succeeds()
+        await env.converge()
+        env.edit(shrink(1))
+        await env.run("workers")
+        assert replicas(env) == 2
+        assert "has no ready pod" in env.condition("WorkersReady")["message"]  # type: ignore[index]
+
+
+async def test_growing_never_asks_slurm() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 1)
+        slurm.down = "down"
+        env.edit(shrink(3))
+        await env.run("workers")
+        assert replicas(env) == 3
+
+
+async def test_a_drain_set_by_an_administrator_is_kept_and_its_node_goes_when_idle() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 2)
+        slurm.add_node(node(1), "IDLE", "DRAIN", reason="bad DIMM")
+        env.edit(shrink(1))
+        await env.run("workers")
+        assert slurm.calls == [], "not re-drained: the reason is the administrator's"
+        assert replicas(env) == 1
+        await env.poll_slurm()
+        assert slurm.table[node(1)].reason == "bad DIMM"
+
+
+async def test_nodes_drained_for_a_scale_in_that_was_undone_are_resumed_but_not_an_administrators() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 3)
+        slurm.run_job(1, node(2))
+        slurm.add_node(node(0), "IDLE", "DRAIN", reason="maintenance")
+        env.edit(shrink(1))
+        await env.run("workers")
+        assert slurm.table[node(2)].drain
+        env.edit(shrink(3))
+        await env.run("workers")
+        await env.poll_slurm()
+        assert not slurm.table[node(1)].drain and not slurm.table[node(2)].drain
+        assert slurm.table[node(0)].reason == "maintenance"
+        assert ("resume", (node(1), node(2)), "") in slurm.calls
+        assert any(e[1] == "Resumed" for e in env.events())
+
+
+async def test_a_removed_group_keeps_its_statefulset_until_its_nodes_are_drained() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        body = spec(size=1)
+        body["workers"].append({"name": "gpu", "size": 1, "gpus": 1})
+        await cluster_with_nodes(env, slurm, 1, body)
+        slurm.add_node(node(0, "gpu"))
+        slurm.run_job(3, node(0, "gpu"))
+        env.edit(lambda s: s.update(workers=s["workers"][:1]))
+        await env.run("workers")
+        assert f"{NAME}-worker-gpu" in env.names(STATEFULSET)
+        assert slurm.calls == [("drain", (node(0, "gpu"),), "slurmctl: worker group gpu removed")]
+        slurm.end_job(3)
+        await env.run("workers")
+        assert f"{NAME}-worker-gpu" not in env.names(STATEFULSET)
+
+
+async def test_after_the_drain_timeout_the_pod_goes_with_a_warning() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        body = spec(size=2)
+        body["workers"][0]["drainTimeout"] = "1h"
+        await cluster_with_nodes(env, slurm, 2, body)
+        slurm.run_job(9, node(1))
+        env.edit(shrink(1))
+        await env.run("workers")
+        assert replicas(env) == 2
+        slurm.table[node(1)] = slurm.table[node(1)].__class__(
+            **{**slurm.table[node(1)].__dict__, "reason_changed_at": datetime.now(UTC) - timedelta(hours=2)}
+        )
+        await env.run("workers")
+        assert replicas(env) == 1
+        assert any(e[1] == "DrainTimedOut" and "job" in e[2] and "9" in e[2] for e in env.events())
