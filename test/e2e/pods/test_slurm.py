@@ -2,12 +2,15 @@
 daemons started from what the operator rendered, users entering the jail through sshd and the chroot SPANK plugin.
 
 One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in
-and runs jobs → scale out → scale in → delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
+and runs jobs → Slurm's node state on the pods → scale out under a running job → scale in under a running job (drain
+first) → scale in while Slurm cannot be asked (nothing goes) → delete. The operator runs as `slurmctl run`, with its
+ServiceAccount's token.
 """
 
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +32,8 @@ CONTROLLER_POD = f"{NAME}-controller-0"
 WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
 JAIL = "/mnt/jail"
 USER, UID = "alice", 1500
-IMAGES = ("controller", "worker", "login", "populate-jail")
+IMAGES = ("controller", "worker", "login", "populate-jail", "rest")
+REST = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest"
 
 
 @pytest.fixture(scope="module")
@@ -167,41 +171,147 @@ def test_jail_user_logs_in_over_ssh_and_runs_jobs(available: Kube, jail_user: tu
     assert owner.strip() == str(UID)
 
 
-def test_scale_out_makes_the_new_node_usable_everywhere_without_restarts(
+def patch_cluster(kube: Kube, *ops: str) -> None:
+    kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", "[" + ",".join(ops) + "]")
+
+
+def set_size(kube: Kube, size: int) -> None:
+    patch_cluster(kube, f'{{"op":"replace","path":"/spec/workers/0/size","value":{size}}}')
+
+
+def job_state(kube: Kube, job_id: str) -> dict[str, str]:
+    """`scontrol show job` as key -> value (JobState, ExitCode, NodeList, ...)."""
+    out = kube.exec(LOGIN_POD, LOGIN, "scontrol", "show", "job", "-o", job_id)
+    return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+
+
+def job_ended(kube: Kube, job_id: str) -> dict[str, str] | None:
+    state = job_state(kube, job_id)
+    return None if state["JobState"] in ("RUNNING", "PENDING", "COMPLETING") else state
+
+
+def submit(key: Path, ip: str, *args: str) -> str:
+    out = ssh(key, USER, ip, "cd ~ && sbatch --parsable " + " ".join(args))
+    return out.strip().split(";")[0]
+
+
+def node_state_condition(kube: Kube, pod: str) -> tuple[str, str, str] | None:
+    conditions = kube.json("pod", pod).get("status", {}).get("conditions") or []
+    cond = next((c for c in conditions if c["type"] == "SlurmNodeState"), None)
+    return None if cond is None else (cond["status"], cond["reason"], cond.get("message", ""))
+
+
+class Timeline:
+    """What the test saw and when, printed with the test's output (pytest -s shows it; a failure shows it too)."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.lines: list[str] = []
+
+    def __call__(self, what: str) -> None:
+        self.lines.append(f"{time.monotonic() - self.start:6.1f}s  {what}")
+        print(self.lines[-1])
+
+
+def test_slurm_node_state_follows_drain_and_resume_and_an_idle_cluster_writes_nothing(available: Kube) -> None:
+    kube = available
+    pod = f"{NAME}-worker-cpu-1"
+    until(lambda: node_state_condition(kube, pod) == ("True", "Idle", "") or None, timeout=90, what="Idle on pod")
+    status = kube.json("slurmcluster", NAME)["status"]
+    assert status["slurmNodes"]["idle"] == 2, status
+    # Idle: two polls later (15 s each), not one write to a worker pod or to the cluster.
+    before = {p: kube.json("pod", p)["metadata"]["resourceVersion"] for p in worker_pods(kube)}
+    cluster_rv = kube.json("slurmcluster", NAME)["metadata"]["resourceVersion"]
+    time.sleep(35)  # the quiet period being measured, not a wait for a condition
+    after = {p: kube.json("pod", p)["metadata"]["resourceVersion"] for p in worker_pods(kube)}
+    assert after == before, "the operator wrote to idle worker pods"
+    assert kube.json("slurmcluster", NAME)["metadata"]["resourceVersion"] == cluster_rv
+    kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", f"nodename={pod}", "state=drain", "reason=e2e-maintenance")
+    until(
+        lambda: node_state_condition(kube, pod) == ("False", "Drained", "e2e-maintenance") or None,
+        timeout=60,
+        what="SlurmNodeState Drained",
+    )
+    kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", f"nodename={pod}", "state=resume")
+    until(lambda: node_state_condition(kube, pod) == ("True", "Idle", "") or None, timeout=60, what="back to Idle")
+
+
+def test_scale_out_while_a_job_runs_restarts_nothing_and_new_nodes_are_usable_at_once(
     available: Kube, jail_user: tuple[Path, str]
 ) -> None:
     kube = available
     key, ip = jail_user
+    job = submit(key, ip, "-N1", "--wrap", "'sleep 40'")
+    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
     before = {name: identity(p) for name, p in worker_pods(kube).items()}
     controller_before = identity(kube.json("pod", CONTROLLER_POD))
-    kube.run(
-        "patch", "slurmcluster", NAME, "--type=json", "-p", '[{"op":"replace","path":"/spec/workers/0/size","value":3}]'
-    )
-    wait_for_nodes(
-        kube,
-        lambda n: len(n) == 3 and set(n.values()) == {"idle"},
-        timeout=300,
-        what="three idle nodes after scaling to 3",
-    )
-    out = ssh(key, USER, ip, "srun -N3 --ntasks-per-node=1 hostname")
-    assert sorted(out.split()) == [f"{NAME}-worker-cpu-{i}" for i in range(3)], out
+    set_size(kube, 4)
+    wait_for_nodes(kube, lambda n: len(n) == 4, timeout=300, what="four nodes after scaling to 4")
+    assert job_state(kube, job)["JobState"] == "RUNNING", "the running job survived the scale-out"
     after = {name: identity(p) for name, p in worker_pods(kube).items()}
     assert {name: after[name] for name in before} == before, "old workers restarted or were re-created"
     assert identity(kube.json("pod", CONTROLLER_POD)) == controller_before, "slurmctld restarted"
+    done = until(lambda: job_ended(kube, job), timeout=120, what=f"job {job} to end")
+    assert (done["JobState"], done["ExitCode"]) == ("COMPLETED", "0:0"), done
+    out = ssh(key, USER, ip, "srun -N4 --ntasks-per-node=1 hostname")
+    assert sorted(out.split()) == [f"{NAME}-worker-cpu-{i}" for i in range(4)], out
 
 
-def test_scale_in_removes_the_node_from_slurm(available: Kube) -> None:
+def test_scale_in_drains_the_node_and_its_pod_goes_only_after_the_job(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
     kube = available
-    # Start from idle nodes (the last test's steps may still be completing): draining busy nodes first is the
-    # operator's drain-before-scale-in, not this test's subject.
+    key, ip = jail_user
+    leaving = f"{NAME}-worker-cpu-3"
+    seen = Timeline()
+    job = submit(key, ip, "-w", leaving, "--wrap", "'sleep 45'")
+    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    seen(f"job {job} running on {leaving}")
+    set_size(kube, 3)
+    seen("size 4 -> 3")
+    state = wait_for_nodes(kube, lambda n: n.get(leaving, "").startswith("drng"), timeout=60, what="draining")
+    seen(f"{leaving} is {state[leaving]} in Slurm")
+    reason = kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-n", leaving, "-o", "%E").strip()
+    assert reason.startswith("slurmctl:"), reason
+    cond = kube.json("slurmcluster", NAME)["status"]["conditions"]
+    workers = next(c for c in cond if c["type"] == "WorkersReady")
+    assert workers["reason"] == "Draining" and f"job {job}" in workers["message"], workers
+    assert kube.json("slurmcluster", NAME)["status"]["phase"] != "Degraded"
+    while job_state(kube, job)["JobState"] == "RUNNING":
+        assert leaving in worker_pods(kube), "the pod went while its job was running"
+        time.sleep(2)  # sampling the pod while the job runs (the property under test), not waiting for a state
+    seen(f"job {job} ended; pod still there: {leaving in worker_pods(kube)}")
+    until(lambda: leaving not in worker_pods(kube), timeout=120, what=f"pod {leaving} to go")
+    seen(f"pod {leaving} gone")
+    done = job_state(kube, job)
+    assert (done["JobState"], done["ExitCode"]) == ("COMPLETED", "0:0"), done
+    nodes = wait_for_nodes(kube, lambda n: len(n) == 3, timeout=60, what="three nodes left in Slurm")
+    assert leaving not in nodes
+    seen("timeline:\n" + "\n".join(seen.lines))
+
+
+def test_scale_in_waits_while_slurm_cannot_be_asked(available: Kube) -> None:
+    kube = available
+    leaving = f"{NAME}-worker-cpu-2"
     wait_for_nodes(kube, lambda n: set(n.values()) == {"idle"}, timeout=120, what="every node idle")
-    kube.run(
-        "patch", "slurmcluster", NAME, "--type=json", "-p", '[{"op":"replace","path":"/spec/workers/0/size","value":2}]'
-    )
-    until(lambda: len(worker_pods(kube)) == 2, timeout=180, what="the third worker pod to go")
+    patch_cluster(kube, '{"op":"add","path":"/spec/rest","value":{"enabled":false}}')
+    until(lambda: not kube.pods(REST) or None, timeout=120, what="the slurmrestd pod to go")
+    set_size(kube, 2)
+
+    def closed() -> str | None:
+        cond = next(c for c in kube.json("slurmcluster", NAME)["status"]["conditions"] if c["type"] == "WorkersReady")
+        return cond["message"] if cond["reason"] == "SlurmUnreachable" else None
+
+    message = until(closed, timeout=60, what="WorkersReady to say Slurm cannot be asked")
+    assert "slurmrestd" in message, message
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # watching that nothing goes: the property under test
+        assert leaving in worker_pods(kube), "a worker pod went while Slurm could not be asked"
+        time.sleep(2)
+    patch_cluster(kube, '{"op":"replace","path":"/spec/rest/enabled","value":true}')
+    until(lambda: leaving not in worker_pods(kube), timeout=240, what=f"pod {leaving} to go once Slurm answers")
     nodes = wait_for_nodes(kube, lambda n: len(n) == 2, timeout=120, what="two nodes left in Slurm")
     assert set(nodes) == {f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"}
-    assert set(nodes.values()) == {"idle"}, nodes
 
 
 def jail_host_path(kube: Kube) -> Path:
