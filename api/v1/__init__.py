@@ -83,7 +83,6 @@ from .types import (
 from .validation import Problem, check_cluster, validate_spec
 
 __all__ = [
-    "Duration",
     "ACCOUNTING_READY",
     "API_VERSION",
     "BENCHMARK_SCHEDULED",
@@ -114,6 +113,7 @@ __all__ = [
     "Condition",
     "ConditionStatus",
     "ControllerSpec",
+    "Duration",
     "ExternalDatabase",
     "FreeForm",
     "GpuHealthCheck",
@@ -137,8 +137,8 @@ __all__ = [
     "SlurmCluster",
     "SlurmClusterSpec",
     "SlurmClusterStatus",
-    "SlurmNodeCounts",
     "SlurmConfig",
+    "SlurmNodeCounts",
     "SlurmSpec",
     "StateVolume",
     "SubMount",

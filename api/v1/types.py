@@ -141,9 +141,8 @@ def parse_duration(value: str) -> timedelta:
     return timedelta(seconds=sum(int(n) * _DURATION_UNITS[u] for n, u in _DURATION_PARTS.findall(value)))
 
 
-Duration = Annotated[
-    str, AfterValidator(_check_duration), WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN, "minLength": 2})
-]
+DURATION_SCHEMA: dict[str, Any] = {"type": "string", "pattern": DURATION_PATTERN, "minLength": 2}
+Duration = Annotated[str, AfterValidator(_check_duration), WithJsonSchema(DURATION_SCHEMA)]
 """A duration in hours, minutes and seconds, as Kubernetes spells them: "90s", "30m", "1h30m"."""
 
 FreeForm = Annotated[

@@ -49,6 +49,33 @@ install_slurm_configs() {
     done
 }
 
+# Keeps SLURM_CONF_DIR equal to the mounted ConfigMap while the daemon runs, in the background: the kubelet updates
+# the mount in place when the operator changes a file; each change is installed, then the command given runs (the
+# controller: `scontrol reconfigure`; a worker: a SIGHUP to its own slurmd, which catches up if it reconfigured
+# before its own copy changed). Scaling changes no file; only what reconfigure cannot change restarts pods.
+follow_slurm_configs() {
+    local interval=${SLURM_CONFIGS_POLL_SECONDS:-5} daemon=$$
+    (
+        # Ends with the daemon, which keeps this shell's PID: once it exits, this loop has another parent.
+        while sleep "$interval"; do
+            read -r _ _ _ parent _ <"/proc/$BASHPID/stat"
+            [ "$parent" = "$daemon" ] || exit 0
+            changed=
+            for f in "$SLURM_CONFIGS_SOURCE"/*; do
+                [ -f "$f" ] || continue
+                cmp -s "$f" "$SLURM_CONF_DIR/$(basename "$f")" || changed=yes
+            done
+            [ -n "$changed" ] || continue
+            install_slurm_configs
+            if out=$("$@" 2>&1); then
+                log "configs changed; ran: $*"
+            else
+                log "configs changed; '$*' failed: $out"
+            fi
+        done
+    ) &
+}
+
 # The key is secret material: it is copied with install(1) so it never passes through a variable or a log line.
 install_munge_key() {
     [ -f "$MUNGE_KEY_SOURCE" ] || die "munge key $MUNGE_KEY_SOURCE is missing (is the munge key Secret mounted?)"

@@ -31,8 +31,9 @@ from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
-from slurmctl.runtime import WARNING, ApiError, Conflict, Manager, NotFound, Request, Result
+from slurmctl.runtime import WARNING, ApiError, Conflict, Event, Manager, NotFound, Request, Result
 from slurmctl.runtime.errors import rejection
+from slurmctl.runtime.handlers import Predicate
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.manager import ControllerBuilder
 
@@ -413,3 +414,13 @@ class ComponentReconciler:
         "waiting" condition that the cluster's first pass makes stale a few milliseconds later."""
         valid = loaded.condition(SPEC_VALID)
         return valid is not None and valid.observed_generation == loaded.generation
+
+
+def component_is(*components: str) -> Predicate:
+    """Only children carrying one of these component labels (a worker StatefulSet does not wake the login)."""
+
+    def predicate(event: Event) -> bool:
+        labels = (event.obj.get("metadata") or {}).get("labels") or {}
+        return labels.get(meta.LABEL_COMPONENT) in components
+
+    return predicate

@@ -26,11 +26,12 @@ from slurmctl.api.v1 import (
     SlurmCluster,
 )
 from slurmctl.reconcilers.accounting import AccountingReconciler
-from slurmctl.reconcilers.base import Component, Context, Loader, Obj, never
+from slurmctl.reconcilers.base import Component, Context, Loader, component_is, never
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.controller import ControllerReconciler
 from slurmctl.reconcilers.login import LoginReconciler
+from slurmctl.reconcilers.observed import cluster_of_pod
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
 from slurmctl.reconcilers.slurm_access import REST_COMPONENT
 from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler
@@ -50,8 +51,8 @@ from slurmctl.render.kinds import (
     Kind,
 )
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES, HOST_KEY_TYPES
-from slurmctl.runtime import Event, Manager, Request, any_of, generation_changed
-from slurmctl.runtime.handlers import Predicate, enqueue_mapped
+from slurmctl.runtime import Event, Manager, any_of, generation_changed
+from slurmctl.runtime.handlers import enqueue_mapped
 
 
 def _accounting_enabled(cluster: SlurmCluster) -> bool:
@@ -105,16 +106,6 @@ def resync(event: Event) -> bool:
     return event.low_priority
 
 
-def component_is(*components: str) -> Predicate:
-    """Only children carrying one of these component labels (a worker StatefulSet does not wake the login)."""
-
-    def predicate(event: Event) -> bool:
-        labels = (event.obj.get("metadata") or {}).get("labels") or {}
-        return labels.get(meta.LABEL_COMPONENT) in components
-
-    return predicate
-
-
 async def register(
     manager: Manager,
     components: Sequence[Component] | None = None,
@@ -130,6 +121,7 @@ async def register(
     # Secrets: only those the operator labels as its own are listed and watched; the user's (a database password)
     # are read by name when needed.
     manager.select(*SECRET, label_selector=meta.OWNED_SELECTOR)
+    manager.select(*POD, label_selector=meta.OWNED_SELECTOR)  # worker pods' state, slurmrestd's address
     served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
     host_key_types = HOST_KEY_TYPES if rsa_host_keys else DEFAULT_HOST_KEY_TYPES
     ctx = Context(
@@ -152,18 +144,11 @@ async def register(
     return ctx
 
 
-def _cluster_of_pod(pod: Obj) -> list[Request]:
-    md = pod.get("metadata") or {}
-    instance = (md.get("labels") or {}).get(meta.LABEL_INSTANCE)
-    return [Request(md.get("namespace") or "", instance)] if instance else []
-
-
 def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
     """Slurm's view on the pods: polls each cluster's slurmrestd (it sends no events); the slurmrestd pod turning
     ready starts the first poll at once. Pods are listed through the owned-children selector only."""
-    manager.select(*POD, label_selector=meta.OWNED_SELECTOR)
     loop = ctx.loops["slurm-nodes"] = SlurmNodesReconciler(ctx)
     builder = manager.controller(
         "slurm-nodes", loop, for_=SLURM_CLUSTER, predicates=[any_of(generation_changed, resync)]
     )
-    builder.watches(*POD, enqueue_mapped(_cluster_of_pod), predicates=[component_is(REST_COMPONENT)])
+    builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(REST_COMPONENT)])

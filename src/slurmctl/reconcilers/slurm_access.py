@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from slurmctl.reconcilers.observed import uid
+from slurmctl.reconcilers.observed import deleting, pod_ready, uid
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, SECRET
 from slurmctl.runtime.cache import Cache
@@ -42,10 +42,7 @@ Connect = Callable[[str, Callable[[], str]], SlurmApi]  # (base URL, token sourc
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    conditions = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    return ready and bool(status.get("podIP")) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    return pod_ready(pod) and bool((pod.get("status") or {}).get("podIP")) and not deleting(pod)
 
 
 class SlurmAccess:

@@ -18,11 +18,11 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
 from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_body
-from slurmctl.reconcilers.drain import drained_by_us, leaving_nodes
-from slurmctl.reconcilers.observed import worker_replicas
+from slurmctl.reconcilers.drain import drained_by_us
 from slurmctl.reconcilers.slurm_metrics import Snapshot, collector_for
+from slurmctl.reconcilers.workers import WorkersReconciler
 from slurmctl.render import meta
-from slurmctl.render.kinds import POD, SLURM_CLUSTER, STATEFULSET
+from slurmctl.render.kinds import POD, SLURM_CLUSTER
 from slurmctl.runtime import Request, Result
 from slurmctl.runtime.logs import kv
 from slurmctl.slurm import Node, SlurmError
@@ -112,8 +112,8 @@ class SlurmNodesReconciler:
 
     async def _resume(self, loaded: Loaded, nodes: list[Node], api: Any) -> None:
         workers = self.ctx.reconcilers[WORKERS]
-        live = worker_replicas(workers.owned(loaded, STATEFULSET))
-        leaving = {going.node for going in leaving_nodes(loaded.name, loaded.cluster.spec.workers, live)}
+        assert isinstance(workers, WorkersReconciler)
+        leaving = {going.node for going in workers.leaving(loaded)}
         ours = sorted(n.name for n in nodes if drained_by_us(n) and n.name not in leaving)
         if ours:
             await api.resume(ours)

@@ -27,14 +27,24 @@ from slurmctl.api.v1 import (
     parse_duration,
     ready_summary,
 )
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded, Obj, now
+from slurmctl.reconcilers.base import ComponentReconciler, Loaded, Obj, component_is, now
 from slurmctl.reconcilers.drain import Leaving, Verdict, judge, leaving_nodes, replicas_after
-from slurmctl.reconcilers.observed import deleting, match_labels, ready_replicas, worker_replicas
+from slurmctl.reconcilers.observed import (
+    cluster_of_pod,
+    deleting,
+    match_labels,
+    outdated_pods,
+    pod_ready,
+    ready_replicas,
+    worker_replicas,
+)
 from slurmctl.reconcilers.populate_jail import jail_gate_open
 from slurmctl.render import meta
-from slurmctl.render.kinds import STATEFULSET, Kind
+from slurmctl.render.kinds import POD, STATEFULSET, Kind
 from slurmctl.runtime import Result
+from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.manager import ControllerBuilder
 from slurmctl.slurm import SlurmError
 
 log = logging.getLogger(__name__)
@@ -68,7 +78,8 @@ class WorkersReconciler(ComponentReconciler):
             return None
         groups = sorted(loaded.cluster.spec.workers, key=lambda g: g.name)
         live = worker_replicas(self.owned(loaded, STATEFULSET))
-        leaving = leaving_nodes(c, groups, live)
+        roll = self._roll(loaded, live)
+        leaving = [*leaving_nodes(c, groups, live), *roll]
         gate = await self._gate(loaded, leaving)
         replicas: dict[str, int] = {}
         for group in groups:
@@ -92,8 +103,44 @@ class WorkersReconciler(ComponentReconciler):
         keep = [meta.worker_group(c, g.name) for g in groups]
         keep += [meta.worker_group(c, name) for name in live if meta.worker_group(c, name) in held]
         await self.prune(loaded, STATEFULSET, keep=keep)
+        for going in roll:
+            if going.node in gate.released:
+                await self.delete(loaded, POD, going.node, why=f"{going.why}; its node is drained and runs no job")
         await self.write_status(loaded, self._status(loaded, groups, gate))
         return Result(requeue_after=DRAIN_POLL_SECONDS) if leaving else None
+
+    def leaving(self, loaded: Loaded) -> list[Leaving]:
+        """Every node that must go now (scale-in, removed groups, the node being re-created): what the drain gate
+        drains, and what the Slurm node loop must not resume."""
+        live = worker_replicas(self.owned(loaded, STATEFULSET))
+        return [*leaving_nodes(loaded.name, loaded.cluster.spec.workers, live), *self._roll(loaded, live)]
+
+    def _roll(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
+        """The one worker to re-create next for a new pod template (OnDelete StatefulSets: only the operator deletes
+        worker pods): the highest outdated ordinal of the first group, by name, that is not shrinking and whose other
+        pods are all ready, so at most one node of the cluster is out at a time."""
+        c, ns = loaded.name, loaded.namespace
+        for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
+            replicas = live.get(group.name)
+            if replicas is None or group.size < replicas:
+                continue
+            sts = self.live(STATEFULSET, meta.worker_group(c, group.name), ns)
+            labels = meta.selector(c, self.component, **{meta.LABEL_WORKER_GROUP: group.name})
+            pods = self.cache.list(*self.ctx.kind(POD), namespace=ns, labels=labels)
+            outdated = outdated_pods(sts, pods)
+            if not outdated:
+                continue
+            others = [p for p in pods if (p.get("metadata") or {}).get("name") != outdated[-1]]
+            if len(others) < replicas - 1 or not all(pod_ready(p) and not deleting(p) for p in others):
+                return []  # a node is still coming back: one at a time
+            why = f"re-created for a new pod template of worker group {group.name}"
+            return [Leaving(outdated[-1], why)]
+        return []
+
+    def watch(self, builder: ControllerBuilder) -> None:
+        """Worker pods (owned by the StatefulSets, not the cluster): a re-created pod turning ready lets the next
+        node of a roll go."""
+        builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(*self.decl.labels)])
 
     async def _gate(self, loaded: Loaded, leaving: list[Leaving]) -> Gate:
         """Ask Slurm about the nodes that must go and drain those not drained yet. Slurm is not asked at all when

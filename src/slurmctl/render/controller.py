@@ -7,17 +7,17 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import JAIL_PATH
+from slurmctl.render.slurm_conf import JAIL_PATH, restart_settings
 
 COMPONENT = "controller"
 STATE_DIR = "/var/spool/slurmctld"
 
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
-    """slurmctld reads every config file; scaling changes none of them (workers are dynamic nodes), so it rolls
-    slurmctld only when the node sets or partitions change. `configs` is the rendered config set
+    """slurmctld takes every other config change in place (`scontrol reconfigure`, run by the container when the
+    ConfigMap changes), so only what reconfigure cannot change restarts it. `configs` is the rendered config set
     (`render_slurm_configs`), rendered once per reconcile."""
-    return meta.content_hash(dict(configs), munge_key_id)
+    return meta.content_hash(restart_settings(configs), munge_key_id)
 
 
 def render_controller_service(cluster: SlurmCluster) -> dict[str, Any]:

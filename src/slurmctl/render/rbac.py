@@ -46,8 +46,9 @@ RULES: Final[tuple[Rule, ...]] = (
          ("statefulsets", "deployments"), READ + WRITE),
     Rule("The populate-jail Job and the NCCL benchmark CronJob (batch/v1, or batch/v1beta1 on old clusters).",
          ("batch",), ("jobs", "cronjobs"), READ + WRITE),
-    Rule("Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition. Listed and watched only "
-         "through the owned-children label selector.", ("",), ("pods",), READ),
+    Rule("Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition; a worker pod deleted "
+         "(once its node is drained) to re-create it from a new template. Listed and watched only through the "
+         "owned-children label selector.", ("",), ("pods",), (*READ, "delete")),
     Rule("The SlurmNodeState condition on worker pods (server-side apply on /status).", ("",), ("pods/status",),
          ("patch",)),
     Rule("Events on SlurmClusters, through either Events API.", ("", "events.k8s.io"), ("events",),

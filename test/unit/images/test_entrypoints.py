@@ -10,7 +10,7 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,6 +55,7 @@ def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
         "EXTRAUSERS_DIR": str(shared_tmp / "var" / "lib" / "extrausers"),
         "ROOT": str(shared_tmp),
         "LOG": str(log),
+        "SLURM_CONFIGS_POLL_SECONDS": "0.2",
     }
     yield env
     sock.close()
@@ -82,6 +83,49 @@ def test_controller_runs_slurmctld_as_slurm_user_with_its_state_dir(pod: dict[st
     assert Path(pod["LOG"]).read_text() == f"slurmctld uid={pwd.getpwnam('slurm').pw_uid} args=-D -vv\n"
     assert "munge.key" in done.stderr
     assert Path(pod["MUNGE_KEY_SOURCE"]).read_bytes().hex()[:16] not in done.stderr + done.stdout
+
+
+def wait_for(probe: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controller(pod: dict[str, str]) -> None:
+    """The kubelet swaps the mounted ConfigMap's ..data; the controller installs the new files and runs
+    `scontrol reconfigure`, without restarting slurmctld."""
+    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
+    stop = root / "stop"
+    # A slurmctld that runs until told to stop, and a recording scontrol.
+    write_exe(
+        root / "bin" / "slurmctld",
+        RECORDER.format(log=log) + f"while [ ! -e {stop} ]; do sleep 0.05; done\n",
+    )
+    write_exe(root / "bin" / "scontrol", RECORDER.format(log=log))
+    full_env = {"LC_ALL": "C.UTF-8", **pod}
+    proc = subprocess.Popen(
+        [str(SCRIPTS / "entrypoint-controller")], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        wait_for(lambda: "slurmctld" in log.read_text(), timeout=30, what="slurmctld to start")
+        installed = Path(pod["SLURM_CONF_DIR"]) / "slurm.conf"
+        before = installed.read_text()
+        configs = Path(pod["SLURM_CONFIGS_SOURCE"])
+        new = configs / "..data_new"
+        new.mkdir()
+        (new / "slurm.conf").write_text(before + "MaxJobCount=5000\n")
+        (new / "cgroup.conf").write_text((configs / "cgroup.conf").read_text())
+        # The kubelet swaps a ..data symlink to a new directory; the fixture's ..data is a directory.
+        (configs / "..data").rename(configs / "..data_old")
+        (configs / "..data").symlink_to("..data_new")
+        wait_for(lambda: "MaxJobCount=5000" in installed.read_text(), timeout=30, what="the new slurm.conf")
+        wait_for(lambda: "scontrol uid=0 args=reconfigure" in log.read_text(), timeout=30, what="reconfigure")
+        assert log.read_text().count("slurmctld uid=") == 1, "slurmctld was not restarted"
+    finally:
+        stop.touch()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
 
 
 def test_munge_wait_has_a_deadline_and_says_what_is_missing(pod: dict[str, str]) -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from slurmctl.render.kinds import STATEFULSET
+from slurmctl.render import meta
+from slurmctl.render.kinds import CONFIGMAP, POD, STATEFULSET
 from slurmctl.runtime import Result
-from test.unit.reconcilers.env import NAME, Env, spec
+from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
 
 CPU = f"{NAME}-worker-cpu"
@@ -169,3 +170,72 @@ async def test_after_the_drain_timeout_the_pod_goes_with_a_warning() -> None:
         await env.run("workers")
         assert replicas(env) == 1
         assert any(e[1] == "DrainTimedOut" and "job" in e[2] and "9" in e[2] for e in env.events())
+
+
+def worker_pod(env: Env, i: int, revision: str) -> None:
+    labels = {**meta.labels(NAME, "workers", **{meta.LABEL_WORKER_GROUP: "cpu"}), "controller-revision-hash": revision}
+    env.fake.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": node(i), "namespace": NS, "labels": labels},
+            "status": {"podIP": f"10.0.0.{i + 10}", "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
+
+
+def statefulset_controller(env: Env, *, update: str, ready: int) -> None:
+    """What the StatefulSet controller reports once it has seen the latest template."""
+    sts = env.get(STATEFULSET, CPU)
+    assert sts is not None
+    status = {"observedGeneration": sts["metadata"]["generation"], "updateRevision": update, "readyReplicas": ready}
+    env.fake.set_status(*STATEFULSET, CPU, status, namespace=NS)
+
+
+async def test_a_new_pod_template_re_creates_one_drained_node_at_a_time() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 2)
+        for i in range(2):
+            worker_pod(env, i, "old")
+        slurm.run_job(5, node(1))
+        env.edit(lambda s: s["workers"][0].update(image="registry.example/worker:2"))
+        await env.run("workers")
+        statefulset_controller(env, update="new", ready=2)
+        await env.run("workers")
+        assert slurm.calls == [("drain", (node(1),), "slurmctl: re-created for a new pod template of worker group cpu")]
+        assert not slurm.table[node(0)].drain, "one node at a time"
+        await env.poll_slurm()
+        assert slurm.table[node(1)].drain, "the Slurm node loop does not resume a node being re-created"
+        await env.run("workers")
+        assert env.get(POD, node(1)) is not None, "its job still runs"
+        slurm.end_job(5)
+        await env.run("workers")
+        assert env.get(POD, node(1)) is None
+        assert any(e[1] == "Deleted" and node(1) in e[2] for e in env.events())
+        # The StatefulSet controller re-creates it from the new template; the node registers afresh.
+        worker_pod(env, 1, "new")
+        pod = env.get(POD, node(1))
+        assert pod is not None
+        env.fake.set_status("v1", "Pod", node(1), {"podIP": "10.0.0.20", "conditions": []}, namespace=NS)
+        del slurm.table[node(1)]
+        slurm.add_node(node(1))
+        await env.run("workers")
+        assert not slurm.table[node(0)].drain, "not before the re-created node is ready"
+        worker_pod(env, 1, "new")  # ready now
+        await env.run("workers")
+        assert slurm.table[node(0)].drain
+        await env.run("workers")
+        assert env.get(POD, node(0)) is None
+
+
+async def test_a_partition_change_rolls_nothing() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 2)
+        templates = {name: env.get(STATEFULSET, name)["spec"]["template"] for name in env.names(STATEFULSET)}  # type: ignore[index]
+        env.edit(lambda s: s.update(partitions=[{"name": "main", "default": True, "options": {"MaxTime": "2:00:00"}}]))
+        await env.converge()
+        assert "MaxTime=2:00:00" in env.get(CONFIGMAP, f"{NAME}-slurm-configs")["data"]["nodes.conf"]  # type: ignore[index]
+        after = {name: env.get(STATEFULSET, name)["spec"]["template"] for name in env.names(STATEFULSET)}  # type: ignore[index]
+        assert after == templates, "controller, workers and login keep their pods; the containers reconfigure"
