@@ -2,9 +2,9 @@
 daemons started from what the operator rendered, users entering the jail through sshd and the chroot SPANK plugin.
 
 One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in
-and runs jobs → Slurm's node state on the pods → scale out under a running job → scale in under a running job (drain
-first) → scale in while Slurm cannot be asked (nothing goes) → delete. The operator runs as `slurmctl run`, with its
-ServiceAccount's token.
+and runs jobs → Slurm's node state on the pods → a partition change reaches every daemon in place → scale out under
+a running job → scale in under a running job (drain first) → scale in while Slurm cannot be asked (nothing goes) →
+delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
 """
 
 from __future__ import annotations
@@ -234,6 +234,51 @@ def test_slurm_node_state_follows_drain_and_resume_and_an_idle_cluster_writes_no
     )
     kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", f"nodename={pod}", "state=resume")
     until(lambda: node_state_condition(kube, pod) == ("True", "Idle", "") or None, timeout=60, what="back to Idle")
+
+
+def all_identities(kube: Kube) -> dict[str, tuple[str, int]]:
+    pods = kube.pods(f"app.kubernetes.io/instance={NAME}")
+    return {
+        p["metadata"]["name"]: identity(p) for p in pods if p["metadata"]["name"] != f"{NAME}-rest" and pod_ready(p)
+    }
+
+
+def test_a_partition_change_reaches_every_daemon_in_place_without_killing_a_job(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    kube = available
+    key, ip = jail_user
+    release = f"{JAIL}/home/{USER}/release-reconfigure"
+    job = submit(key, ip, "-N1", "--wrap", "'while [ ! -e ~/release-reconfigure ]; do sleep 1; done'")
+    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    before = all_identities(kube)
+    seen = Timeline()
+    patch_cluster(
+        kube,
+        '{"op":"add","path":"/spec/partitions","value":'
+        '[{"name":"main","default":true,"options":{"MaxTime":"02:00:00"}}]}',
+    )
+    seen("partition main: MaxTime=02:00:00 in the spec")
+
+    def in_slurmctld() -> bool:
+        return "MaxTime=02:00:00" in kube.exec(LOGIN_POD, LOGIN, "scontrol", "-o", "show", "partition", "main")
+
+    until(in_slurmctld, timeout=240, interval=3, what="slurmctld to take the new partition option")
+    seen("slurmctld shows it")
+    for pod in worker_pods(kube):
+        until(
+            lambda pod=pod: "MaxTime=02:00:00" in kube.exec(pod, "slurmd", "cat", "/etc/slurm/nodes.conf"),
+            timeout=180,
+            interval=3,
+            what=f"{pod}'s slurmd config",
+        )
+    seen("every slurmd's config has it")
+    assert all_identities(kube) == before, "a pod restarted or was re-created"
+    assert job_state(kube, job)["JobState"] == "RUNNING"
+    kube.exec(LOGIN_POD, LOGIN, "sh", "-c", f"touch {release}")
+    done = until(lambda: job_ended(kube, job), timeout=60, what=f"job {job} to end")
+    assert (done["JobState"], done["ExitCode"]) == ("COMPLETED", "0:0"), done
+    seen("timeline:\n" + "\n".join(seen.lines))
 
 
 def test_scale_out_while_a_job_runs_restarts_nothing_and_new_nodes_are_usable_at_once(
