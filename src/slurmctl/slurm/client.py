@@ -57,6 +57,16 @@ _HOSTLIST_CHARACTERS = frozenset("[],") | frozenset(" \t\n")
 
 _W = TypeVar("_W", bound=BaseModel)
 
+# Query flags. Passing any replaces slurmrestd's defaults, which is how 24.11 behaves (checked against it): without
+# MIXED a node with some CPUs allocated reads ALLOCATED, and /jobs/ without DETAIL has no job_resources (the
+# allocation's node names). They repeat ("ALL,FUTURE" in one value is refused). ALL includes what hidden partitions
+# hold; FUTURE the nodes slurmctld knows that have not registered (a dynamic node made with `scontrol create`,
+# State=FUTURE in slurm.conf), which /nodes/ leaves out by default. The operator must see every node and job.
+Query = list[tuple[str, str]]
+NODES_QUERY: Query = [("flags", "MIXED"), ("flags", "FUTURE"), ("flags", "ALL")]
+JOBS_QUERY: Query = [("flags", "DETAIL"), ("flags", "ALL")]
+PARTITIONS_QUERY: Query = [("flags", "ALL")]
+
 
 def _is_auth(errno: int) -> bool:
     return errno in _AUTH_ERRNOS or errno in _AUTH_ERRNO_RANGE
@@ -110,13 +120,13 @@ class SlurmClient:
             )
 
     async def nodes(self) -> list[Node]:
-        return (await self._get("nodes/", WireNodes)).parse()
+        return (await self._get("nodes/", WireNodes, query=NODES_QUERY)).parse()
 
     async def jobs(self) -> list[Job]:
-        return (await self._get("jobs/", WireJobs)).parse()
+        return (await self._get("jobs/", WireJobs, query=JOBS_QUERY)).parse()
 
     async def partitions(self) -> list[Partition]:
-        return (await self._get("partitions/", WirePartitions)).parse()
+        return (await self._get("partitions/", WirePartitions, query=PARTITIONS_QUERY)).parse()
 
     async def drain(self, names: Sequence[str], *, reason: str) -> None:
         """Set DRAIN with `reason` on the named nodes (one request; Slurm applies it to all or reports an error)."""
@@ -142,19 +152,16 @@ class SlurmClient:
 
     # --- plumbing ----------------------------------------------------------------------------------------------
 
-    async def _get(self, path: str, model: type[_W]) -> _W:
-        data = await self._request("GET", path)
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            raise SlurmProtocolError(
-                f"slurmrestd GET {self._path(path)}: unexpected answer: {describe_validation(exc)}"
-            ) from None
+    async def _get(self, path: str, model: type[_W], *, query: Query | None = None) -> _W:
+        data = await self._request("GET", path, query=query)
+        return _validated(f"slurmrestd GET {self._path(path)}", model, data)
 
     def _path(self, path: str) -> str:
         return f"/slurm/{API_VERSION}/{path}"
 
-    async def _request(self, method: str, path: str, *, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def _request(
+        self, method: str, path: str, *, body: dict[str, Any] | None = None, query: Query | None = None
+    ) -> dict[str, Any]:
         full_path = self._path(path)
         where = f"slurmrestd {method} {full_path}"
         try:
@@ -169,6 +176,7 @@ class SlurmClient:
                     method,
                     self.base_url + full_path,
                     json=body,
+                    params=query,
                     headers=headers,
                     timeout=aiohttp.ClientTimeout(total=self.timeout),
                 ) as resp:
@@ -185,6 +193,13 @@ class SlurmClient:
             time.monotonic() - started,
         )
         return _classify(where, status=status, reason=reason, raw=raw)
+
+
+def _validated(where: str, model: type[_W], data: dict[str, Any]) -> _W:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SlurmProtocolError(f"{where}: unexpected answer: {describe_validation(exc)}") from None
 
 
 def _describe_connection_error(exc: BaseException) -> str:

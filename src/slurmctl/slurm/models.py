@@ -9,8 +9,9 @@ flags as a frozenset, host lists expanded to names).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from .hostlist import expand
 
@@ -129,6 +130,15 @@ class Partition:
 # --- the wire format (OpenAPI v0.0.42), only the fields used -------------------------------------------------------
 
 
+def _expand_host_list(value: Any) -> Any:
+    # A bad host list fails validation like any other bad field (HostlistError is a ValueError).
+    return expand(value) if isinstance(value, str) else value
+
+
+# A host list expression on the wire ("n[1-3]"), the names in the model.
+_HostList = Annotated[tuple[str, ...], BeforeValidator(_expand_host_list)]
+
+
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -221,17 +231,17 @@ class _WireJob(_Wire):
     name: str = ""
     user_name: str = ""
     job_state: list[str]
-    nodes: str = ""
+    nodes: _HostList = ()
     job_resources: _WireJobResources | None = None
     exit_code: _WireExitCode = Field(default_factory=_WireExitCode)
 
     def node_names(self) -> tuple[str, ...]:
-        """The allocation's names when Slurm gives them (running jobs), else the expanded `nodes` host list."""
+        """The allocation's names when Slurm gives them (running jobs), else the `nodes` host list."""
         if self.job_resources is not None and self.job_resources.nodes is not None:
             names = tuple(a.name for a in self.job_resources.nodes.allocation)
             if names:
                 return names
-        return expand(self.nodes)
+        return self.nodes
 
 
 class WireJobs(WireEnvelope):
@@ -261,7 +271,7 @@ class WireJobs(WireEnvelope):
 
 
 class _WirePartitionNodes(_Wire):
-    configured: str = ""
+    configured: _HostList = ()
     total: int = 0
 
 
@@ -282,7 +292,7 @@ class WirePartitions(WireEnvelope):
         return [
             Partition(
                 name=p.name,
-                nodes=expand(p.nodes.configured),
+                nodes=p.nodes.configured,
                 total_nodes=p.nodes.total,
                 total_cpus=p.cpus.total,
             )

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -22,10 +25,15 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from slurmctl.slurm import API_VERSION, mint_token
+from slurmctl.slurm.client import JOBS_QUERY, NODES_QUERY, PARTITIONS_QUERY
 from test.e2e.slurm.local_slurm import LocalSlurm, local_slurm_instance
 
 HERE = Path(__file__).resolve().parent
 PREFIX = f"/slurm/{API_VERSION}"
+# The queries the client sends.
+NODES = f"{PREFIX}/nodes/?{urllib.parse.urlencode(NODES_QUERY)}"
+JOBS = f"{PREFIX}/jobs/?{urllib.parse.urlencode(JOBS_QUERY)}"
+PARTITIONS = f"{PREFIX}/partitions/?{urllib.parse.urlencode(PARTITIONS_QUERY)}"
 # A second node that exists only in slurmctld (no slurmd): created with `scontrol create`, deleted over REST.
 DYNAMIC_NODE = "dyn1"
 
@@ -76,15 +84,16 @@ class Recorder:
         deadline = time.monotonic() + timeout
         while not probe():
             if time.monotonic() > deadline:
-                raise SystemExit(f"timed out waiting for {what}")
+                squeue = self.slurm.run("squeue", "--all", check=False).stdout
+                raise SystemExit(f"timed out waiting for {what}; node: {self.node()}\n{squeue}")
             time.sleep(0.2)
 
     def node(self) -> dict[str, Any]:
-        nodes = self.call("GET", f"{PREFIX}/nodes/")["json"]["nodes"]
+        nodes = self.call("GET", NODES)["json"]["nodes"]
         return next(n for n in nodes if n["name"] == self.slurm.node)
 
     def job_state(self, job_id: int) -> list[str]:
-        jobs = self.call("GET", f"{PREFIX}/jobs/")["json"]["jobs"]
+        jobs = self.call("GET", JOBS)["json"]["jobs"]
         return next(j["job_state"] for j in jobs if j["job_id"] == job_id)
 
     def sbatch(self, *args: str) -> int:
@@ -107,12 +116,12 @@ def record(out: Path) -> None:
     ):
         r = Recorder(slurm, out)
         r.call("GET", f"{PREFIX}/ping/", save="ping")
-        r.call("GET", f"{PREFIX}/nodes/", save="nodes_idle")
-        r.call("GET", f"{PREFIX}/partitions/", save="partitions")
+        r.call("GET", NODES, save="nodes_idle")
+        r.call("GET", PARTITIONS, save="partitions")
 
         r.set_state("DRAIN", reason="slurmctl: recorded drain", save="drain")
         r.wait(lambda: "DRAIN" in r.node()["state"], "the drain")
-        r.call("GET", f"{PREFIX}/nodes/", save="nodes_drained")
+        r.call("GET", NODES, save="nodes_drained")
         r.set_state("RESUME", save="resume")
         r.wait(lambda: r.node()["state"] == ["IDLE"], "the node to be idle again")
 
@@ -125,17 +134,17 @@ def record(out: Path) -> None:
         r.wait(lambda: r.job_state(one) == ["RUNNING"], "the one-CPU job to run")
         r.wait(lambda: "MIXED" in r.node()["state"] or cpus == 1, "the node to be mixed")
         if cpus > 1:
-            r.call("GET", f"{PREFIX}/nodes/", save="nodes_mixed")
+            r.call("GET", NODES, save="nodes_mixed")
             rest = r.sbatch("--job-name=rest", f"-n{cpus - 1}", "--wrap=sleep 600")
             r.wait(lambda: r.job_state(rest) == ["RUNNING"], "the job on the other CPUs to run")
         r.wait(lambda: "ALLOCATED" in r.node()["state"], "the node to be allocated")
-        r.call("GET", f"{PREFIX}/nodes/", save="nodes_allocated")
+        r.call("GET", NODES, save="nodes_allocated")
         waiting = r.sbatch("--job-name=waiting", "-n1", "--wrap=sleep 600")
         r.wait(lambda: r.job_state(waiting) == ["PENDING"], "the third job to pend")
-        r.call("GET", f"{PREFIX}/jobs/", save="jobs")
+        r.call("GET", JOBS, save="jobs")
         r.set_state("DRAIN", reason="slurmctl: scale-in", save="")
         r.wait(lambda: "DRAIN" in r.node()["state"], "the drain of a busy node")
-        r.call("GET", f"{PREFIX}/nodes/", save="nodes_draining")
+        r.call("GET", NODES, save="nodes_draining")
         slurm.run("scancel", "--user=root")
         r.wait(lambda: r.node()["state"] == ["IDLE", "DRAIN"], "the jobs to end")
         r.set_state("RESUME")
@@ -143,12 +152,19 @@ def record(out: Path) -> None:
         r.call("POST", f"{PREFIX}/nodes/", {"name": ["nosuch"], "state": ["DRAIN"], "reason": "x"}, save="error_drain")
         r.call("GET", f"{PREFIX}/node/nosuch", save="error_node_unknown")
         r.call("DELETE", f"{PREFIX}/node/{slurm.node}", save="error_delete_static")
-        r.call("GET", f"{PREFIX}/nodes/", token=None, save="unauthorized")
-        r.call("GET", f"{PREFIX}/nodes/", token=r.token(b"not-the-key-not-the-key-not-the!"), save="bad_token")
+        r.call("GET", NODES, token=None, save="unauthorized")
+        r.call("GET", NODES, token=r.token(b"not-the-key-not-the-key-not-the!"), save="bad_token")
         slurm.run("scontrol", "create", f"NodeName={DYNAMIC_NODE}", "CPUs=1", "State=FUTURE")
+        r.call("GET", NODES, save="nodes_future")
         r.call("DELETE", f"{PREFIX}/node/{DYNAMIC_NODE}", save="delete_node")
         # Last: slurmctld 24.11 restarts itself on reconfigure, and nodes read UNKNOWN until their slurmd registers.
         r.call("GET", f"{PREFIX}/reconfigure/", save="reconfigure")
+        r.wait(lambda: r.node()["state"] == ["IDLE"], "the node idle after the reconfigure")
+        # slurmctld gone: slurmrestd still answers ping (200, responding false) and fails the rest (502, ~9 s).
+        os.kill(slurm.pid("slurmctld"), signal.SIGTERM)
+        r.wait(lambda: not Path(f"/proc/{slurm.pid('slurmctld')}").exists(), "slurmctld to exit")
+        r.call("GET", f"{PREFIX}/ping/", save="ctld_down_ping")
+        r.call("GET", NODES, save="ctld_down_nodes")
 
 
 def main() -> None:

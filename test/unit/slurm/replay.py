@@ -22,6 +22,12 @@ def recording(name: str) -> dict[str, Any]:
     return data
 
 
+def route(name: str) -> tuple[tuple[str, str], Handler]:
+    """The recorded request (method, path with query) and a handler replaying its answer."""
+    rec = recording(name)
+    return (rec["request"]["method"], rec["request"]["path"]), replay(name)
+
+
 def replay(name: str) -> Handler:
     """A handler answering with the recorded status, content type and body."""
     rec = recording(name)
@@ -42,8 +48,9 @@ class Seen:
 
 @asynccontextmanager
 async def serve(routes: dict[tuple[str, str], Handler]) -> AsyncIterator[tuple[str, Seen]]:
-    """Serve `routes` ((method, path) -> handler) on a free loopback port; yield the base URL and what was received.
-    Any other request gets a 404 like slurmrestd's for an unknown path."""
+    """Serve `routes` ((method, path with query) -> handler) on a free loopback port; yield the base URL and what was
+    received. Any other request (another path, or other query flags) gets a 404 like slurmrestd's for an unknown
+    path."""
     seen = Seen()
 
     async def dispatch(request: web.Request) -> web.StreamResponse:
@@ -51,12 +58,12 @@ async def serve(routes: dict[tuple[str, str], Handler]) -> AsyncIterator[tuple[s
         seen.requests.append(
             {
                 "method": request.method,
-                "path": request.path,
+                "path": request.path_qs,
                 "headers": dict(request.headers),
                 "json": json.loads(body) if body else None,
             }
         )
-        handler = routes.get((request.method, request.path))
+        handler = routes.get((request.method, request.path_qs))
         if handler is None:
             return web.Response(status=404, text="Unable to find requested URL", content_type="text/plain")
         return await handler(request)

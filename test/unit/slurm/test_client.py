@@ -22,9 +22,12 @@ from slurmctl.slurm import (
     SlurmProtocolError,
     SlurmUnavailable,
 )
-from test.unit.slurm.replay import Handler, recording, replay, serve
+from test.unit.slurm.replay import Handler, recording, replay, route, serve
 
 P = f"/slurm/{API_VERSION}"
+# The paths with the query flags the client sends, as recorded.
+NODES = recording("nodes_idle")["request"]["path"]
+JOBS = recording("jobs")["request"]["path"]
 TOKEN = "tok.en.value"
 
 
@@ -87,7 +90,7 @@ async def test_nodes_in_each_recorded_state(
     drained: bool,
     alloc_cpus: int,
 ) -> None:
-    async with serve({("GET", f"{P}/nodes/"): replay(recorded)}) as (url, _):
+    async with serve(dict([route(recorded)])) as (url, _):
         (node,) = await client(session, url).nodes()
     wire = recording(recorded)["json"]["nodes"][0]
     assert node.name == wire["name"]
@@ -98,7 +101,7 @@ async def test_nodes_in_each_recorded_state(
 
 
 async def test_a_drained_node_carries_the_reason_and_who_set_it(session: aiohttp.ClientSession) -> None:
-    async with serve({("GET", f"{P}/nodes/"): replay("nodes_drained")}) as (url, _):
+    async with serve(dict([route("nodes_drained")])) as (url, _):
         (node,) = await client(session, url).nodes()
     assert node.reason == "slurmctl: recorded drain"
     assert node.reason_set_by == "root"
@@ -106,13 +109,13 @@ async def test_a_drained_node_carries_the_reason_and_who_set_it(session: aiohttp
 
 async def test_an_idle_node_has_no_reason_and_nobody_set_it(session: aiohttp.ClientSession) -> None:
     assert recording("nodes_idle")["json"]["nodes"][0]["reason_set_by_user"] == "root", "Slurm's own quirk"
-    async with serve({("GET", f"{P}/nodes/"): replay("nodes_idle")}) as (url, _):
+    async with serve(dict([route("nodes_idle")])) as (url, _):
         (node,) = await client(session, url).nodes()
     assert (node.reason, node.reason_set_by) == ("", "")
 
 
 async def test_jobs_completed_failed_running_pending(session: aiohttp.ClientSession) -> None:
-    async with serve({("GET", f"{P}/jobs/"): replay("jobs")}) as (url, _):
+    async with serve(dict([route("jobs")])) as (url, _):
         jobs = {j.name: j for j in await client(session, url).jobs()}
     node = recording("nodes_idle")["json"]["nodes"][0]["name"]
     assert {name: j.state for name, j in jobs.items()} == {
@@ -133,8 +136,35 @@ async def test_jobs_completed_failed_running_pending(session: aiohttp.ClientSess
     assert len({j.job_id for j in jobs.values()}) == 5
 
 
+async def test_a_dynamic_node_not_yet_registered_is_listed_as_future(session: aiohttp.ClientSession) -> None:
+    # GET /nodes/ leaves FUTURE nodes out unless asked: the client asks (the route exists only with its flags).
+    async with serve(dict([route("nodes_future")])) as (url, _):
+        nodes = {n.name: n for n in await client(session, url).nodes()}
+    assert nodes["dyn1"].display == "Future"
+    assert "DYNAMIC_NORM" in nodes["dyn1"].state
+    assert nodes["dyn1"].partitions == ()
+    assert not nodes["dyn1"].busy
+
+
+async def test_without_job_resources_the_host_list_names_the_nodes(session: aiohttp.ClientSession) -> None:
+    rec = recording("jobs")["json"]
+    running = next(j for j in rec["jobs"] if j["job_state"] == ["RUNNING"])
+    bare = {**rec, "jobs": [{**running, "job_resources": None, "nodes": "gpu[01-02],cpu7"}]}
+    async with serve({("GET", JOBS): answer(200, json.dumps(bare))}) as (url, _):
+        (job,) = await client(session, url).jobs()
+    assert job.nodes == ("gpu01", "gpu02", "cpu7")
+
+
+async def test_a_host_list_that_does_not_parse_is_a_protocol_error(session: aiohttp.ClientSession) -> None:
+    rec = recording("jobs")["json"]
+    bad = {**rec, "jobs": [{**rec["jobs"][0], "job_resources": None, "nodes": "gpu[01-"}]}
+    async with serve({("GET", JOBS): answer(200, json.dumps(bad))}) as (url, _):
+        with pytest.raises(SlurmProtocolError, match="gpu"):
+            await client(session, url).jobs()
+
+
 async def test_partitions(session: aiohttp.ClientSession) -> None:
-    async with serve({("GET", f"{P}/partitions/"): replay("partitions")}) as (url, _):
+    async with serve(dict([route("partitions")])) as (url, _):
         (part,) = await client(session, url).partitions()
     node = recording("nodes_idle")["json"]["nodes"][0]["name"]
     assert (part.name, part.nodes, part.total_nodes, part.total_cpus) == ("debug", (node,), 1, 2)
@@ -213,7 +243,7 @@ async def test_deleting_a_node_from_slurm_conf_is_slurms_error(session: aiohttp.
 
 async def test_no_token_is_an_auth_error(session: aiohttp.ClientSession) -> None:
     assert recording("unauthorized")["status"] == 401
-    async with serve({("GET", f"{P}/nodes/"): replay("unauthorized")}) as (url, _):
+    async with serve(dict([route("unauthorized")])) as (url, _):
         with pytest.raises(SlurmAuthError) as info:
             await client(session, url).nodes()
     assert "HTTP 401" in assert_one_line(info.value)
@@ -222,7 +252,7 @@ async def test_no_token_is_an_auth_error(session: aiohttp.ClientSession) -> None
 async def test_a_token_signed_with_another_key_is_an_auth_error(session: aiohttp.ClientSession) -> None:
     # slurmrestd 24.11 answers 511 with Slurm's error 1007, not 401.
     assert recording("bad_token")["status"] == 511
-    async with serve({("GET", f"{P}/nodes/"): replay("bad_token")}) as (url, _):
+    async with serve(dict([route("bad_token")])) as (url, _):
         with pytest.raises(SlurmAuthError) as info:
             await client(session, url).nodes()
     assert "Protocol authentication error" in assert_one_line(info.value)
@@ -274,7 +304,7 @@ def with_errors(*errors: dict[str, Any], status: int = 500) -> Handler:
 async def test_a_bad_answer_is_the_right_error_on_one_line(
     session: aiohttp.ClientSession, handler: Handler, error: type[SlurmError], words: str
 ) -> None:
-    async with serve({("GET", f"{P}/nodes/"): handler}) as (url, _):
+    async with serve({("GET", NODES): handler}) as (url, _):
         with pytest.raises(SlurmError) as info:
             await client(session, url).nodes()
     assert type(info.value) is error
@@ -284,20 +314,26 @@ async def test_a_bad_answer_is_the_right_error_on_one_line(
 
 
 async def test_a_huge_error_body_is_cut_to_one_short_line(session: aiohttp.ClientSession) -> None:
-    async with serve({("GET", f"{P}/nodes/"): answer(500, "x\n" * 100_000, "text/plain")}) as (url, _):
+    async with serve({("GET", NODES): answer(500, "x\n" * 100_000, "text/plain")}) as (url, _):
         with pytest.raises(SlurmUnavailable) as info:
             await client(session, url).nodes()
     assert_one_line(info.value)
 
 
-async def test_ping_fails_when_slurmctld_does_not_answer_slurmrestd(session: aiohttp.ClientSession) -> None:
-    rec = recording("ping")["json"]
-    down = {**rec, "pings": [{**rec["pings"][0], "responding": False, "pinged": "DOWN"}]}
-
-    async with serve({("GET", f"{P}/ping/"): answer(200, json.dumps(down))}) as (url, _):
+async def test_slurmctld_gone_fails_ping_though_slurmrestd_answers_200(session: aiohttp.ClientSession) -> None:
+    assert recording("ctld_down_ping")["status"] == 200
+    async with serve(dict([route("ctld_down_ping")])) as (url, _):
         with pytest.raises(SlurmUnavailable) as info:
             await client(session, url).ping()
     assert "slurmctld does not answer" in assert_one_line(info.value)
+
+
+async def test_slurmctld_gone_makes_nodes_unavailable_not_a_slurm_refusal(session: aiohttp.ClientSession) -> None:
+    assert recording("ctld_down_nodes")["status"] == 502
+    async with serve(dict([route("ctld_down_nodes")])) as (url, _):
+        with pytest.raises(SlurmUnavailable) as info:
+            await client(session, url).nodes()
+    assert "Unable to contact slurm controller" in assert_one_line(info.value)
 
 
 async def test_a_server_that_never_answers_runs_into_the_deadline(session: aiohttp.ClientSession) -> None:
@@ -307,7 +343,7 @@ async def test_a_server_that_never_answers_runs_into_the_deadline(session: aioht
         await never.wait()
         raise AssertionError("unreachable")
 
-    async with serve({("GET", f"{P}/nodes/"): stall}) as (url, _):
+    async with serve({("GET", NODES): stall}) as (url, _):
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(SlurmUnavailable) as info:
@@ -326,7 +362,7 @@ async def test_a_body_that_stops_half_way_runs_into_the_deadline(session: aiohtt
         await never.wait()
         return resp
 
-    async with serve({("GET", f"{P}/nodes/"): half}) as (url, _):
+    async with serve({("GET", NODES): half}) as (url, _):
         with pytest.raises(SlurmUnavailable, match="no answer"):
             await client(session, url, timeout=0.3).nodes()
 
@@ -340,7 +376,7 @@ async def test_a_connection_closed_mid_answer_is_unavailable(session: aiohttp.Cl
         request.transport.close()
         return resp
 
-    async with serve({("GET", f"{P}/nodes/"): cut}) as (url, _):
+    async with serve({("GET", NODES): cut}) as (url, _):
         with pytest.raises(SlurmUnavailable) as info:
             await client(session, url).nodes()
     assert_one_line(info.value)
