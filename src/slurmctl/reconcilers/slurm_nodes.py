@@ -43,7 +43,7 @@ def node_condition(node: Node | None, live: Mapping[str, Any] | None) -> dict[st
         status, reason, message = "False", "NotRegistered", "slurmd has not registered this node with slurmctld"
     else:
         status = "True" if node.display in _USABLE else "False"
-        reason = "".join(ch for ch in node.display.title() if ch.isalnum()) or "Unknown"
+        reason = node.display  # CamelCase letters: a valid condition reason
         message = node.reason
     since = live.get("lastTransitionTime") if live and live.get("status") == status else None
     return {

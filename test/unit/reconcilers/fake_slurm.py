@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.render import meta
-from slurmctl.slurm import Job, Node, Partition, SlurmUnavailable
+from slurmctl.slurm import ExitCode, Job, Node, Partition, SlurmUnavailable
 from test.unit.reconcilers.env import NAME, NS, Env
 
 
@@ -24,11 +24,21 @@ class FakeSlurm:
     # ---- the world ----------------------------------------------------------------------------------------------
     def add_node(self, name: str, *state: str, reason: str = "", since: datetime | None = None) -> None:
         self.table[name] = Node(
-            name=name, state=frozenset(state or ("IDLE",)), reason=reason, reason_changed_at=since, cpus=2
+            name=name,
+            state=frozenset(state or ("IDLE",)),
+            reason=reason,
+            reason_set_by="root" if reason else "",
+            reason_changed_at=since,
+            features=("cpu",),
+            partitions=("main",),
+            cpus=2,
+            alloc_cpus=0,
         )
 
     def run_job(self, job_id: int, node: str) -> None:
-        self.queue.append(Job(job_id=job_id, name="sleep", user="alice", state="RUNNING", nodes=(node,)))
+        running = ExitCode(status=("PENDING",), return_code=None, signal=None)
+        job = Job(job_id, "sleep", "alice", "RUNNING", frozenset(), (node,), running)
+        self.queue.append(job)
         self._set(node, (self.table[node].state - {"IDLE"}) | {"ALLOCATED"})
 
     def end_job(self, job_id: int) -> None:
