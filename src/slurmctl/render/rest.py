@@ -65,7 +65,12 @@ def render_rest_deployment(cluster: SlurmCluster, *, configs: Mapping[str, str])
         "name": "slurmrestd",
         "image": image,
         "args": slurmrestd_args(cluster),
-        "env": [{"name": "SLURM_JWT", "value": "daemon"}],
+        "env": [
+            {"name": "SLURM_JWT", "value": "daemon"},
+            # slurmrestd unshares its SysV semaphores and file table at start; the runtime's default seccomp filter
+            # refuses unshare(2) to a container without CAP_SYS_ADMIN, and the pod already isolates both.
+            {"name": "SLURMRESTD_SECURITY", "value": "disable_unshare_sysv,disable_unshare_files"},
+        ],
         "ports": [{"name": "http", "containerPort": meta.SLURMRESTD_PORT, "protocol": "TCP"}],
         "volumeMounts": [{"name": "slurm-configs", "mountPath": SLURM_CONF_DIR, "readOnly": True}],
         "readinessProbe": {
