@@ -16,6 +16,7 @@ import aiohttp
 
 from slurmctl.reconcilers.observed import deleting, pod_ready, uid
 from slurmctl.render import meta
+from slurmctl.render.cluster import JWT_KEY
 from slurmctl.render.kinds import POD, SECRET
 from slurmctl.runtime.cache import Cache
 from slurmctl.slurm import Job, Node, Partition, SlurmClient, SlurmUnavailable, TokenSource
@@ -77,12 +78,12 @@ class SlurmAccess:
         name = meta.jwt_key_secret(c)
         secret = self._cache.get(*SECRET, name, namespace=namespace)
         data = (secret or {}).get("data") or {}
-        if secret is None or meta.JWT_KEY_FILE not in data:
+        if secret is None or JWT_KEY not in data:
             raise SlurmUnavailable(f"the JWT key Secret {name} is missing")
         key_uid = uid(secret)
         cached = self._tokens.get((namespace, c))
         if cached is None or cached[0] != key_uid:
-            key = base64.b64decode(data[meta.JWT_KEY_FILE])
+            key = base64.b64decode(data[JWT_KEY])
             cached = self._tokens[(namespace, c)] = (key_uid, TokenSource(key, user=TOKEN_USER))
         return cached[1]
 

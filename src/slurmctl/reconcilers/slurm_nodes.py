@@ -88,6 +88,9 @@ class SlurmNodesReconciler:
         loaded = self.ctx.loader.load(obj)
         if isinstance(loaded, Invalid):
             return None
+        if not loaded.cluster.spec.rest.enabled:
+            self.metrics.set(req.namespace, req.name, Snapshot(up=False))
+            return None  # nothing to ask; enabling it is a spec change, which wakes this loop
         try:
             api = self.ctx.slurm.client(loaded.name, loaded.namespace)
             nodes = await api.nodes()

@@ -154,6 +154,8 @@ class WorkersReconciler(ComponentReconciler):
             for going in leaving:
                 if going.node.startswith(meta.worker_group(c, group.name) + "-"):
                     timeouts[going.node] = limit
+        if not loaded.cluster.spec.rest.enabled:
+            return Gate(None, unreachable="slurmrestd is disabled (spec.rest.enabled is false)")
         try:
             api = self.ctx.slurm.client(c, ns)
             nodes = {node.name: node for node in await api.nodes()}

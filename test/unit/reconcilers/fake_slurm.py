@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.render import meta
+from slurmctl.render.cluster import JWT_KEY
 from slurmctl.slurm import ExitCode, Job, Node, Partition, SlurmUnavailable
 from test.unit.reconcilers.env import NAME, NS, Env
 
@@ -91,5 +92,5 @@ def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME) -> None:
             "status": {"podIP": "10.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]},
         }
     )
-    env.secret(meta.jwt_key_secret(name), {meta.JWT_KEY_FILE: b"k" * 32}, labels=meta.labels(name, "cluster"))
+    env.secret(meta.jwt_key_secret(name), {JWT_KEY: b"k" * 32}, labels=meta.labels(name, "cluster"))
     env.ctx.slurm = SlurmAccess(env.manager.cache, connect=lambda url, token: slurm)

@@ -96,6 +96,17 @@ async def test_without_a_ready_slurmrestd_pod_scale_in_waits() -> None:
         assert "has no ready pod" in env.condition("WorkersReady")["message"]  # type: ignore[index]
 
 
+async def test_with_slurmrestd_disabled_scale_in_waits_and_says_so() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 2)
+        env.edit(lambda s: s.update(rest={"enabled": False}, workers=[{**s["workers"][0], "size": 1}]))
+        await env.run("workers")
+        assert replicas(env) == 2
+        assert "spec.rest.enabled is false" in env.condition("WorkersReady")["message"]  # type: ignore[index]
+        assert slurm.calls == []
+
+
 async def test_growing_never_asks_slurm() -> None:
     async with Env() as env:
         slurm = FakeSlurm()
