@@ -28,6 +28,7 @@ class Leaving:
     """A node whose pod must go, and why (the why becomes the drain reason, after the prefix)."""
 
     node: str
+    group: str
     why: str
 
     @property
@@ -44,7 +45,7 @@ def leaving_nodes(c: str, groups: Sequence[WorkerGroup], live_replicas: Mapping[
     for group, live in sorted(live_replicas.items()):
         size = sizes.get(group)
         why = f"worker group {group} removed" if size is None else f"scale-in of worker group {group} to {size}"
-        out.extend(Leaving(f"{meta.worker_group(c, group)}-{i}", why) for i in range(size or 0, live))
+        out.extend(Leaving(f"{meta.worker_group(c, group)}-{i}", group, why) for i in range(size or 0, live))
     return out
 
 

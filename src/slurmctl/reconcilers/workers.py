@@ -99,9 +99,8 @@ class WorkersReconciler(ComponentReconciler):
         ]
         await self.apply(loaded, intents)
         # A removed group's StatefulSet goes once all its nodes may go.
-        held = {going.node.rsplit("-", 1)[0] for going in leaving if going.node not in gate.released}
-        keep = [meta.worker_group(c, g.name) for g in groups]
-        keep += [meta.worker_group(c, name) for name in live if meta.worker_group(c, name) in held]
+        held = {going.group for going in leaving if going.node not in gate.released}
+        keep = [meta.worker_group(c, name) for name in {*(g.name for g in groups), *(held & set(live))}]
         await self.prune(loaded, STATEFULSET, keep=keep)
         for going in roll:
             if going.node in gate.released:
@@ -134,7 +133,7 @@ class WorkersReconciler(ComponentReconciler):
             if len(others) < replicas - 1 or not all(pod_ready(p) and not deleting(p) for p in others):
                 return []  # a node is still coming back: one at a time
             why = f"re-created for a new pod template of worker group {group.name}"
-            return [Leaving(outdated[-1], why)]
+            return [Leaving(outdated[-1], group.name, why)]
         return []
 
     def watch(self, builder: ControllerBuilder) -> None:
@@ -148,12 +147,8 @@ class WorkersReconciler(ComponentReconciler):
         if not leaving:
             return Gate(Verdict(frozenset(), (), {}, {}))
         c, ns = loaded.name, loaded.namespace
-        timeouts: dict[str, timedelta | None] = {}
-        for group in loaded.cluster.spec.workers:
-            limit = parse_duration(group.drain_timeout) if group.drain_timeout else None
-            for going in leaving:
-                if going.node.startswith(meta.worker_group(c, group.name) + "-"):
-                    timeouts[going.node] = limit
+        limits = {g.name: parse_duration(g.drain_timeout) for g in loaded.cluster.spec.workers if g.drain_timeout}
+        timeouts: dict[str, timedelta | None] = {going.node: limits.get(going.group) for going in leaving}
         if not loaded.cluster.spec.rest.enabled:
             return Gate(None, unreachable="slurmrestd is disabled (spec.rest.enabled is false)")
         try:
