@@ -56,14 +56,19 @@ class SlurmAccess:
         self._session: aiohttp.ClientSession | None = None
         self._tokens: dict[tuple[str, str], tuple[str, TokenSource]] = {}  # (ns, cluster) -> (key uid, source)
 
+    def address(self, c: str, namespace: str) -> str | None:
+        """The ready slurmrestd pod's IP, if there is one (its readiness changes wake the callers)."""
+        for pod in self._cache.list(*POD, namespace=namespace, labels=meta.selector(c, REST_COMPONENT)):
+            if _ready(pod):
+                return str(pod["status"]["podIP"])
+        return None
+
     def client(self, c: str, namespace: str) -> SlurmApi:
         """A client for the cluster's slurmrestd; SlurmUnavailable (saying why) when it cannot be reached now."""
-        pods = [
-            p for p in self._cache.list(*POD, namespace=namespace, labels=meta.selector(c, REST_COMPONENT)) if _ready(p)
-        ]
-        if not pods:
+        ip = self.address(c, namespace)
+        if ip is None:
             raise SlurmUnavailable(f"slurmrestd ({meta.rest(c)}) has no ready pod")
-        base_url = f"http://{pods[0]['status']['podIP']}:{meta.SLURMRESTD_PORT}"
+        base_url = f"http://{ip}:{meta.SLURMRESTD_PORT}"
         token = self._token(c, namespace)
         if self._connect is not None:
             return self._connect(base_url, token)

@@ -88,9 +88,11 @@ class SlurmNodesReconciler:
         loaded = self.ctx.loader.load(obj)
         if isinstance(loaded, Invalid):
             return None
-        if not loaded.cluster.spec.rest.enabled:
+        if not loaded.cluster.spec.rest.enabled or self.ctx.slurm.address(loaded.name, loaded.namespace) is None:
+            # Nothing to ask: no polling until slurmrestd is enabled (a spec change) and its pod is ready (a pod
+            # event); both wake this loop.
             self.metrics.set(req.namespace, req.name, Snapshot(up=False))
-            return None  # nothing to ask; enabling it is a spec change, which wakes this loop
+            return None
         try:
             api = self.ctx.slurm.client(loaded.name, loaded.namespace)
             nodes = await api.nodes()
