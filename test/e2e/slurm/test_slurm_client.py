@@ -88,6 +88,7 @@ async def test_drain_with_a_reason_then_resume(rest_slurm: LocalSlurm, client: S
     await client.resume([name])
     node = await eventually(lambda: the_node(client, name), lambda n: n.state == {"IDLE"}, what="the node back to idle")
     assert node.display == "Idle" and sinfo_state(rest_slurm) == "idle"
+    assert (node.reason, node.reason_set_by) == ("", "")
 
 
 async def test_a_job_is_seen_on_its_node_and_a_drain_waits_for_it(rest_slurm: LocalSlurm, client: SlurmClient) -> None:
