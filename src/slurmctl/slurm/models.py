@@ -116,11 +116,11 @@ class Job:
     user: str
     # The base state: "PENDING", "RUNNING", "COMPLETED", "CANCELLED", "FAILED", ...
     state: str
-    # The rest of Slurm's job_state list: "COMPLETING", "REQUEUED", ...
-    state_flags: frozenset[str]
     # Node names the job runs (or ran) on, expanded; () while pending.
     nodes: tuple[str, ...]
     exit_code: ExitCode
+    # The rest of Slurm's job_state list: "COMPLETING", "REQUEUED", ...
+    state_flags: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
