@@ -341,14 +341,18 @@ show_logs_and_fail() {
     exit 1
 }
 
+# wait_for WHAT CMD...: until CMD succeeds, failing early when a started daemon is gone. CMD runs in a subshell: a
+# probe that dies (in_instance before munged is up) must not end this script silently. A daemon counts as gone when
+# its PID is: right after start_bg the PID still runs this script on its way to exec the daemon, so its command line
+# does not name the daemon yet (pid_alive would call a daemon that is starting dead).
 wait_for() {
     local what=$1 deadline=$((SECONDS + READY_TIMEOUT))
     shift
-    until "$@" >/dev/null 2>&1; do
+    until ("$@") >/dev/null 2>&1; do
         local n
         for n in "${DAEMONS[@]}"; do
             [ -f "$STATE/pids/$n" ] || continue
-            pid_alive "$(recorded_pid "$n")" "$n" || show_logs_and_fail "$n exited while waiting for $what"
+            kill -0 "$(recorded_pid "$n")" 2>/dev/null || show_logs_and_fail "$n exited while waiting for $what"
         done
         [ $SECONDS -lt $deadline ] || show_logs_and_fail "timed out after ${READY_TIMEOUT}s waiting for $what"
         sleep 0.2
@@ -421,6 +425,7 @@ cmd_up() {
     local ctld_port slurmd_port rest_port=""
     ctld_port=$(free_port)
     slurmd_port=$(free_port)
+    [ "$ctld_port" != "$slurmd_port" ] || slurmd_port=$(free_port)
     if [ "$REST" = 1 ]; then
         rest_port=$(free_port)
         # Read by slurmctld only (root here); the tests mint tokens with it.

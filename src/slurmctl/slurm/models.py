@@ -18,6 +18,8 @@ from .hostlist import expand
 
 # Slurm's base node states (NODE_STATE_BASE in slurm.h); everything else in `state` is a flag.
 NODE_BASE_STATES = frozenset({"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE"})
+# The states whose reason `sinfo -R` lists.
+_STATES_WITH_A_REASON = frozenset({"DRAIN", "DOWN", "FAIL"})
 # Slurm's base job states (JOB_STATE_BASE); the rest of `job_state` (COMPLETING, REQUEUED, ...) are flags.
 JOB_BASE_STATES = frozenset(
     {
@@ -44,8 +46,10 @@ class Node:
 
     name: str
     state: frozenset[str]
+    # Why the node is drained, down or failed, and who said so; "" otherwise, as `sinfo -R` shows it. Slurm 24.11
+    # keeps the last reason on a node that was resumed (and reports "root" as its author when there is none): left
+    # as it is, an idle node would read as drained "by slurmctl".
     reason: str
-    # Who set `reason` ("" when there is no reason; Slurm itself reports "root" then).
     reason_set_by: str
     # When `reason` was last set (None when there is none): how long a drain has been going on.
     reason_changed_at: datetime | None
@@ -115,11 +119,11 @@ class Job:
     user: str
     # The base state: "PENDING", "RUNNING", "COMPLETED", "CANCELLED", "FAILED", ...
     state: str
-    # The rest of Slurm's job_state list: "COMPLETING", "REQUEUED", ...
-    state_flags: frozenset[str]
     # Node names the job runs (or ran) on, expanded; () while pending.
     nodes: tuple[str, ...]
     exit_code: ExitCode
+    # The rest of Slurm's job_state list: "COMPLETING", "REQUEUED", ...
+    state_flags: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -197,20 +201,24 @@ class WireNodes(WireEnvelope):
     nodes: list[_WireNode]
 
     def parse(self) -> list[Node]:
-        return [
-            Node(
-                name=n.name,
-                state=frozenset(s.upper() for s in n.state),
-                reason=n.reason,
-                reason_set_by=n.reason_set_by_user if n.reason else "",
-                reason_changed_at=_epoch(n.reason_changed_at.value()) if n.reason else None,
-                features=tuple(n.features),
-                partitions=tuple(n.partitions),
-                cpus=n.cpus,
-                alloc_cpus=n.alloc_cpus,
+        nodes = []
+        for n in self.nodes:
+            state = frozenset(s.upper() for s in n.state)
+            has_reason = bool(n.reason) and bool(state & _STATES_WITH_A_REASON)
+            nodes.append(
+                Node(
+                    name=n.name,
+                    state=state,
+                    reason=n.reason if has_reason else "",
+                    reason_set_by=n.reason_set_by_user if has_reason else "",
+                    reason_changed_at=_epoch(n.reason_changed_at.value()) if has_reason else None,
+                    features=tuple(n.features),
+                    partitions=tuple(n.partitions),
+                    cpus=n.cpus,
+                    alloc_cpus=n.alloc_cpus,
+                )
             )
-            for n in self.nodes
-        ]
+        return nodes
 
 
 class _WireAllocation(_Wire):

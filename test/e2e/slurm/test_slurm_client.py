@@ -88,6 +88,10 @@ async def test_drain_with_a_reason_then_resume(rest_slurm: LocalSlurm, client: S
     await client.resume([name])
     node = await eventually(lambda: the_node(client, name), lambda n: n.state == {"IDLE"}, what="the node back to idle")
     assert node.display == "Idle" and sinfo_state(rest_slurm) == "idle"
+    # Slurm keeps the old reason on the resumed node; the client shows none, as `sinfo -R` does.
+    assert "Reason=slurmctl: e2e drain" in rest_slurm.run("scontrol", "show", "node", name).stdout
+    assert (node.reason, node.reason_set_by) == ("", "")
+    assert name not in rest_slurm.run("sinfo", "-R", "--noheader", "--format", "%N").stdout.split()
 
 
 async def test_a_job_is_seen_on_its_node_and_a_drain_waits_for_it(rest_slurm: LocalSlurm, client: SlurmClient) -> None:

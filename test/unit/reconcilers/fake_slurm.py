@@ -38,7 +38,7 @@ class FakeSlurm:
 
     def run_job(self, job_id: int, node: str) -> None:
         running = ExitCode(status=("PENDING",), return_code=None, signal=None)
-        job = Job(job_id, "sleep", "alice", "RUNNING", frozenset(), (node,), running)
+        job = Job(job_id=job_id, name="sleep", user="alice", state="RUNNING", nodes=(node,), exit_code=running)
         self.queue.append(job)
         self._set(node, (self.table[node].state - {"IDLE"}) | {"ALLOCATED"})
 

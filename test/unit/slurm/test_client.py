@@ -117,6 +117,16 @@ async def test_an_idle_node_has_no_reason_and_nobody_set_it(session: aiohttp.Cli
     assert (node.reason, node.reason_set_by, node.reason_changed_at) == ("", "", None)
 
 
+async def test_a_resumed_node_does_not_keep_its_old_drain_reason(session: aiohttp.ClientSession) -> None:
+    # Slurm 24.11 keeps the reason on a resumed node (scontrol show node still prints it; sinfo -R does not).
+    rec = recording("nodes_drained")["json"]
+    resumed = {**rec, "nodes": [{**rec["nodes"][0], "state": ["IDLE"]}]}
+    assert resumed["nodes"][0]["reason"] == "slurmctl: recorded drain"
+    async with serve({("GET", NODES): answer(200, json.dumps(resumed))}) as (url, _):
+        (node,) = await client(session, url).nodes()
+    assert (node.reason, node.reason_set_by, node.display) == ("", "", "Idle")
+
+
 async def test_jobs_completed_failed_running_pending(session: aiohttp.ClientSession) -> None:
     async with serve(dict([route("jobs")])) as (url, _):
         jobs = {j.name: j for j in await client(session, url).jobs()}

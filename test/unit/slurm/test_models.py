@@ -8,6 +8,7 @@ import re
 import pytest
 
 from slurmctl.slurm import Node
+from slurmctl.slurm.models import WireJobs
 
 
 def node(*state: str) -> Node:
@@ -54,3 +55,11 @@ def test_state_words(state: tuple[str, ...], display: str, busy: bool, drained: 
 )
 def test_display_is_a_valid_kubernetes_condition_reason(state: tuple[str, ...]) -> None:
     assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", node(*state).display)
+
+
+def test_a_job_state_list_splits_into_the_base_state_and_its_flags() -> None:
+    (job,) = WireJobs.model_validate(
+        {"jobs": [{"job_id": 7, "job_state": ["COMPLETING", "CANCELLED"], "nodes": "n[1-2]"}]}
+    ).parse()
+    assert (job.state, job.state_flags, job.nodes) == ("CANCELLED", frozenset({"COMPLETING"}), ("n1", "n2"))
+    assert job.exit_code.return_code is None and job.exit_code.status == ()
