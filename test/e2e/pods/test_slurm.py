@@ -283,10 +283,10 @@ def test_slurm_node_state_follows_drain_and_resume_and_an_idle_cluster_writes_no
 
 
 def all_identities(kube: Kube) -> dict[str, tuple[str, int]]:
-    pods = kube.pods(f"app.kubernetes.io/instance={NAME}")
-    return {
-        p["metadata"]["name"]: identity(p) for p in pods if p["metadata"]["name"] != f"{NAME}-rest" and pod_ready(p)
-    }
+    """Every ready Slurm daemon pod (controller, workers, login). slurmrestd is left out: it is stateless, reads the
+    configs only at start, and is re-created with them."""
+    pods = kube.pods(f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component!=rest")
+    return {p["metadata"]["name"]: identity(p) for p in pods if pod_ready(p)}
 
 
 def test_a_partition_change_reaches_every_daemon_in_place_without_killing_a_job(
