@@ -393,6 +393,17 @@ class AccountingSpec(Scheduling):
     mariadb: MariaDBSpec | None = Field(None, description="A database server created through mariadb-operator.")
 
 
+class RestSpec(Scheduling):
+    """slurmrestd, Slurm's REST API: one pod behind the Service <cluster>-rest (port 6820). Callers authenticate with
+    a JWT (`scontrol token` on a login node, or one signed with the key in the Secret <cluster>-jwt-key)."""
+
+    enabled: bool = Field(True, description="Run slurmrestd; false removes its Deployment and Service.")
+    image: str | None = _image_field("rest")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Compute resources of the slurmrestd container."
+    )
+
+
 class GpuHealthCheck(ApiModel):
     """The quick GPU check slurmd runs as HealthCheckProgram on GPU nodes."""
 
@@ -463,6 +474,7 @@ class SlurmClusterSpec(ApiModel):
     )
     login: LoginSpec = Field(default_factory=LoginSpec, description="Login nodes users reach over SSH.")
     accounting: AccountingSpec = Field(default_factory=AccountingSpec, description="Slurm accounting (slurmdbd).")
+    rest: RestSpec = Field(default_factory=RestSpec, description="Slurm's REST API (slurmrestd).")
     health_checks: HealthChecks = Field(default_factory=HealthChecks, description="GPU health checks.")
 
     def image_for(self, component: Component, override: str | None = None) -> str:
