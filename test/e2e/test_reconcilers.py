@@ -111,6 +111,7 @@ async def test_sample_creates_every_child_and_status_follows_the_workloads(
         "ControllerReady": "True",
         "WorkersReady": "True",
         "LoginReady": "True",
+        "RestReady": "True",
         "BenchmarkScheduled": "False",
     }
 

@@ -84,7 +84,7 @@ COMPONENTS: Final[tuple[Component, ...]] = (
               owns=(DEPLOYMENT, SERVICE, SECRET), image="accounting", required=_accounting_enabled,
               after=("cluster",)),
     Component("rest", REST_READY, reconciler=RestReconciler, render=manifests.rest_objects,
-              owns=(DEPLOYMENT, SERVICE), image="rest", required=_rest_enabled, after=("cluster",)),
+              owns=(DEPLOYMENT, SERVICE), image="rest", required=_rest_enabled),
     Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, render=manifests.benchmark_objects,
               owns=(CRONJOB,), image="nccl-benchmark", required=never, after=("cluster",)),
 )

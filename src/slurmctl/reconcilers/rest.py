@@ -1,7 +1,7 @@
 """The `rest` component: slurmrestd's Deployment and Service, and RestReady.
 
-slurmrestd needs no key of its own (slurmctld verifies the callers' tokens), so nothing gates it but the configs the
-cluster component applies; disabling it removes both objects.
+slurmrestd needs no key of its own (slurmctld verifies the callers' tokens) and mounts only the configs ConfigMap, so
+nothing gates it; disabling it removes both objects (the JWT key stays: slurmctld still verifies users' tokens).
 """
 
 from __future__ import annotations

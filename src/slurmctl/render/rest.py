@@ -27,7 +27,7 @@ COMPONENT = "rest"
 SLURMRESTD_UID = 991
 OPENAPI_SLURMCTLD = "openapi/slurmctld"
 OPENAPI_SLURMDBD = "openapi/slurmdbd"
-# The newest API 24.11 serves; what the readiness probe asks for and what clients should use.
+# The newest API version Slurm 24.11 serves (/slurm/v0.0.42/...), the one clients should use.
 API_VERSION = "v0.0.42"
 # Readiness: slurmrestd answers its OpenAPI description, which it builds itself from the plugins it loaded, without
 # a call to slurmctld. Every path needs a user name and token with rest_auth/jwt; slurmrestd only passes tokens on (it
