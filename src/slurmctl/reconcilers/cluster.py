@@ -14,7 +14,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from slurmctl.api.v1 import Phase, Reason, SlurmCluster, SlurmClusterStatus
-from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler, Invalid, Loaded, make_condition, status_body
+from slurmctl.reconcilers.base import (
+    ApplyRejected,
+    Component,
+    ComponentReconciler,
+    Context,
+    Invalid,
+    Loaded,
+    make_condition,
+    status_body,
+)
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
@@ -41,6 +50,10 @@ def aggregate_phase(
 
 
 class ClusterReconciler(ComponentReconciler):
+    def __init__(self, ctx: Context, component: Component) -> None:
+        super().__init__(ctx, component)
+        self._announced: dict[tuple[str, str], str] = {}  # the last phase an Event announced, per cluster
+
     async def invalid(self, invalid: Invalid) -> None:
         """An invalid spec changes no child: only the status says what is wrong, naming each field."""
         md = invalid.obj.get("metadata") or {}
@@ -91,3 +104,15 @@ class ClusterReconciler(ComponentReconciler):
         await self.write_status(
             loaded, SlurmClusterStatus(phase=phase, observed_generation=loaded.generation, conditions=[cond])
         )
+        self._phase_event(loaded, status.phase, phase)
+
+    def _phase_event(self, loaded: Loaded, previous: str | None, phase: str) -> None:
+        """An Event when the phase moves (a Warning into Degraded). The cache can lag the status just written while
+        another worker reconciles the same cluster, so the last phase announced per cluster is remembered too."""
+        key = (loaded.namespace, loaded.name)
+        if previous is None or phase == previous or self._announced.get(key) == phase:
+            self._announced.setdefault(key, previous or phase)
+            return
+        self._announced[key] = phase
+        type_ = "Warning" if phase == "Degraded" else "Normal"
+        self.event(loaded, type_, "PhaseChanged", f"phase {previous} -> {phase}")
