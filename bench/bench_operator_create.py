@@ -292,7 +292,7 @@ async def _measure(kubeconfig: Path) -> list[Figure]:
     observed = Observed()
     tasks: list[asyncio.Task[None]] = []
     try:
-        ctx = await register(operator)
+        ctx = await register(operator, allow_host_path=True)  # the sample mounts a host directory
         cronjob = ctx.kind(CRONJOB).api_version
         objects = _children(sample, munge=munge, host_keys=host_keys, cronjob=cronjob)
         register_readiness(driver)

@@ -14,8 +14,6 @@ from types import MappingProxyType
 from typing import Any
 
 from slurmctl.api.v1 import (
-    API_VERSION,
-    KIND,
     SPEC_VALID,
     Condition,
     Reason,
@@ -25,12 +23,13 @@ from slurmctl.api.v1 import (
 )
 from slurmctl.api.v1 import Component as Image
 from slurmctl.reconcilers.observed import uid
+from slurmctl.reconcilers.status import StatusWriter
 from slurmctl.render import meta
 from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
-from slurmctl.runtime import WARNING, ApiError, Conflict, Manager, NotFound, Request, Result
+from slurmctl.runtime import WARNING, ApiError, Conflict, Manager, Request, Result
 from slurmctl.runtime.errors import rejection
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.manager import ControllerBuilder
@@ -182,6 +181,11 @@ class Context:
     loader: Loader = field(default_factory=Loader)
     reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
     host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
+    status: StatusWriter = field(init=False)  # every component's status goes through it
+
+    def __post_init__(self) -> None:
+        self.status = StatusWriter(self.manager)
+        self.manager.add_runnable("status-writer", self.status.run)
 
     def kind(self, kind: Kind) -> Kind:
         """The served version of a kind (e.g. batch/v1beta1 CronJobs on Kubernetes 1.20)."""
@@ -211,14 +215,9 @@ def make_condition(obj: Mapping[str, Any], type_: str, *, ok: bool, reason: Reas
     )
 
 
-def status_body(name: str, namespace: str, status: SlurmClusterStatus) -> dict[str, Any]:
-    """The /status apply body: only the fields set in `status`, so a component never claims another's fields."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "status": status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True),
-    }
+def status_part(status: SlurmClusterStatus) -> dict[str, Any]:
+    """A component's part of the status: only the fields set in `status`, so it never overwrites another's."""
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
 
 
 class ComponentReconciler:
@@ -244,6 +243,7 @@ class ComponentReconciler:
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            self.ctx.status.forget(req.namespace, req.name)
             return None  # gone, or being deleted: the garbage collector's turn
         loaded = self.ctx.loader.load(obj)
         if isinstance(loaded, Invalid):
@@ -337,15 +337,10 @@ class ComponentReconciler:
         return [found[name] for name in sorted(found)]
 
     async def create_once(self, loaded: Loaded, name: str, render: Callable[[], Awaitable[dict[str, Any]]]) -> None:
-        """Key material is created, never applied: POST fails on an existing Secret, so a stale cache can never
-        make the operator overwrite (rotate) a key that pods already use."""
+        """Key material is created, never applied: POST fails on an existing Secret (409, which means "it
+        exists"), so a stale cache can never make the operator overwrite (rotate) a key that pods already use."""
         if self.live(SECRET, name, loaded.namespace) is not None:
             return
-        try:
-            await self.manager.client.get(*SECRET, name, namespace=loaded.namespace)
-            return
-        except NotFound:
-            pass
         try:
             await self.manager.client.create(await render())
         except Conflict:
@@ -372,12 +367,15 @@ class ComponentReconciler:
 
     # ---- status -----------------------------------------------------------------------------------------------
     def condition(self, loaded: Loaded, *, ok: bool, reason: Reason, message: str) -> Condition:
-        return make_condition(loaded.obj, self.condition_type, ok=ok, reason=reason, message=message)
+        """This component's condition, its transition time kept from the status as the writer will leave it (the
+        cache can lag a write that is pending or just made)."""
+        current = {"metadata": loaded.obj.get("metadata") or {}, "status": self.ctx.status.view(loaded.obj)}
+        return make_condition(current, self.condition_type, ok=ok, reason=reason, message=message)
 
-    async def write_status(self, loaded: Loaded, status: SlurmClusterStatus) -> None:
-        await self.manager.apply_status(
-            status_body(loaded.name, loaded.namespace, status), field_manager=self.field_manager
-        )
+    async def write_status(self, loaded: Loaded | Invalid, status: SlurmClusterStatus) -> None:
+        """Hand this component's part of the status to the writer: written with the other components' parts that
+        come within a moment, and only where it differs from what the status says."""
+        self.ctx.status.submit(loaded.obj, status_part(status))
 
     async def report(self, loaded: Loaded, *, ok: bool, reason: Reason, message: str) -> None:
         """Write only this component's condition (what it waits for, or why it failed)."""

@@ -60,7 +60,7 @@ def _accounting_enabled(cluster: SlurmCluster) -> bool:
 # fmt: off
 COMPONENTS: Final[tuple[Component, ...]] = (
     Component("cluster", SPEC_VALID, reconciler=ClusterReconciler, render=manifests.cluster_objects,
-              owns=(CONFIGMAP, SECRET), required=never, watch_status=True),
+              owns=(CONFIGMAP, SECRET), required=never),
     Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler,
               render=manifests.populate_jail_objects, owns=(JOB,), image="populate-jail"),
     Component("controller", CONTROLLER_READY, reconciler=ControllerReconciler, render=manifests.controller_objects,

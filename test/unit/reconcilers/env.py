@@ -79,6 +79,7 @@ class Env:
         results = {}
         for component in components or [c.name for c in self.ctx.components]:
             results[component] = await self.ctx.reconcilers[component](Request(NS, name))
+        await self.ctx.status.flush()  # what the status writer sends a moment later
         await self.manager.recorder.flush()
         return results
 
