@@ -13,9 +13,12 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from pydantic import ValidationError
+
 from slurmctl.api.v1 import (
     SPEC_VALID,
     Condition,
+    ObjectMeta,
     Reason,
     SlurmCluster,
     SlurmClusterStatus,
@@ -114,8 +117,9 @@ class Invalid:
 
 
 class Loader:
-    """Parses, validates and renders the configs of a SlurmCluster once per (uid, resourceVersion): every component
-    controller reconciles the same object after each change, and they share this work."""
+    """Parses, validates and renders the configs of a SlurmCluster once per spec (uid, generation): every component
+    controller reconciles the same object after each change, and they share this work. A new resourceVersion of the
+    same generation (a status write, a label) costs only its metadata and status, and shares the rest."""
 
     def __init__(self, maxsize: int = 1024, *, allow_host_path: bool = False) -> None:
         self._maxsize = maxsize
@@ -125,10 +129,18 @@ class Loader:
 
     def load(self, obj: Mapping[str, Any]) -> Loaded | Invalid:
         md = obj.get("metadata") or {}
-        key = (str(md.get("uid", "")), str(md.get("resourceVersion", "")))
-        if key[1] and key in self._memo:
+        key = (str(md.get("uid", "")), str(md.get("generation", "")))
+        known = self._memo.get(key) if key[1] else None
+        if known is not None:
             self._memo.move_to_end(key)
-            return self._memo[key]
+            if known.obj is obj or (known.obj.get("metadata") or {}).get("resourceVersion") == md.get(
+                "resourceVersion"
+            ):
+                return known
+            renewed = _renewed(known, obj)
+            if renewed is not None:
+                self._memo[key] = renewed
+                return renewed
         self.parsed += 1
         cluster, problems = check_cluster(obj, allow_host_path=self.allow_host_path)
         result: Loaded | Invalid
@@ -141,6 +153,21 @@ class Loader:
             while len(self._memo) > self._maxsize:
                 self._memo.popitem(last=False)
         return result
+
+
+def _renewed(known: Loaded | Invalid, obj: Mapping[str, Any]) -> Loaded | Invalid | None:
+    """`known` for a newer resourceVersion of the same spec: its metadata and status read anew, the parsed spec and
+    its configs shared. None when they do not parse (the whole object is checked again then)."""
+    if isinstance(known, Invalid):
+        return Invalid(obj, known.problems)
+    try:
+        update = {
+            "metadata": ObjectMeta.model_validate(obj.get("metadata") or {}),
+            "status": SlurmClusterStatus.model_validate(obj["status"]) if obj.get("status") is not None else None,
+        }
+    except ValidationError:
+        return None
+    return Loaded(obj, known.cluster.model_copy(update=update), known.configs)
 
 
 # Kept short in conditions and Events: the API server's messages can quote large parts of the object.

@@ -40,6 +40,9 @@ _FORMER_MANAGER_PREFIX = "slurmctl-"
 # waits longer, so that a cluster coming up writes a few summaries rather than every step.
 COALESCE_SECONDS = 0.2
 PROGRESS_SECONDS = 2.0
+# A new cluster's first status waits for the cluster component's part (its phase, news): the other components' first
+# parts go out with it rather than before it, each on its own, while the cluster component works through the queue.
+FIRST_SECONDS = 10.0
 RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0)
 
 Status = dict[str, Any]
@@ -92,12 +95,14 @@ class StatusWriter:
         field_manager: str = FIELD_MANAGER,
         window: float = COALESCE_SECONDS,
         progress_window: float = PROGRESS_SECONDS,
+        first_window: float = FIRST_SECONDS,
     ) -> None:
         self._manager = manager
         self._clock = manager.clock
         self.field_manager = field_manager
         self.window = window
         self.progress_window = progress_window
+        self.first_window = first_window
         self.derive: Derive | None = None
         self._pending: dict[Key, Status] = {}  # parts not written yet, merged
         self._due: dict[Key, float] = {}  # when each key's pending parts go out
@@ -124,8 +129,13 @@ class StatusWriter:
             self._due.pop(key, None)
             return
         self._pending[key] = pending
-        news = _is_failure(part) or self._phase_news(obj, base, pending)
-        due = self._clock.monotonic() + (self.window if news else self.progress_window)
+        if _is_failure(part) or self._phase_news(obj, base, pending):
+            window = self.window
+        elif self.derive is not None and "phase" not in base:
+            window = self.first_window  # a new cluster's status starts with its phase: wait for the cluster's part
+        else:
+            window = self.progress_window
+        due = self._clock.monotonic() + window
         if due < self._due.get(key, float("inf")):
             self._due[key] = due
             self._wake.set()

@@ -136,6 +136,9 @@ async def test_a_cluster_is_parsed_once_per_change_for_all_controllers() -> None
         assert env.ctx.loader.parsed == before
         obj = env.cluster()
         env.fake.put({**obj, "metadata": {**obj["metadata"], "labels": {"team": "hpc"}}})  # a new resourceVersion
+        await env.run()  # the same spec: only its metadata and status are read again
+        assert env.ctx.loader.parsed == before
+        env.edit(lambda s: s["workers"][0].update(size=3))  # a new generation
         await env.run()
         assert env.ctx.loader.parsed == before + 1
 
