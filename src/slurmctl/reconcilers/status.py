@@ -109,7 +109,6 @@ class StatusWriter:
         self._failures: dict[Key, int] = {}
         self._in_flight: set[Key] = set()
         self._written: dict[Key, _Written] = {}  # what this writer wrote last, until the cache shows it
-        self._released: set[Key] = set()  # clusters whose former per-component managers were checked
         self._wake = asyncio.Event()
 
     # ---- what components call ---------------------------------------------------------------------------------
@@ -152,7 +151,6 @@ class StatusWriter:
         key = (namespace, name)
         for memo in (self._pending, self._due, self._written, self._failures):
             memo.pop(key, None)
-        self._released.discard(key)
 
     # ---- writing ----------------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -227,16 +225,14 @@ class StatusWriter:
 
     async def _release_former_managers(self, key: Key, applied: Mapping[str, Any]) -> None:
         """Managers of older releases still co-own the fields this writer now owns; an empty apply by each hands
-        them over, so that a field this writer leaves out later is removed. Once per cluster and process."""
+        them over, so that a field this writer leaves out (a removed group's row) is removed. Only the answer to a
+        write shows them (the cache keeps no managedFields), and after the first write of a cluster there are none."""
         md = applied.get("metadata") or {}
-        if key in self._released or "managedFields" not in md:  # nothing sent: the cached object carries none
-            return
-        self._released.add(key)
         former = {
             entry.get("manager", "")
             for entry in md.get("managedFields") or []
-            if entry.get("subresource") == "status"
-            and entry.get("operation") == "Apply"
+            if entry.get("operation") == "Apply"
+            and "f:status" in (entry.get("fieldsV1") or {})  # (`subresource` says so only from Kubernetes 1.22)
             and str(entry.get("manager", "")).startswith(_FORMER_MANAGER_PREFIX)
             and entry.get("manager") != self.field_manager
         }
@@ -245,8 +241,7 @@ class StatusWriter:
                 body = _status_body(key, {})
                 applied = await self._manager.client.apply(body, field_manager=manager, subresource="status")
                 log.info("status taken over %s", kv(namespace=key[0], name=key[1], former_manager=manager))
-        except ApiError as exc:
-            self._released.discard(key)  # the next write tries again
+        except ApiError as exc:  # the next write tries again
             log.warning("status take-over failed %s", kv(namespace=key[0], name=key[1], error=exc.message))
             return
         if former:
