@@ -1,6 +1,6 @@
 """What every component reconciler shares: the component declaration it is built from, reading its SlurmCluster once
 per change (`Loader`), applying the objects its renderer produces, pruning the children it no longer wants, and
-writing its one condition through the api/v1 status models with its own field manager.
+handing its one condition (and its summary) to the status writer (`status.StatusWriter`).
 """
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ def never(cluster: SlurmCluster) -> bool:
 class Component:
     """One component, declared once: everything registration, `slurmctl render` and the phase need to know about it.
 
-    `name` is the controller's name, the value of the component label on every child and the suffix of the status
-    field manager (`slurmctl-<name>`) alike.
+    `name` is the controller's name and the value of the component label on every child alike.
     """
 
     name: str
@@ -73,10 +72,6 @@ class Component:
     @property
     def labels(self) -> tuple[str, ...]:
         return (self.name, *self.former_names)
-
-    @property
-    def field_manager(self) -> str:
-        return f"slurmctl-{self.name}"
 
 
 @dataclass(frozen=True)
@@ -257,7 +252,6 @@ class ComponentReconciler:
         self.decl = component
         self.component = component.name
         self.condition_type = component.condition
-        self.field_manager = component.field_manager
         self.manager = ctx.manager
         self.cache = ctx.manager.cache
         # The rejection last reported per cluster (namespace/name): the cached condition can lag the one just

@@ -107,8 +107,8 @@ def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return list((template.get("spec") or {}).get("containers") or [])
 
 
-def test_component_names_conditions_and_field_managers_are_unique() -> None:
-    for field in ("name", "condition", "field_manager"):
+def test_component_names_and_conditions_are_unique() -> None:
+    for field in ("name", "condition"):
         values = [getattr(c, field) for c in COMPONENTS]
         assert len(values) == len(set(values)), field
     labels = [label for c in COMPONENTS for label in c.labels]
