@@ -44,6 +44,7 @@ PROGRESS_SECONDS = 4.0  # 2 s: 3.8-5 status writes per cluster in bench many_clu
 # A new cluster's first status waits for the cluster component's part (its phase, news): the other components' first
 # parts go out with it rather than before it, each on its own, while the cluster component works through the queue.
 FIRST_SECONDS = 10.0
+BACKLOG = 50  # clusters with pending parts beyond which progress waits longer
 RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0)
 
 Status = dict[str, Any]
@@ -134,7 +135,8 @@ class StatusWriter:
         elif self.derive is not None and "phase" not in base:
             window = self.first_window  # a new cluster's status starts with its phase: wait for the cluster's part
         else:
-            window = self.progress_window
+            # Many clusters coming up at once (a backlog of pending parts): progress waits longer, up to 4x.
+            window = self.progress_window * min(4.0, max(1.0, len(self._pending) / BACKLOG))
         due = self._clock.monotonic() + window
         if due < self._due.get(key, float("inf")):
             self._due[key] = due
