@@ -128,9 +128,8 @@ class Loader:
         known = self._memo.get(key) if key[1] else None
         if known is not None:
             self._memo.move_to_end(key)
-            if known.obj is obj or (known.obj.get("metadata") or {}).get("resourceVersion") == md.get(
-                "resourceVersion"
-            ):
+            rv = (known.obj.get("metadata") or {}).get("resourceVersion")
+            if known.obj is obj or (rv and rv == md.get("resourceVersion")):
                 return known
             renewed = _renewed(known, obj)
             if renewed is not None:
