@@ -35,6 +35,24 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Ready/desired worker pods over all groups.",
     },
     {"name": "Login", "type": "string", "jsonPath": ".status.loginReady", "description": "Ready/desired login pods."},
+    {
+        "name": "Idle",
+        "type": "integer",
+        "jsonPath": ".status.slurmNodes.idle",
+        "description": "Slurm nodes idle (as Slurm reports them).",
+    },
+    {
+        "name": "Alloc",
+        "type": "integer",
+        "jsonPath": ".status.slurmNodes.allocated",
+        "description": "Slurm nodes running jobs (allocated or mixed).",
+    },
+    {
+        "name": "Drain",
+        "type": "integer",
+        "jsonPath": ".status.slurmNodes.drained",
+        "description": "Slurm nodes drained or draining.",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -35,6 +35,7 @@ from .types import (
     DNS_LABEL_PATTERN,
     NO_WHITESPACE_PATTERN,
     ApiModel,
+    Duration,
     Quantity,
     ResourceRequirements,
     Scheduling,
@@ -265,6 +266,12 @@ class WorkerGroup(Scheduling):
     shared_memory_size: Quantity | None = Field(
         None, description="Size limit of /dev/shm on these nodes; empty means spec.jail.sharedMemorySize."
     )
+    drain_timeout: Duration | None = Field(
+        None,
+        description="How long a node that must go (scale-in, group removal, pod re-creation) stays drained while "
+        "jobs still run on it, e.g. 2h; after that its pod goes and the jobs are killed. Empty means wait for the "
+        "jobs forever.",
+    )
 
     @property
     def is_gpu(self) -> bool:
@@ -393,6 +400,17 @@ class AccountingSpec(Scheduling):
     mariadb: MariaDBSpec | None = Field(None, description="A database server created through mariadb-operator.")
 
 
+class RestSpec(Scheduling):
+    """slurmrestd, Slurm's REST API: one pod behind the Service <cluster>-rest (port 6820). Callers authenticate with
+    a JWT (`scontrol token` on a login node, or one signed with the key in the Secret <cluster>-jwt-key)."""
+
+    enabled: bool = Field(True, description="Run slurmrestd; false removes its Deployment and Service.")
+    image: str | None = _image_field("rest")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Compute resources of the slurmrestd container."
+    )
+
+
 class GpuHealthCheck(ApiModel):
     """The quick GPU check slurmd runs as HealthCheckProgram on GPU nodes."""
 
@@ -463,6 +481,7 @@ class SlurmClusterSpec(ApiModel):
     )
     login: LoginSpec = Field(default_factory=LoginSpec, description="Login nodes users reach over SSH.")
     accounting: AccountingSpec = Field(default_factory=AccountingSpec, description="Slurm accounting (slurmdbd).")
+    rest: RestSpec = Field(default_factory=RestSpec, description="Slurm's REST API (slurmrestd).")
     health_checks: HealthChecks = Field(default_factory=HealthChecks, description="GPU health checks.")
 
     def image_for(self, component: Component, override: str | None = None) -> str:

@@ -25,6 +25,7 @@ WORKERS_READY: Final = "WorkersReady"
 LOGIN_READY: Final = "LoginReady"
 JAIL_POPULATED: Final = "JailPopulated"
 ACCOUNTING_READY: Final = "AccountingReady"
+REST_READY: Final = "RestReady"
 BENCHMARK_SCHEDULED: Final = "BenchmarkScheduled"
 
 
@@ -54,6 +55,8 @@ class Reason(StrEnum):
     PASSWORD_SECRET_MISSING = "PasswordSecretMissing"  # noqa: S105 - a reason, not a password
     INVALID_PASSWORD = "InvalidPassword"  # noqa: S105
     APPLY_REJECTED = "ApplyRejected"  # the API server refused a child the spec renders (named in the message)
+    DRAINING = "Draining"  # nodes that must go wait in Slurm for their jobs (named in the message)
+    SLURM_UNREACHABLE = "SlurmUnreachable"  # Slurm cannot be asked whether nodes may go: nothing goes
 
     @property
     def in_progress(self) -> bool:
@@ -73,6 +76,7 @@ _IN_PROGRESS: Final = frozenset(
         Reason.WAITING_FOR_JAIL,
         Reason.POPULATING,
         Reason.OVERWRITING,
+        Reason.DRAINING,
     }
 )
 
@@ -124,6 +128,16 @@ class WorkerGroupStatus(ApiModel):
     ready: int = Field(ge=0, description="Worker pods that are ready.")
 
 
+class SlurmNodeCounts(ApiModel):
+    """Nodes by Slurm state (the IDLE, ALLOC and DRAIN columns); a node counts once, drained before the rest."""
+
+    total: int = Field(ge=0, description="Nodes Slurm knows.")
+    idle: int = Field(ge=0, description="Idle, not drained.")
+    allocated: int = Field(ge=0, description="Running jobs (allocated or mixed), not drained.")
+    drained: int = Field(ge=0, description="Drained or draining (no new jobs).")
+    down: int = Field(ge=0, description="Down or not responding, not drained.")
+
+
 class SlurmClusterStatus(ApiModel):
     """What the operator last observed of the cluster."""
 
@@ -150,6 +164,10 @@ class SlurmClusterStatus(ApiModel):
         None, description="Ready/desired worker pods over all groups, e.g. 6/8 (the WORKERS column)."
     )
     login_ready: ReadySummary | None = Field(None, description="Ready/desired login pods, e.g. 2/2 (the LOGIN column).")
+
+    slurm_nodes: SlurmNodeCounts | None = Field(
+        None, description="Worker nodes by Slurm state, as the operator last read them from slurmrestd."
+    )
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)

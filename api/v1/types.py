@@ -7,6 +7,7 @@ The base model is strict (a string is not an integer, "yes" is not a boolean) be
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -124,6 +125,25 @@ def _drop_nones(value: Any) -> Any:
 QUANTITY_SCHEMA: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True, "pattern": QUANTITY_PATTERN}
 Quantity = Annotated[int | str, AfterValidator(_check_quantity), WithJsonSchema(QUANTITY_SCHEMA)]
 """A Kubernetes quantity: an integer or a string such as "500m" or "64Gi"."""
+
+DURATION_PATTERN = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+_DURATION_PARTS = re.compile(r"([0-9]+)([hms])")
+_DURATION_UNITS = {"h": 3600, "m": 60, "s": 1}
+
+
+def _check_duration(value: str) -> str:
+    if not value or not re.fullmatch(DURATION_PATTERN, value):
+        raise ValueError(f"{value!r} is not a duration such as 90s, 30m or 1h30m")
+    return value
+
+
+def parse_duration(value: str) -> timedelta:
+    return timedelta(seconds=sum(int(n) * _DURATION_UNITS[u] for n, u in _DURATION_PARTS.findall(value)))
+
+
+DURATION_SCHEMA: dict[str, Any] = {"type": "string", "pattern": DURATION_PATTERN, "minLength": 2}
+Duration = Annotated[str, AfterValidator(_check_duration), WithJsonSchema(DURATION_SCHEMA)]
+"""A duration in hours, minutes and seconds, as Kubernetes spells them: "90s", "30m", "1h30m"."""
 
 FreeForm = Annotated[
     dict[str, Any],

@@ -6,6 +6,7 @@
 : "${SLURM_CONF_DIR:=/etc/slurm}"
 : "${MUNGE_KEY_SOURCE:=/mnt/munge-key/munge.key}"
 : "${MUNGE_KEY_FILE:=/etc/munge/munge.key}"
+: "${JWT_KEY_SOURCE:=/mnt/jwt-key/jwt_hs256.key}"
 : "${MUNGE_SOCKET:=/run/munge/munge.socket.2}"
 : "${MUNGE_WAIT_SECONDS:=120}"
 : "${MUNGE_USER:=munge}"
@@ -49,6 +50,33 @@ install_slurm_configs() {
     done
 }
 
+# Keeps SLURM_CONF_DIR equal to the mounted ConfigMap while the daemon runs, in the background: the kubelet updates
+# the mount in place when the operator changes a file; each change is installed, then the command given runs (the
+# controller: `scontrol reconfigure`; a worker: a SIGHUP to its own slurmd, which catches up if it reconfigured
+# before its own copy changed). Scaling changes no file; only what reconfigure cannot change restarts pods.
+follow_slurm_configs() {
+    local interval=${SLURM_CONFIGS_POLL_SECONDS:-5} daemon=$$
+    (
+        # Ends with the daemon, which keeps this shell's PID: once it exits, this loop has another parent.
+        while sleep "$interval"; do
+            read -r _ _ _ parent _ <"/proc/$BASHPID/stat"
+            [ "$parent" = "$daemon" ] || exit 0
+            changed=
+            for f in "$SLURM_CONFIGS_SOURCE"/*; do
+                [ -f "$f" ] || continue
+                cmp -s "$f" "$SLURM_CONF_DIR/$(basename "$f")" || changed=yes
+            done
+            [ -n "$changed" ] || continue
+            install_slurm_configs
+            if out=$("$@" 2>&1); then
+                log "configs changed; ran: $*"
+            else
+                log "configs changed; '$*' failed: $out"
+            fi
+        done
+    ) &
+}
+
 # The key is secret material: it is copied with install(1) so it never passes through a variable or a log line.
 install_munge_key() {
     [ -f "$MUNGE_KEY_SOURCE" ] || die "munge key $MUNGE_KEY_SOURCE is missing (is the munge key Secret mounted?)"
@@ -56,6 +84,23 @@ install_munge_key() {
     mkdir -p "$(dirname "$MUNGE_KEY_FILE")"
     install -o "$MUNGE_USER" -g "$MUNGE_USER" -m 0400 "$MUNGE_KEY_SOURCE" "$MUNGE_KEY_FILE"
     log "installed munge key at $MUNGE_KEY_FILE (owner $MUNGE_USER, mode 0400)"
+}
+
+# The key slurmctld and slurmdbd verify users' JWTs with, at the path their config names (AuthAltParameters=
+# jwt_key=PATH): copied like the munge key, owned by the daemon's user with mode 0600 as Slurm's JWT guide asks. A
+# config that names no jwt_key needs none.
+install_jwt_key() {
+    local conf=$1 owner=$2 path
+    path=$(conf_value "$conf" AuthAltParameters "" | tr ',' '\n' | sed -n 's/^jwt_key=//p' | tail -n 1)
+    if [ -z "$path" ]; then
+        log "$conf names no jwt_key in AuthAltParameters: no JWT key installed"
+        return 0
+    fi
+    [ -f "$JWT_KEY_SOURCE" ] || die "JWT key $JWT_KEY_SOURCE is missing (is the JWT key Secret mounted?)"
+    [ -s "$JWT_KEY_SOURCE" ] || die "JWT key $JWT_KEY_SOURCE is empty"
+    mkdir -p "$(dirname "$path")"
+    install -o "$owner" -g "$owner" -m 0600 "$JWT_KEY_SOURCE" "$path"
+    log "installed the JWT key at $path (owner $owner, mode 0600)"
 }
 
 wait_for_munge() {
@@ -95,14 +140,21 @@ start_munged() {
     fi
 }
 
-# Prints the value of a slurm.conf key (case-insensitive, last one wins), or the default when absent.
-slurm_conf_value() {
-    local key=$1 default=$2 value
-    value=$(awk -F= -v k="${key,,}" '
-        { sub(/#.*/, "") }
-        tolower($1) ~ "^[ \t]*" k "[ \t]*$" { v = $2; sub(/^[ \t]+/, "", v); sub(/[ \t]+$/, "", v); split(v, w, /[ \t]+/); found = w[1] }
-        END { if (found != "") print found }' "$SLURM_CONF_DIR/slurm.conf")
+# Prints the value of a key in a Slurm config file (case-insensitive, last one wins; the value runs from the first
+# '=' to whitespace or '#', so it may hold '=' itself, as AuthAltParameters=jwt_key=PATH does), or the default.
+conf_value() {
+    local file=$1 key=$2 default=$3 value
+    value=$(awk -v k="${key,,}" '
+        { sub(/#.*/, ""); i = index($0, "=") }
+        i > 0 { name = substr($0, 1, i - 1); gsub(/[ \t]/, "", name) }
+        i > 0 && tolower(name) == k { v = substr($0, i + 1); sub(/^[ \t]+/, "", v); split(v, w, /[ \t]+/); found = w[1] }
+        END { if (found != "") print found }' "$file")
     printf '%s\n' "${value:-$default}"
+}
+
+# Prints the value of a slurm.conf key, or the default when absent.
+slurm_conf_value() {
+    conf_value "$SLURM_CONF_DIR/slurm.conf" "$1" "$2"
 }
 
 # Runs a daemon as the given user (a no-op switch for root) so that daemons that can live without root do.

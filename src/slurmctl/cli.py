@@ -23,6 +23,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from slurmctl import __version__, reconcilers
 from slurmctl.api.v1 import KIND, check_cluster
+from slurmctl.reconcilers.base import Context
 from slurmctl.render import rbac
 from slurmctl.render.manifests import Inputs
 from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions
@@ -240,10 +241,11 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
         where = args.kubeconfig or "the in-cluster service account"
         log.error("cannot load cluster credentials %s", kv(source=where, error=exc))
         return 2
+    ctx: Context | None = None
     try:
         manager = Manager(Client(api), manager_options(args))
         if register is None:
-            await reconcilers.register(
+            ctx = await reconcilers.register(
                 manager, allow_host_path=args.allow_host_path, rsa_host_keys=args.ssh_rsa_host_keys
             )
         else:
@@ -253,6 +255,8 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
         log.error("exiting so that Kubernetes restarts the operator %s", kv(error=exc))
         return 1
     finally:
+        if ctx is not None:
+            await ctx.slurm.aclose()
         await api.close()
     return 0
 

@@ -101,6 +101,7 @@ async def test_printer_columns_and_status_conditions_merge_by_type(
             "slurmctl-cluster",
             {"phase": "Degraded", "controllerReady": "1/1", "workersReady": "1/2", "loginReady": "0/1"},
         ),
+        ("slurmctl-slurm-nodes", {"slurmNodes": {"total": 2, "idle": 1, "allocated": 0, "drained": 1, "down": 0}}),
         ("slurmctl-workers", {"conditions": [condition("WorkersReady", "False")]}),
         ("slurmctl-login", {"conditions": [condition("LoginReady", "False")]}),
     ]:
@@ -122,8 +123,8 @@ async def test_printer_columns_and_status_conditions_merge_by_type(
     assert [c["type"] for c in stored["status"]["conditions"]] == ["WorkersReady", "LoginReady"]
 
     table = installed.kubectl("get", "slurm", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "CONTROLLER", "WORKERS", "LOGIN", "AGE"]
-    assert table[1].split()[:5] == ["valid", "Degraded", "1/1", "1/2", "0/1"]
+    assert table[0].split() == ["NAME", "PHASE", "CONTROLLER", "WORKERS", "LOGIN", "IDLE", "ALLOC", "DRAIN", "AGE"]
+    assert table[1].split()[:8] == ["valid", "Degraded", "1/1", "1/2", "0/1", "1", "0", "1"]
 
 
 async def test_explain_documents_the_worker_groups(installed: ControlPlane) -> None:

@@ -45,14 +45,17 @@ EXPECTED_CHILDREN = {
     ("ConfigMap", "c1-slurm-configs"),
     ("ConfigMap", "c1-sshd"),
     ("Secret", "c1-munge"),
+    ("Secret", "c1-jwt-key"),
     ("Secret", "c1-ssh-host-keys"),
     ("Service", "c1-controller"),
     ("Service", "c1-workers"),
     ("Service", "c1-login"),
     ("Service", "c1-login-headless"),
+    ("Service", "c1-rest"),
     ("StatefulSet", "c1-controller"),
     ("StatefulSet", "c1-worker-cpu"),
     ("StatefulSet", "c1-login"),
+    ("Deployment", "c1-rest"),
     ("Job", "c1-populate-jail"),
 }
 
@@ -95,7 +98,7 @@ async def test_sample_creates_every_child_and_status_follows_the_workloads(
 
     # Nothing is ready yet: the phase says so and each component names what it waits for.
     assert await cluster.phase() in ("Pending", "Reconciling")
-    await cluster.become_available(expected_pods=4)
+    await cluster.become_available(expected_pods=5)
     status = (await cluster.get())["status"]
     assert status["controllerReady"] == "1/1"
     assert status["workersReady"] == "2/2"
@@ -108,6 +111,7 @@ async def test_sample_creates_every_child_and_status_follows_the_workloads(
         "ControllerReady": "True",
         "WorkersReady": "True",
         "LoginReady": "True",
+        "RestReady": "True",
         "BenchmarkScheduled": "False",
     }
 
@@ -148,7 +152,7 @@ async def test_scaling_a_group_follows_the_edit_and_the_node_list(
     first_hash = await template_hash()
     first_configs = await cluster.configmap("c1-slurm-configs")
     latencies = []
-    for size in (5, 2, 5, 2, 5, 2):
+    for size in (3, 4, 5, 6, 7, 8):
         started = time.monotonic()
         await cluster.patch([{"op": "replace", "path": "/spec/workers/0/size", "value": size}])
         await eventually(lambda size=size: replicas_are(size), timeout=10, interval=0.005, what=f"{size} replicas")
@@ -160,6 +164,17 @@ async def test_scaling_a_group_follows_the_edit_and_the_node_list(
         f"\nscale edit -> StatefulSet replicas latency: p50 {statistics.median(latencies) * 1000:.0f} ms, "
         f"max {max(latencies) * 1000:.0f} ms over {len(latencies)} edits"
     )
+
+    # Scale-in drains the leaving nodes in Slurm first. This control plane runs no pods, so there is no slurmrestd
+    # to ask: the group keeps its nodes (fail closed) and WorkersReady says why.
+    await cluster.patch([{"op": "replace", "path": "/spec/workers/0/size", "value": 2}])
+
+    async def held() -> bool:
+        cond = await cluster.condition("WorkersReady")
+        return cond is not None and cond["reason"] == "SlurmUnreachable" and "slurmrestd" in cond["message"]
+
+    await eventually(held, timeout=30, what="WorkersReady to say Slurm cannot be asked")
+    assert await cluster.replicas("c1-worker-cpu") == 8
 
 
 async def test_drift_is_repaired_and_fields_of_other_managers_are_left_alone(
@@ -187,11 +202,12 @@ async def test_drift_is_repaired_and_fields_of_other_managers_are_left_alone(
 
     await eventually(service_back, timeout=30, what="the deleted Service to be re-created")
 
-    # Another tool changes a field slurmctl owns (replicas) and adds one slurmctl does not (an annotation).
+    # Another tool changes a field slurmctl owns (replicas) and adds one slurmctl does not (an annotation). (Down, not
+    # up: replicas above the spec are nodes that must go, and those wait for Slurm's drain.)
     await cluster.apps.patch_namespaced_stateful_set(
         "c1-worker-cpu",
         namespace,
-        {"metadata": {"annotations": {"example.com/owner": "other-tool"}}, "spec": {"replicas": 7}},
+        {"metadata": {"annotations": {"example.com/owner": "other-tool"}}, "spec": {"replicas": 0}},
         _content_type=MERGE_PATCH,
         _request_timeout=T,
     )
@@ -209,7 +225,7 @@ async def test_invalid_spec_fails_names_the_field_changes_no_child_and_recovers(
 ) -> None:
     cluster = Cluster(api, namespace)
     await cluster.create(spec())
-    await cluster.become_available(expected_pods=4)
+    await cluster.become_available(expected_pods=5)
     before = {key: obj.metadata.resource_version for key, obj in (await cluster.children()).items()}
     counts = {c: reconciles(c) for c in ("controller", "workers", "login")}
 
@@ -267,7 +283,7 @@ async def test_steady_state_and_restart_cost_zero_writes(
 ) -> None:
     cluster = Cluster(api, namespace)
     await cluster.create(spec())
-    await cluster.become_available(expected_pods=4)
+    await cluster.become_available(expected_pods=5)
     controllers = ("cluster", "controller", "workers", "login")
 
     async def quiet_for(periods: int) -> None:

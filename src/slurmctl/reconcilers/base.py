@@ -26,14 +26,16 @@ from slurmctl.api.v1 import (
 )
 from slurmctl.api.v1 import Component as Image
 from slurmctl.reconcilers.observed import uid
+from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.reconcilers.status import StatusWriter
 from slurmctl.render import meta
 from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
-from slurmctl.runtime import WARNING, ApiError, Conflict, Manager, Request, Result
+from slurmctl.runtime import WARNING, ApiError, Conflict, Event, Manager, Request, Result
 from slurmctl.runtime.errors import rejection
+from slurmctl.runtime.handlers import Predicate
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.manager import ControllerBuilder
 
@@ -201,10 +203,13 @@ class Context:
     served: Mapping[Kind, Kind] = field(default_factory=dict)
     loader: Loader = field(default_factory=Loader)
     reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
+    loops: dict[str, Callable[[Request], Awaitable[Result | None]]] = field(default_factory=dict)  # the others
     host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
+    slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
     status: StatusWriter = field(init=False)  # every component's status goes through it
 
     def __post_init__(self) -> None:
+        self.slurm = SlurmAccess(self.manager.cache)
         self.status = StatusWriter(self.manager)
         self.manager.add_runnable("status-writer", self.status.run)
 
@@ -425,3 +430,13 @@ class ComponentReconciler:
         "waiting" condition that the cluster's first pass makes stale a few milliseconds later."""
         valid = loaded.condition(SPEC_VALID)
         return valid is not None and valid.observed_generation == loaded.generation
+
+
+def component_is(*components: str) -> Predicate:
+    """Only children carrying one of these component labels (a worker StatefulSet does not wake the login)."""
+
+    def predicate(event: Event) -> bool:
+        labels = (event.obj.get("metadata") or {}).get("labels") or {}
+        return labels.get(meta.LABEL_COMPONENT) in components
+
+    return predicate

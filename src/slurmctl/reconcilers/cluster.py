@@ -23,9 +23,9 @@ from slurmctl.reconcilers.base import (
     Loaded,
     make_condition,
 )
-from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
+from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
 from slurmctl.render import meta
-from slurmctl.render.cluster import render_munge_secret, render_ssh_host_keys_secret
+from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,9 @@ def aggregate_phase(
 class ClusterReconciler(ComponentReconciler):
     def __init__(self, ctx: Context, component: Component) -> None:
         super().__init__(ctx, component)
+        self._announced: dict[tuple[str, str], str] = {}  # the last phase an Event announced, per cluster
         ctx.status.derive = self.derive_phase
+        ctx.status.written = self.phase_written
 
     def derive_phase(self, obj: Mapping[str, Any], before: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         """The phase of the status about to be written, from its conditions: it moves in the same write as the
@@ -98,17 +100,21 @@ class ClusterReconciler(ComponentReconciler):
         async def munge() -> dict[str, Any]:
             return render_munge_secret(cluster, new_munge_key())
 
+        async def jwt() -> dict[str, Any]:
+            return render_jwt_key_secret(cluster, new_jwt_key())
+
         async def host_keys() -> dict[str, Any]:
             types = self.ctx.host_key_types
             if "rsa" in types:  # RSA-3072 takes ~0.2 s of CPU: keep it off the event loop
                 return render_ssh_host_keys_secret(cluster, await asyncio.to_thread(new_ssh_host_keys, types))
             return render_ssh_host_keys_secret(cluster, new_ssh_host_keys(types))  # well under a millisecond
 
-        # The configs first: no key (which lets the other components start) while they are rejected. Then both keys
+        # The configs first: no key (which lets the other components start) while they are rejected. Then the keys
         # at once.
         await self.apply(loaded, self.desired(self.inputs(loaded)))
         await asyncio.gather(
             self.create_once(loaded, meta.munge_secret(loaded.name), munge),
+            self.create_once(loaded, meta.jwt_key_secret(loaded.name), jwt),
             self.create_once(loaded, meta.ssh_host_keys_secret(loaded.name), host_keys),
         )
         status = self.ctx.status.view(loaded.obj)  # the cache may lag what the writer has written or will
@@ -122,3 +128,25 @@ class ClusterReconciler(ComponentReconciler):
         await self.write_status(
             loaded, SlurmClusterStatus(phase=phase, observed_generation=loaded.generation, conditions=[cond])
         )
+
+    def phase_written(self, obj: Mapping[str, Any], before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+        """The status writer wrote `after` over `before`: an Event when that moved a phase derived from the
+        conditions of a valid spec."""
+        loaded = self.ctx.loader.load(obj)
+        phase = after.get("phase")
+        valid = next((c for c in after.get("conditions") or [] if c.get("type") == SPEC_VALID), None)
+        if isinstance(loaded, Invalid) or phase is None or valid is None or valid.get("status") != "True":
+            return
+        if valid.get("observedGeneration") == loaded.generation:
+            self._phase_event(loaded, before.get("phase"), phase)
+
+    def _phase_event(self, loaded: Loaded, previous: str | None, phase: str) -> None:
+        """An Event when the phase moves (a Warning into Degraded). Writes of the same cluster can follow each other
+        closely, so the last phase announced per cluster is remembered too."""
+        key = (loaded.namespace, loaded.name)
+        if previous is None or phase == previous or self._announced.get(key) == phase:
+            self._announced.setdefault(key, previous or phase)
+            return
+        self._announced[key] = phase
+        type_ = "Warning" if phase == "Degraded" else "Normal"
+        self.event(loaded, type_, "PhaseChanged", f"phase {previous} -> {phase}")

@@ -6,12 +6,14 @@ is read here, once, into small frozen values the reconcilers branch on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.render.meta import LABEL_INSTANCE, LABEL_WORKER_GROUP
 from slurmctl.render.populate_jail import GENERATION_ANNOTATION
+from slurmctl.runtime import Request
 
 Live = Mapping[str, Any]
 
@@ -45,6 +47,49 @@ def spec_replicas(obj: Live | None) -> int | None:
 def match_labels(obj: Live | None) -> dict[str, str]:
     """A live workload's selector (immutable once created)."""
     return dict((((obj or {}).get("spec") or {}).get("selector") or {}).get("matchLabels") or {})
+
+
+def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
+    """Replicas of each live worker StatefulSet by its group label (groups no longer in the spec included); those
+    being deleted are left out."""
+    out: dict[str, int] = {}
+    for sts in statefulsets:
+        group = ((sts.get("metadata") or {}).get("labels") or {}).get(LABEL_WORKER_GROUP)
+        replicas = spec_replicas(sts)
+        if group and replicas is not None and not deleting(sts):
+            out[group] = replicas
+    return out
+
+
+REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller on each pod
+
+
+def outdated_pods(statefulset: Live | None, pods: Iterable[Live]) -> list[str] | None:
+    """Names of a StatefulSet's pods that run an older template than its current one, highest ordinal last; None
+    while the StatefulSet controller has not yet observed the latest template (its revision is not known)."""
+    if statefulset is None:
+        return None
+    status = _status(statefulset)
+    update = status.get("updateRevision")
+    if not update or status.get("observedGeneration") != (statefulset.get("metadata") or {}).get("generation"):
+        return None
+    names = [
+        (p.get("metadata") or {}).get("name", "")
+        for p in pods
+        if not deleting(p) and ((p.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL) != update
+    ]
+    return sorted(names, key=lambda n: (len(n), n))
+
+
+def pod_ready(pod: Live) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in _status(pod).get("conditions") or [])
+
+
+def cluster_of_pod(pod: Live) -> list[Request]:
+    """The SlurmCluster a pod belongs to, by its instance label (pods are owned by workloads, not the cluster)."""
+    md = pod.get("metadata") or {}
+    instance = (md.get("labels") or {}).get(LABEL_INSTANCE)
+    return [Request(md.get("namespace") or "", instance)] if instance else []
 
 
 def deleting(obj: Live | None) -> bool:

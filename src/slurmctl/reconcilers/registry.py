@@ -21,17 +21,22 @@ from slurmctl.api.v1 import (
     CONTROLLER_READY,
     JAIL_POPULATED,
     LOGIN_READY,
+    REST_READY,
     SPEC_VALID,
     WORKERS_READY,
     SlurmCluster,
 )
 from slurmctl.reconcilers.accounting import AccountingReconciler
-from slurmctl.reconcilers.base import Component, Context, Loader, never
+from slurmctl.reconcilers.base import Component, Context, Loader, component_is, never
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.controller import ControllerReconciler
 from slurmctl.reconcilers.login import LoginReconciler
+from slurmctl.reconcilers.observed import cluster_of_pod
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
+from slurmctl.reconcilers.rest import RestReconciler
+from slurmctl.reconcilers.slurm_access import REST_COMPONENT
+from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler
 from slurmctl.reconcilers.workers import WorkersReconciler
 from slurmctl.render import manifests, meta
 from slurmctl.render.kinds import (
@@ -40,6 +45,7 @@ from slurmctl.render.kinds import (
     DEPLOYMENT,
     FALLBACKS,
     JOB,
+    POD,
     SECRET,
     SERVICE,
     SLURM_CLUSTER,
@@ -48,11 +54,15 @@ from slurmctl.render.kinds import (
 )
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES, HOST_KEY_TYPES
 from slurmctl.runtime import Event, Manager, any_of, generation_changed
-from slurmctl.runtime.handlers import Predicate
+from slurmctl.runtime.handlers import enqueue_mapped
 
 
 def _accounting_enabled(cluster: SlurmCluster) -> bool:
     return cluster.spec.accounting.enabled
+
+
+def _rest_enabled(cluster: SlurmCluster) -> bool:
+    return cluster.spec.rest.enabled
 
 
 # One row per component, in the order `slurmctl render` prints their objects. Not required for Available: the cluster
@@ -73,6 +83,8 @@ COMPONENTS: Final[tuple[Component, ...]] = (
     Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, render=manifests.accounting_objects,
               owns=(DEPLOYMENT, SERVICE, SECRET), image="accounting", required=_accounting_enabled,
               after=("cluster",)),
+    Component("rest", REST_READY, reconciler=RestReconciler, render=manifests.rest_objects,
+              owns=(DEPLOYMENT, SERVICE), image="rest", required=_rest_enabled),
     Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, render=manifests.benchmark_objects,
               owns=(CRONJOB,), image="nccl-benchmark", required=never, after=("cluster",)),
 )
@@ -102,16 +114,6 @@ def resync(event: Event) -> bool:
     return event.low_priority
 
 
-def component_is(*components: str) -> Predicate:
-    """Only children carrying one of these component labels (a worker StatefulSet does not wake the login)."""
-
-    def predicate(event: Event) -> bool:
-        labels = (event.obj.get("metadata") or {}).get("labels") or {}
-        return labels.get(meta.LABEL_COMPONENT) in components
-
-    return predicate
-
-
 async def register(
     manager: Manager,
     components: Sequence[Component] | None = None,
@@ -127,6 +129,7 @@ async def register(
     # Secrets: only those the operator labels as its own are listed and watched; the user's (a database password)
     # are read by name when needed.
     manager.select(*SECRET, label_selector=meta.OWNED_SELECTOR)
+    manager.select(*POD, label_selector=meta.OWNED_SELECTOR)  # worker pods' state, slurmrestd's address
     served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
     host_key_types = HOST_KEY_TYPES if rsa_host_keys else DEFAULT_HOST_KEY_TYPES
     ctx = Context(
@@ -144,4 +147,16 @@ async def register(
             for kind in source.owns:
                 builder.owns(*ctx.kind(kind), predicates=[component_is(*source.labels)])
         reconciler.watch(builder)
+    if "workers" in by_name:
+        _register_slurm_nodes(manager, ctx)
     return ctx
+
+
+def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
+    """Slurm's view on the pods: polls each cluster's slurmrestd (it sends no events); the slurmrestd pod turning
+    ready starts the first poll at once. Pods are listed through the owned-children selector only."""
+    loop = ctx.loops["slurm-nodes"] = SlurmNodesReconciler(ctx)
+    builder = manager.controller(
+        "slurm-nodes", loop, for_=SLURM_CLUSTER, predicates=[any_of(generation_changed, resync)]
+    )
+    builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(REST_COMPONENT)])

@@ -51,6 +51,8 @@ Status = dict[str, Any]
 Key = tuple[str, str]  # namespace, name
 # (the cached SlurmCluster, the status before this write, the status to write) -> the status to write
 Derive = Callable[[Mapping[str, Any], Mapping[str, Any], Status], Status]
+# (the cached SlurmCluster, the status before this write, the status written)
+Written = Callable[[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], None]
 
 
 def overlay(base: Mapping[str, Any], part: Mapping[str, Any]) -> Status:
@@ -105,7 +107,8 @@ class StatusWriter:
         self.window = window
         self.progress_window = progress_window
         self.first_window = first_window
-        self.derive: Derive | None = None
+        self.derive: Derive | None = None  # the phase (set by the cluster component)
+        self.written: Written | None = None  # after each write (the cluster component's phase Events)
         self._pending: dict[Key, Status] = {}  # parts not written yet, merged
         self._due: dict[Key, float] = {}  # when each key's pending parts go out
         self._failures: dict[Key, int] = {}
@@ -209,6 +212,8 @@ class StatusWriter:
         rv = (applied.get("metadata") or {}).get("resourceVersion")
         if rv:
             self._written[key] = _Written(str(rv), applied.get("status") or status)
+        if self.written is not None:
+            self.written(obj, base, status)
         await self._release_former_managers(key, applied)
 
     def _retry_later(self, key: Key, part: Status, exc: ApiError) -> None:

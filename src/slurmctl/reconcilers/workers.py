@@ -1,7 +1,9 @@
 """The `workers` component: one StatefulSet per worker group, the workers' headless Service, WorkersReady.
 
-Scale-in goes through `replicas_after_gate`: the one place a drain gate (drain the Slurm nodes first, fail closed)
-will hold a shrinking group at its current size.
+Nodes leave Slurm only through the drain gate (reconcilers/drain.py): a shrinking group keeps its replicas, and a
+removed group its StatefulSet, until Slurm says the nodes that must go are drained and run no job (or their
+drainTimeout passed). When Slurm cannot be asked, nothing goes (fail closed) and WorkersReady says why. Growing
+and creating never wait for Slurm.
 
 A StatefulSet's selector is immutable. Releases before 0.2 labelled worker children `component: worker`; the
 component is now `workers` everywhere (controller, label, field manager). A live StatefulSet whose selector differs
@@ -11,39 +13,82 @@ clash with old ones of the same name) and applied anew once it is gone: its dele
 
 from __future__ import annotations
 
-from slurmctl.api.v1 import Reason, SlurmClusterStatus, WorkerGroup, WorkerGroupStatus, ready_summary
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded, Obj
-from slurmctl.reconcilers.observed import deleting, match_labels, ready_replicas, spec_replicas
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+
+from slurmctl.api.v1 import (
+    Condition,
+    Reason,
+    SlurmClusterStatus,
+    WorkerGroup,
+    WorkerGroupStatus,
+    parse_duration,
+    ready_summary,
+)
+from slurmctl.reconcilers.base import ComponentReconciler, Loaded, Obj, component_is, now
+from slurmctl.reconcilers.drain import Leaving, Verdict, judge, leaving_nodes, replicas_after
+from slurmctl.reconcilers.observed import (
+    cluster_of_pod,
+    deleting,
+    match_labels,
+    outdated_pods,
+    pod_ready,
+    ready_replicas,
+    worker_replicas,
+)
 from slurmctl.reconcilers.populate_jail import jail_gate_open
 from slurmctl.render import meta
-from slurmctl.render.kinds import STATEFULSET, Kind
+from slurmctl.render.kinds import POD, STATEFULSET, Kind
+from slurmctl.runtime import Result
+from slurmctl.runtime.handlers import enqueue_mapped
+from slurmctl.runtime.logs import kv
+from slurmctl.runtime.manager import ControllerBuilder
+from slurmctl.slurm import SlurmError
+
+log = logging.getLogger(__name__)
+
+# While nodes drain, Slurm is asked again this often (no Kubernetes event says a job ended).
+DRAIN_POLL_SECONDS = 5.0
 
 
-def replicas_after_gate(group: WorkerGroup, live: int | None) -> int:
-    """Replicas to apply for a group. Growing and creating are never held; shrinking is where a drain gate goes."""
-    if live is None or group.size >= live:
-        return group.size
-    # Scale-in is allowed at once today (slurmctld marks the vanished nodes down). The drain gate goes here: it will
-    # return `live` until the nodes that are going away are drained in Slurm, failing closed when it cannot tell.
-    return group.size
+@dataclass(frozen=True)
+class Gate:
+    """The drain gate's answer for one pass: a verdict, or why Slurm could not be asked (then nothing goes)."""
+
+    verdict: Verdict | None
+    unreachable: str = ""
+
+    @property
+    def released(self) -> frozenset[str]:
+        return self.verdict.released if self.verdict else frozenset()
 
 
 class WorkersReconciler(ComponentReconciler):
-    async def reconcile_valid(self, loaded: Loaded) -> None:
-        c, ns = loaded.name, loaded.namespace
+    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
+        c = loaded.name
         ids = await self.secret_ids(loaded, meta.munge_secret(c))
         if ids is None:
-            return
+            return None
         (munge_key_id,) = ids
         if not jail_gate_open(self, loaded) and not self.owned(loaded, STATEFULSET):
             message = "waiting for the populate-jail Job to succeed"
             await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_JAIL, message=message)
-            return
+            return None
         groups = sorted(loaded.cluster.spec.workers, key=lambda g: g.name)
+        live = worker_replicas(self.owned(loaded, STATEFULSET))
+        roll = self._roll(loaded, live)
+        leaving = [*leaving_nodes(c, groups, live), *roll]
+        gate = await self._gate(loaded, leaving)
         replicas: dict[str, int] = {}
         for group in groups:
-            current = spec_replicas(self.live(STATEFULSET, meta.worker_group(c, group.name), ns))
-            replicas[group.name] = replicas_after_gate(group, current)
+            current = live.get(group.name)
+            if current is None or group.size >= current:
+                replicas[group.name] = group.size
+            else:
+                released = gate.released
+                replicas[group.name] = replicas_after(group.size, current, c=c, group=group.name, released=released)
             if current is not None and replicas[group.name] != current:
                 message = f"worker group {group.name}: {current} -> {replicas[group.name]} nodes"
                 self.event(loaded, "Normal", "Scaled", message)
@@ -53,7 +98,78 @@ class WorkersReconciler(ComponentReconciler):
             if await self._selector_holds(loaded, obj)
         ]
         await self.apply(loaded, intents)
-        await self.prune(loaded, STATEFULSET, keep=[meta.worker_group(c, g.name) for g in groups])
+        # A removed group's StatefulSet goes once all its nodes may go.
+        held = {going.group for going in leaving if going.node not in gate.released}
+        keep = [meta.worker_group(c, name) for name in {*(g.name for g in groups), *(held & set(live))}]
+        await self.prune(loaded, STATEFULSET, keep=keep)
+        for going in roll:
+            if going.node in gate.released:
+                await self.delete(loaded, POD, going.node, why=f"{going.why}; its node is drained and runs no job")
+        await self.write_status(loaded, self._status(loaded, groups, gate))
+        return Result(requeue_after=DRAIN_POLL_SECONDS) if leaving else None
+
+    def leaving(self, loaded: Loaded) -> list[Leaving]:
+        """Every node that must go now (scale-in, removed groups, the node being re-created): what the drain gate
+        drains, and what the Slurm node loop must not resume."""
+        live = worker_replicas(self.owned(loaded, STATEFULSET))
+        return [*leaving_nodes(loaded.name, loaded.cluster.spec.workers, live), *self._roll(loaded, live)]
+
+    def _roll(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
+        """The one worker to re-create next for a new pod template (OnDelete StatefulSets: only the operator deletes
+        worker pods): the highest outdated ordinal of the first group, by name, that is not shrinking and whose other
+        pods are all ready, so at most one node of the cluster is out at a time."""
+        c, ns = loaded.name, loaded.namespace
+        for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
+            replicas = live.get(group.name)
+            if replicas is None or group.size < replicas:
+                continue
+            sts = self.live(STATEFULSET, meta.worker_group(c, group.name), ns)
+            labels = meta.selector(c, self.component, **{meta.LABEL_WORKER_GROUP: group.name})
+            pods = self.cache.list(*self.ctx.kind(POD), namespace=ns, labels=labels)
+            outdated = outdated_pods(sts, pods)
+            if not outdated:
+                continue
+            others = [p for p in pods if (p.get("metadata") or {}).get("name") != outdated[-1]]
+            if len(others) < replicas - 1 or not all(pod_ready(p) and not deleting(p) for p in others):
+                return []  # a node is still coming back: one at a time
+            why = f"re-created for a new pod template of worker group {group.name}"
+            return [Leaving(outdated[-1], group.name, why)]
+        return []
+
+    def watch(self, builder: ControllerBuilder) -> None:
+        """Worker pods (owned by the StatefulSets, not the cluster): a re-created pod turning ready lets the next
+        node of a roll go."""
+        builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(*self.decl.labels)])
+
+    async def _gate(self, loaded: Loaded, leaving: list[Leaving]) -> Gate:
+        """Ask Slurm about the nodes that must go and drain those not drained yet. Slurm is not asked at all when
+        no node must go, so a Slurm outage never holds scaling out or a new cluster."""
+        if not leaving:
+            return Gate(Verdict(frozenset(), (), {}, {}))
+        c, ns = loaded.name, loaded.namespace
+        limits = {g.name: parse_duration(g.drain_timeout) for g in loaded.cluster.spec.workers if g.drain_timeout}
+        timeouts: dict[str, timedelta | None] = {going.node: limits.get(going.group) for going in leaving}
+        if not loaded.cluster.spec.rest.enabled:
+            return Gate(None, unreachable="slurmrestd is disabled (spec.rest.enabled is false)")
+        try:
+            api = self.ctx.slurm.client(c, ns)
+            nodes = {node.name: node for node in await api.nodes()}
+            verdict = judge(leaving, nodes=nodes, jobs=await api.jobs(), now=now(), timeout=timeouts)
+            by_reason: dict[str, list[str]] = defaultdict(list)
+            for going in verdict.to_drain:
+                by_reason[going.reason].append(going.node)
+            for reason, names in sorted(by_reason.items()):
+                await api.drain(names, reason=reason)
+                self.event(loaded, "Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
+        except SlurmError as exc:
+            return Gate(None, unreachable=str(exc))
+        for node, jobs in sorted(verdict.timed_out.items()):
+            running = ", ".join(map(str, jobs)) or "unknown"
+            self.warn(loaded, "DrainTimedOut", f"{node}: its drainTimeout passed; it goes with jobs {running} running")
+        return Gate(verdict)
+
+    def _status(self, loaded: Loaded, groups: list[WorkerGroup], gate: Gate) -> SlurmClusterStatus:
+        c, ns = loaded.name, loaded.namespace
         rows = [
             WorkerGroupStatus(
                 name=group.name,
@@ -64,16 +180,22 @@ class WorkersReconciler(ComponentReconciler):
         ]
         total_ready, total = sum(r.ready for r in rows), sum(r.desired for r in rows)
         waiting = [f"{r.name} {r.ready}/{r.desired}" for r in rows if r.ready < r.desired]
-        if waiting:
+        cond: Condition
+        if gate.verdict is None:
+            message = f"nodes must go but Slurm cannot be asked whether they run jobs, so none goes: {gate.unreachable}"
+            if (previous := loaded.condition(self.condition_type)) is None or previous.message != message:
+                log.warning("drain gate closed %s", kv(namespace=ns, name=c, error=gate.unreachable))
+            cond = self.condition(loaded, ok=False, reason=Reason.SLURM_UNREACHABLE, message=message)
+        elif gate.verdict.waiting:
+            message = "draining, waiting for jobs to finish: " + gate.verdict.describe_waiting()
+            cond = self.condition(loaded, ok=False, reason=Reason.DRAINING, message=message)
+        elif waiting:
             message = "worker groups not ready: " + ", ".join(waiting)
             cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message=message)
         else:
             message = f"all {total} worker nodes are ready"
             cond = self.condition(loaded, ok=True, reason=Reason.READY, message=message)
-        await self.write_status(
-            loaded,
-            SlurmClusterStatus(conditions=[cond], workers=rows, workers_ready=ready_summary(total_ready, total)),
-        )
+        return SlurmClusterStatus(conditions=[cond], workers=rows, workers_ready=ready_summary(total_ready, total))
 
     async def _selector_holds(self, loaded: Loaded, intent: Obj) -> bool:
         """False for a StatefulSet whose live selector differs from the intent's: it is being re-created (deleted

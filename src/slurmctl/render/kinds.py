@@ -19,6 +19,7 @@ class Kind(NamedTuple):
 SLURM_CLUSTER: Final = Kind(API_VERSION, KIND)
 CONFIGMAP: Final = Kind("v1", "ConfigMap")
 SECRET: Final = Kind("v1", "Secret")
+POD: Final = Kind("v1", "Pod")
 SERVICE: Final = Kind("v1", "Service")
 STATEFULSET: Final = Kind("apps/v1", "StatefulSet")
 DEPLOYMENT: Final = Kind("apps/v1", "Deployment")

@@ -7,7 +7,7 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import NODE_LOCAL_FILES
+from slurmctl.render.slurm_conf import restart_settings
 from slurmctl.render.sshd import (
     AUTHORIZED_KEYS,
     DEFAULT_HOST_KEY_TYPES,
@@ -38,7 +38,7 @@ def config_hash(
 ) -> str:
     """`configs` is the rendered config set (`render_slurm_configs`), rendered once per reconcile."""
     return meta.content_hash(
-        meta.subset(configs, NODE_LOCAL_FILES),
+        restart_settings(configs),
         sshd_configs_data(cluster, host_keys=host_keys),
         munge_key_id,
         host_keys_id,

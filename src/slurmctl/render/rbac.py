@@ -3,8 +3,8 @@ and the per-namespace Roles of the namespaced mode (`slurmctl rbac --watch-names
 `RULES`, so the two modes cannot drift apart.
 
 Every rule is used by a reconciler; nothing is granted with `*`. Notably absent: `update` (every write is a
-server-side apply, a PATCH; only the leader Lease is PUT, and that Role is separate), PersistentVolumeClaims and Pods
-(nothing reads them), CustomResourceDefinitions (optional kinds are found through discovery, which every
+server-side apply, a PATCH; only the leader Lease is PUT, and that Role is separate), PersistentVolumeClaims (nothing
+reads them), CustomResourceDefinitions (optional kinds are found through discovery, which every
 authenticated client may read). Secrets need list/watch because the operator watches its own (label-selected: the
 API server sends no other Secret, but RBAC cannot express a selector) and get for the user's password Secret.
 """
@@ -37,15 +37,20 @@ RULES: Final[tuple[Rule, ...]] = (
          ("slurmclusters/status",), ("get", "patch")),
     Rule("Children carry owner references with blockOwnerDeletion, which OwnerReferencesPermissionEnforcement "
          "checks against this subresource.", ("slurm.slurmctl.io",), ("slurmclusters/finalizers",), ("update",)),
-    Rule("Slurm configs and sshd ConfigMaps; controller, worker, login and accounting Services.", ("",),
+    Rule("Slurm configs and sshd ConfigMaps; controller, worker, login, accounting and slurmrestd Services.", ("",),
          ("configmaps", "services"), READ + WRITE),
-    Rule("Secrets: the munge and SSH host keys (created once), slurmdbd.conf (applied, deleted when accounting is "
+    Rule("Secrets: the munge, JWT and SSH host keys (created once), slurmdbd.conf (applied, deleted when accounting is "
          "switched off). Listed and watched only through a label selector; the user's password Secret is read by "
          "name.", ("",), ("secrets",), READ + WRITE),
-    Rule("Controller, worker and login StatefulSets; the slurmdbd Deployment.", ("apps",),
+    Rule("Controller, worker and login StatefulSets; the slurmdbd and slurmrestd Deployments.", ("apps",),
          ("statefulsets", "deployments"), READ + WRITE),
     Rule("The populate-jail Job and the NCCL benchmark CronJob (batch/v1, or batch/v1beta1 on old clusters).",
          ("batch",), ("jobs", "cronjobs"), READ + WRITE),
+    Rule("Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition; a worker pod deleted "
+         "(once its node is drained) to re-create it from a new template. Listed and watched only through the "
+         "owned-children label selector.", ("",), ("pods",), (*READ, "delete")),
+    Rule("The SlurmNodeState condition on worker pods (server-side apply on /status).", ("",), ("pods/status",),
+         ("patch",)),
     Rule("Events on SlurmClusters, through either Events API.", ("", "events.k8s.io"), ("events",),
          ("create", "patch")),
     Rule("Accounting through mariadb-operator, when its CRD is installed.", ("k8s.mariadb.com",), ("mariadbs",),

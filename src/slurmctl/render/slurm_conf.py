@@ -12,6 +12,7 @@ Output is deterministic: an unchanged spec renders byte-identical files, so the 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from slurmctl.api.v1 import MAX_GROUP_SIZE, MAX_TOTAL_WORKERS, SlurmCluster, WorkerGroup, parse_quantity
 from slurmctl.render import meta
@@ -21,11 +22,13 @@ NODES_CONF = "nodes.conf"
 CGROUP_CONF = "cgroup.conf"
 GRES_CONF = "gres.conf"
 PLUGSTACK_CONF = "plugstack.conf"
-# The files a worker or login node uses itself; `nodes.conf` (node sets and partitions) matters only to slurmctld.
-NODE_LOCAL_FILES = (SLURM_CONF, CGROUP_CONF, GRES_CONF, PLUGSTACK_CONF)
 
 SLURM_CONF_DIR = "/etc/slurm"
 JAIL_PATH = "/mnt/jail"
+# Where slurmctld and slurmdbd find the key they verify users' JWTs with (images/scripts install_jwt_key copies it
+# there from the <c>-jwt-key Secret). No other daemon loads it: slurmd and the clients never verify a JWT.
+JWT_KEY_PATH = f"{SLURM_CONF_DIR}/jwt_hs256.key"
+JWT_AUTH_SETTINGS = (("AuthAltTypes", "auth/jwt"), ("AuthAltParameters", f"jwt_key={JWT_KEY_PATH}"))
 CHROOT_PLUGIN = "/usr/lib/slurmctl/chroot.so"
 GPU_HEALTHCHECK = "/usr/lib/slurmctl/gpu-healthcheck"
 MIB = 2**20
@@ -100,6 +103,8 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
         "SlurmctldPort": str(meta.SLURMCTLD_PORT),
         "SlurmdPort": str(meta.SLURMD_PORT),
         "AuthType": "auth/munge",
+        # Users' JWTs besides munge: `scontrol token` and slurmrestd (-a rest_auth/jwt) need them.
+        **dict(JWT_AUTH_SETTINGS),
         "CredType": "cred/munge",
         "SlurmUser": "slurm",
         "SlurmdUser": "root",
@@ -183,6 +188,43 @@ def render_gres_conf(cluster: SlurmCluster) -> str:
 def render_plugstack_conf(cluster: SlurmCluster) -> str:
     """Every job step enters the jail through slurmctl's chroot plugin; `required` makes a broken plugin fail jobs."""
     return _header(cluster) + f"required {CHROOT_PLUGIN} jail={JAIL_PATH}\n"
+
+
+# What a running daemon cannot take from `scontrol reconfigure` (Slurm 24.11, scontrol(1): "not ... the daemons'
+# listening TCP port settings or authentication mechanism"), plus where daemons keep their state and who they run as.
+# A change to one of these restarts the pods (workers one drained node at a time); every other change to the config
+# files reaches the running daemons in place (the containers follow the ConfigMap and reconfigure, see
+# images/scripts/lib.sh follow_slurm_configs).
+RESTART_KEYS = frozenset(
+    key.lower()
+    for key in (
+        "AuthAltParameters",
+        "AuthAltTypes",
+        "AuthInfo",
+        "AuthType",
+        "CredType",
+        "SlurmctldHost",
+        "SlurmctldPort",
+        "SlurmdPort",
+        "SlurmUser",
+        "SlurmdUser",
+        "StateSaveLocation",
+        "SlurmdSpoolDir",
+        "SlurmctldPidFile",
+        "SlurmdPidFile",
+        "PluginDir",
+    )
+)
+
+
+def restart_settings(configs: Mapping[str, str]) -> dict[str, str]:
+    """The RESTART_KEYS settings of a rendered slurm.conf (extraConfig included: the last one wins, as in Slurm)."""
+    found: dict[str, str] = {}
+    for line in configs.get(SLURM_CONF, "").splitlines():
+        key, sep, value = line.split("#", 1)[0].strip().partition("=")
+        if sep and key.strip().lower() in RESTART_KEYS:
+            found[key.strip().lower()] = value.strip()
+    return found
 
 
 def render_slurm_configs(cluster: SlurmCluster) -> dict[str, str]:

@@ -7,17 +7,17 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import NODE_LOCAL_FILES, dynamic_node_conf
+from slurmctl.render.slurm_conf import dynamic_node_conf, restart_settings
 
 COMPONENT = "workers"
 WORKER_PRESTOP = "/usr/lib/slurmctl/worker-prestop"
 
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
-    """slurmd reads its configs once at start; nodes.conf (node sets, partitions) matters only to slurmctld, so
-    adding a group or a partition rolls no worker. `configs` is the rendered config set (`render_slurm_configs`),
-    rendered once per reconcile."""
-    return meta.content_hash(meta.subset(configs, NODE_LOCAL_FILES), munge_key_id)
+    """slurmd follows its config files (the container installs each change and reconfigures slurmd), so only what
+    reconfigure cannot change re-creates workers, one drained node at a time. `configs` is the rendered config set
+    (`render_slurm_configs`), rendered once per reconcile."""
+    return meta.content_hash(restart_settings(configs), munge_key_id)
 
 
 def render_workers_service(cluster: SlurmCluster) -> dict[str, Any]:
@@ -74,6 +74,9 @@ def render_worker_statefulset(
             "serviceName": meta.workers_service(c),
             # Slurm nodes are independent: start and replace them all at once, not one ready pod after another.
             "podManagementPolicy": "Parallel",
+            # A new pod template reaches a running node only through the operator, which drains the node first and
+            # deletes its pod once no job runs there (reconcilers/workers.py), one node at a time.
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": meta.selector(c, COMPONENT, **group_label)},
             "template": pods.slurm_pod_template(
                 c,

@@ -117,6 +117,10 @@ def _remove(target: dict[str, Any], path: Path) -> None:
             parent.pop(segment, None)
 
 
+def _is_item_key(path: Path) -> bool:
+    return len(path) > 1 and isinstance(path[-2], tuple) and path[-2][0] == path[-1]
+
+
 def _spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
@@ -227,7 +231,8 @@ class FakeClient(Client):
         me = (field_manager, subresource or "")
         paths = field_paths(part) - _IDENTITY
         others: set[Path] = set().union(*(p for m, p in owned.items() if m != me))
-        for path in owned.get(me, set()) - paths - others:
+        # A list-map item's key field goes last: the item is found by it while its other fields are removed.
+        for path in sorted(owned.get(me, set()) - paths - others, key=_is_item_key):
             _remove(new, path)
         _merge(new, part)
         owned[me] = paths

@@ -2,12 +2,17 @@
 daemons started from what the operator rendered, users entering the jail through sshd and the chroot SPANK plugin.
 
 One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in
-and runs jobs → scale out → scale in → delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
+and runs jobs → Slurm's node state on the pods → a partition change reaches every daemon in place → scale out under
+a running job → scale in under a running job (drain first) → scale in while Slurm cannot be asked (nothing goes) →
+delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +22,7 @@ import pytest
 import yaml
 
 from slurmctl.api.v1 import default_image
+from slurmctl.render.rest import API_VERSION
 from test.e2e.harness import REPO, ControlPlane, node_script
 from test.e2e.operator import service_account_kubeconfig
 from test.e2e.pods.slurm import Kube, identity, operator_process, pod_ready, ssh, ssh_keypair, until
@@ -29,7 +35,9 @@ CONTROLLER_POD = f"{NAME}-controller-0"
 WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
 JAIL = "/mnt/jail"
 USER, UID = "alice", 1500
-IMAGES = ("controller", "worker", "login", "populate-jail")
+IMAGES = ("controller", "worker", "login", "rest", "populate-jail")
+REST = f"http://{NAME}-rest:6820"
+REST_PODS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest"
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +115,8 @@ def test_minimal_sample_is_available_with_every_worker_idle(available: Kube) -> 
     slurm_pods = [
         p for p in pods if p["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "populate-jail"
     ]
-    assert len(slurm_pods) == 4, [p["metadata"]["name"] for p in pods]  # controller, 2 workers, login
+    # controller, 2 workers, login, slurmrestd
+    assert len(slurm_pods) == 5, [p["metadata"]["name"] for p in pods]
     assert all(pod_ready(p) for p in slurm_pods), {p["metadata"]["name"]: p["status"] for p in slurm_pods}
     # Readiness asks Slurm: a ready worker is a node slurmctld knows and hears from.
     nodes = wait_for_nodes(
@@ -167,41 +176,234 @@ def test_jail_user_logs_in_over_ssh_and_runs_jobs(available: Kube, jail_user: tu
     assert owner.strip() == str(UID)
 
 
-def test_scale_out_makes_the_new_node_usable_everywhere_without_restarts(
+# `scontrol token` (slurmctld signs it with the cluster's JWT key), then slurmrestd through its Service name. The token
+# stays in the shell: only slurmrestd's answer and the HTTP status come back.
+CALL_REST = (
+    "T=$(scontrol token lifespan=300) && curl -sS --max-time 30 -w '\\n%{{http_code}}' "
+    '-H "X-SLURM-USER-NAME: $(id -un)" -H "X-SLURM-USER-TOKEN: ${{T#SLURM_JWT=}}" {url}'
+)
+
+
+def rest_answer(out: str) -> tuple[int, dict[str, Any]]:
+    body, _, status = out.rstrip("\n").rpartition("\n")
+    return int(status), json.loads(body)
+
+
+def test_users_get_a_token_and_slurmrestd_answers_with_every_node(available: Kube, jail_user: tuple[Path, str]) -> None:
+    kube = available
+    key, ip = jail_user
+    (rest_pod,) = kube.pods(f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest")
+    assert pod_ready(rest_pod), rest_pod["status"]
+    url = f"{REST}/slurm/{API_VERSION}/nodes"
+    # A user of the jail, logged in over ssh (the jail's scontrol and curl), and an administrator in the login
+    # container (the login image's).
+    as_user = ssh(key, USER, ip, CALL_REST.format(url=shlex.quote(url)))
+    as_admin = kube.exec(LOGIN_POD, LOGIN, "bash", "-c", CALL_REST.format(url=shlex.quote(url)))
+    expected = {f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"}
+    for who, out in ((USER, as_user), ("root", as_admin)):
+        status, answer = rest_answer(out)
+        nodes = {n["name"]: n["state"] for n in answer.get("nodes", [])}
+        meta = answer.get("meta", {})
+        print(
+            f"GET {url} as {who}: HTTP {status}, nodes {nodes}, errors {answer.get('errors')}, "
+            f"plugin {meta.get('plugin')}, slurm {meta.get('slurm', {}).get('release')}"
+        )
+        assert status == 200, out[-2000:]
+        assert set(nodes) == expected, answer
+        assert answer["errors"] == []
+    # Without a token slurmrestd refuses.
+    refused = kube.exec(LOGIN_POD, LOGIN, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url)
+    print(f"GET {url} without a token: HTTP {refused}")
+    assert refused == "401"
+
+
+def patch_cluster(kube: Kube, *ops: str) -> None:
+    kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", "[" + ",".join(ops) + "]")
+
+
+def set_size(kube: Kube, size: int) -> None:
+    patch_cluster(kube, f'{{"op":"replace","path":"/spec/workers/0/size","value":{size}}}')
+
+
+def job_state(kube: Kube, job_id: str) -> dict[str, str]:
+    """`scontrol show job` as key -> value (JobState, ExitCode, NodeList, ...)."""
+    out = kube.exec(LOGIN_POD, LOGIN, "scontrol", "show", "job", "-o", job_id)
+    return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+
+
+def job_ended(kube: Kube, job_id: str) -> dict[str, str] | None:
+    state = job_state(kube, job_id)
+    return None if state["JobState"] in ("RUNNING", "PENDING", "COMPLETING") else state
+
+
+def submit(key: Path, ip: str, *args: str) -> str:
+    out = ssh(key, USER, ip, "cd ~ && sbatch --parsable " + " ".join(args))
+    return out.strip().split(";")[0]
+
+
+def node_state_condition(kube: Kube, pod: str) -> tuple[str, str, str] | None:
+    conditions = kube.json("pod", pod).get("status", {}).get("conditions") or []
+    cond = next((c for c in conditions if c["type"] == "SlurmNodeState"), None)
+    return None if cond is None else (cond["status"], cond["reason"], cond.get("message", ""))
+
+
+class Timeline:
+    """What the test saw and when, printed with the test's output (pytest -s shows it; a failure shows it too)."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.lines: list[str] = []
+
+    def __call__(self, what: str) -> None:
+        self.lines.append(f"{time.monotonic() - self.start:6.1f}s  {what}")
+        print(self.lines[-1])
+
+
+def test_slurm_node_state_follows_drain_and_resume_and_an_idle_cluster_writes_nothing(available: Kube) -> None:
+    kube = available
+    pod = f"{NAME}-worker-cpu-1"
+    until(lambda: node_state_condition(kube, pod) == ("True", "Idle", "") or None, timeout=90, what="Idle on pod")
+    status = kube.json("slurmcluster", NAME)["status"]
+    assert status["slurmNodes"]["idle"] == 2, status
+    # Idle: two polls later (15 s each), not one write to a worker pod or to the cluster.
+    before = {p: kube.json("pod", p)["metadata"]["resourceVersion"] for p in worker_pods(kube)}
+    cluster_rv = kube.json("slurmcluster", NAME)["metadata"]["resourceVersion"]
+    time.sleep(35)  # the quiet period being measured, not a wait for a condition
+    after = {p: kube.json("pod", p)["metadata"]["resourceVersion"] for p in worker_pods(kube)}
+    assert after == before, "the operator wrote to idle worker pods"
+    assert kube.json("slurmcluster", NAME)["metadata"]["resourceVersion"] == cluster_rv
+    kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", f"nodename={pod}", "state=drain", "reason=e2e-maintenance")
+    until(
+        lambda: node_state_condition(kube, pod) == ("False", "Drained", "e2e-maintenance") or None,
+        timeout=60,
+        what="SlurmNodeState Drained",
+    )
+    kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", f"nodename={pod}", "state=resume")
+    until(lambda: node_state_condition(kube, pod) == ("True", "Idle", "") or None, timeout=60, what="back to Idle")
+
+
+def all_identities(kube: Kube) -> dict[str, tuple[str, int]]:
+    """Every ready Slurm daemon pod (controller, workers, login). slurmrestd is left out: it is stateless, reads the
+    configs only at start, and is re-created with them."""
+    pods = kube.pods(f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component!=rest")
+    return {p["metadata"]["name"]: identity(p) for p in pods if pod_ready(p)}
+
+
+def test_a_partition_change_reaches_every_daemon_in_place_without_killing_a_job(
     available: Kube, jail_user: tuple[Path, str]
 ) -> None:
     kube = available
     key, ip = jail_user
+    release = f"{JAIL}/home/{USER}/release-reconfigure"
+    job = submit(key, ip, "-N1", "--wrap", "'while [ ! -e ~/release-reconfigure ]; do sleep 1; done'")
+    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    before = all_identities(kube)
+    seen = Timeline()
+    patch_cluster(
+        kube,
+        '{"op":"add","path":"/spec/partitions","value":'
+        '[{"name":"main","default":true,"options":{"MaxTime":"02:00:00"}}]}',
+    )
+    seen("partition main: MaxTime=02:00:00 in the spec")
+
+    def in_slurmctld() -> bool:
+        return "MaxTime=02:00:00" in kube.exec(LOGIN_POD, LOGIN, "scontrol", "-o", "show", "partition", "main")
+
+    until(in_slurmctld, timeout=240, interval=3, what="slurmctld to take the new partition option")
+    seen("slurmctld shows it")
+    for pod in worker_pods(kube):
+        until(
+            lambda pod=pod: "MaxTime=02:00:00" in kube.exec(pod, "slurmd", "cat", "/etc/slurm/nodes.conf"),
+            timeout=180,
+            interval=3,
+            what=f"{pod}'s slurmd config",
+        )
+    seen("every slurmd's config has it")
+    assert all_identities(kube) == before, "a pod restarted or was re-created"
+    assert job_state(kube, job)["JobState"] == "RUNNING"
+    kube.exec(LOGIN_POD, LOGIN, "sh", "-c", f"touch {release}")
+    done = until(lambda: job_ended(kube, job), timeout=60, what=f"job {job} to end")
+    assert (done["JobState"], done["ExitCode"]) == ("COMPLETED", "0:0"), done
+    seen("timeline:\n" + "\n".join(seen.lines))
+
+
+def test_scale_out_while_a_job_runs_restarts_nothing_and_new_nodes_are_usable_at_once(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    kube = available
+    key, ip = jail_user
+    job = submit(key, ip, "-N1", "--wrap", "'sleep 40'")
+    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
     before = {name: identity(p) for name, p in worker_pods(kube).items()}
     controller_before = identity(kube.json("pod", CONTROLLER_POD))
-    kube.run(
-        "patch", "slurmcluster", NAME, "--type=json", "-p", '[{"op":"replace","path":"/spec/workers/0/size","value":3}]'
-    )
-    wait_for_nodes(
-        kube,
-        lambda n: len(n) == 3 and set(n.values()) == {"idle"},
-        timeout=300,
-        what="three idle nodes after scaling to 3",
-    )
-    out = ssh(key, USER, ip, "srun -N3 --ntasks-per-node=1 hostname")
-    assert sorted(out.split()) == [f"{NAME}-worker-cpu-{i}" for i in range(3)], out
+    # 2 -> 3, not 4: four workers' CPU requests (500m each) fill this 2-core node, leaving nothing for the others.
+    set_size(kube, 3)
+    wait_for_nodes(kube, lambda n: len(n) == 3, timeout=240, what="three nodes after scaling to 3")
+    assert job_state(kube, job)["JobState"] == "RUNNING", "the running job survived the scale-out"
     after = {name: identity(p) for name, p in worker_pods(kube).items()}
     assert {name: after[name] for name in before} == before, "old workers restarted or were re-created"
     assert identity(kube.json("pod", CONTROLLER_POD)) == controller_before, "slurmctld restarted"
+    done = until(lambda: job_ended(kube, job), timeout=120, what=f"job {job} to end")
+    assert (done["JobState"], done["ExitCode"]) == ("COMPLETED", "0:0"), done
+    out = ssh(key, USER, ip, "srun -N3 --ntasks-per-node=1 hostname")
+    assert sorted(out.split()) == [f"{NAME}-worker-cpu-{i}" for i in range(3)], out
 
 
-def test_scale_in_removes_the_node_from_slurm(available: Kube) -> None:
+def test_scale_in_drains_the_node_and_its_pod_goes_only_after_the_job(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
     kube = available
-    # Start from idle nodes (the last test's steps may still be completing): draining busy nodes first is the
-    # operator's drain-before-scale-in, not this test's subject.
+    key, ip = jail_user
+    leaving = f"{NAME}-worker-cpu-2"
+    seen = Timeline()
+    job = submit(key, ip, "-w", leaving, "--wrap", "'sleep 45'")
+    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    seen(f"job {job} running on {leaving}")
+    set_size(kube, 2)
+    seen("size 3 -> 2")
+    state = wait_for_nodes(kube, lambda n: n.get(leaving, "").startswith("drng"), timeout=60, what="draining")
+    seen(f"{leaving} is {state[leaving]} in Slurm")
+    reason = kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-n", leaving, "-o", "%E").strip()
+    assert reason.startswith("slurmctl:"), reason
+    cond = kube.json("slurmcluster", NAME)["status"]["conditions"]
+    workers = next(c for c in cond if c["type"] == "WorkersReady")
+    assert workers["reason"] == "Draining" and f"job {job}" in workers["message"], workers
+    assert kube.json("slurmcluster", NAME)["status"]["phase"] != "Degraded"
+    while job_state(kube, job)["JobState"] == "RUNNING":
+        assert leaving in worker_pods(kube), "the pod went while its job was running"
+        time.sleep(2)  # sampling the pod while the job runs (the property under test), not waiting for a state
+    seen(f"job {job} ended; pod still there: {leaving in worker_pods(kube)}")
+    until(lambda: leaving not in worker_pods(kube), timeout=120, what=f"pod {leaving} to go")
+    seen(f"pod {leaving} gone")
+    done = job_state(kube, job)
+    assert (done["JobState"], done["ExitCode"]) == ("COMPLETED", "0:0"), done
+    nodes = wait_for_nodes(kube, lambda n: len(n) == 2, timeout=60, what="two nodes left in Slurm")
+    assert leaving not in nodes
+    seen("timeline:\n" + "\n".join(seen.lines))
+
+
+def test_scale_in_waits_while_slurm_cannot_be_asked(available: Kube) -> None:
+    kube = available
+    leaving = f"{NAME}-worker-cpu-1"
     wait_for_nodes(kube, lambda n: set(n.values()) == {"idle"}, timeout=120, what="every node idle")
-    kube.run(
-        "patch", "slurmcluster", NAME, "--type=json", "-p", '[{"op":"replace","path":"/spec/workers/0/size","value":2}]'
-    )
-    until(lambda: len(worker_pods(kube)) == 2, timeout=180, what="the third worker pod to go")
-    nodes = wait_for_nodes(kube, lambda n: len(n) == 2, timeout=120, what="two nodes left in Slurm")
-    assert set(nodes) == {f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"}
-    assert set(nodes.values()) == {"idle"}, nodes
+    patch_cluster(kube, '{"op":"add","path":"/spec/rest","value":{"enabled":false}}')
+    until(lambda: not kube.pods(REST_PODS) or None, timeout=120, what="the slurmrestd pod to go")
+    set_size(kube, 1)
+
+    def closed() -> str | None:
+        cond = next(c for c in kube.json("slurmcluster", NAME)["status"]["conditions"] if c["type"] == "WorkersReady")
+        return cond["message"] if cond["reason"] == "SlurmUnreachable" else None
+
+    message = until(closed, timeout=60, what="WorkersReady to say Slurm cannot be asked")
+    assert "slurmrestd" in message, message
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # watching that nothing goes: the property under test
+        assert leaving in worker_pods(kube), "a worker pod went while Slurm could not be asked"
+        time.sleep(2)
+    patch_cluster(kube, '{"op":"replace","path":"/spec/rest/enabled","value":true}')
+    until(lambda: leaving not in worker_pods(kube), timeout=240, what=f"pod {leaving} to go once Slurm answers")
+    nodes = wait_for_nodes(kube, lambda n: len(n) == 1, timeout=120, what="one node left in Slurm")
+    assert set(nodes) == {f"{NAME}-worker-cpu-0"}
 
 
 def jail_host_path(kube: Kube) -> Path:

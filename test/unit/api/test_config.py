@@ -93,8 +93,12 @@ def test_operator_role_grants_what_the_reconcilers_need_and_nothing_else() -> No
         assert {verb for g, r, verb in grants if (g, r) == (group, resource)} == crud
     for resource in ("jobs", "cronjobs"):
         assert {verb for g, r, verb in grants if (g, r) == ("batch", resource)} == crud
-    unused = ("persistentvolumeclaims", "pods", "customresourcedefinitions", "nodes", "namespaces")
-    assert not [(g, r, v) for g, r, v in grants if r in unused], "claims hold user data; nothing reads pods or CRDs"
+    unused = ("persistentvolumeclaims", "customresourcedefinitions", "nodes", "namespaces")
+    assert not [(g, r, v) for g, r, v in grants if r in unused], "claims hold user data; nothing reads CRDs"
+    # Pods are read (slurmrestd's address, worker pods' state), deleted only to re-create a drained worker, and
+    # only their status is written (SlurmNodeState).
+    assert {v for g, r, v in grants if r == "pods"} == {"get", "list", "watch", "delete"}
+    assert {v for g, r, v in grants if r == "pods/status"} == {"patch"}
     assert {v for g, r, v in grants if r == "slurmclusters"} == {"get", "list", "watch"}
     assert {v for g, r, v in grants if r == "slurmclusters/status"} == {"get", "patch"}
     assert {(g, v) for g, r, v in grants if r == "events"} == {

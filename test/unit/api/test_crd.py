@@ -57,11 +57,14 @@ def test_crd_identity_and_printer_columns() -> None:
     version = manifest["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
-    assert list(columns) == ["Phase", "Controller", "Workers", "Login", "Age"]
+    assert list(columns) == ["Phase", "Controller", "Workers", "Login", "Idle", "Alloc", "Drain", "Age"]
     status = openapi_schema()["properties"]["status"]["properties"]
     for name, path in columns.items():
         if name != "Age":
-            assert path.removeprefix(".status.") in status, f"column {name} reads a field the schema lacks"
+            node: dict[str, Any] = {"properties": status}
+            for part in path.removeprefix(".status.").split("."):
+                assert part in node.get("properties", {}), f"column {name} reads a field the schema lacks"
+                node = node["properties"][part]
 
 
 def _is_quantity(node: dict[str, Any]) -> bool:

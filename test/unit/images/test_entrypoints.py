@@ -10,7 +10,7 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,12 +28,17 @@ def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
     # ConfigMap volumes present keys as symlinks into a ..data directory.
     data = configs / "..data"
     data.mkdir()
-    (data / "slurm.conf").write_text(f"SlurmUser=slurm\nStateSaveLocation={shared_tmp}/state  # comment\n")
+    (data / "slurm.conf").write_text(
+        f"SlurmUser=slurm\nStateSaveLocation={shared_tmp}/state  # comment\n"
+        f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={shared_tmp}/etc/slurm/jwt_hs256.key\n"
+    )
     (data / "cgroup.conf").write_text("CgroupPlugin=cgroup/v2\n")
     (configs / "slurm.conf").symlink_to("..data/slurm.conf")
     (configs / "cgroup.conf").symlink_to("..data/cgroup.conf")
     (shared_tmp / "mnt" / "munge-key").mkdir()
     (shared_tmp / "mnt" / "munge-key" / "munge.key").write_bytes(os.urandom(1024))
+    (shared_tmp / "mnt" / "jwt-key").mkdir()
+    (shared_tmp / "mnt" / "jwt-key" / "jwt_hs256.key").write_bytes(os.urandom(32))
     (shared_tmp / "run").mkdir()
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(shared_tmp / "run" / "munge.socket.2"))
@@ -50,11 +55,13 @@ def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
         "SLURM_CONF_DIR": str(shared_tmp / "etc" / "slurm"),
         "MUNGE_KEY_SOURCE": str(shared_tmp / "mnt" / "munge-key" / "munge.key"),
         "MUNGE_KEY_FILE": str(shared_tmp / "etc" / "munge" / "munge.key"),
+        "JWT_KEY_SOURCE": str(shared_tmp / "mnt" / "jwt-key" / "jwt_hs256.key"),
         "MUNGE_SOCKET": str(shared_tmp / "run" / "munge.socket.2"),
         "MUNGE_WAIT_SECONDS": "5",
         "EXTRAUSERS_DIR": str(shared_tmp / "var" / "lib" / "extrausers"),
         "ROOT": str(shared_tmp),
         "LOG": str(log),
+        "SLURM_CONFIGS_POLL_SECONDS": "0.2",
     }
     yield env
     sock.close()
@@ -62,7 +69,7 @@ def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
 
 def assert_configs_installed(env: dict[str, str]) -> None:
     etc = Path(env["SLURM_CONF_DIR"])
-    assert sorted(p.name for p in etc.iterdir()) == ["cgroup.conf", "slurm.conf"]
+    assert sorted(p.name for p in etc.iterdir() if p.name != "jwt_hs256.key") == ["cgroup.conf", "slurm.conf"]
     assert (etc / "cgroup.conf").read_text() == "CgroupPlugin=cgroup/v2\n"
     assert not (etc / "slurm.conf").is_symlink()
     assert stat.S_IMODE((etc / "slurm.conf").stat().st_mode) == 0o644
@@ -82,6 +89,80 @@ def test_controller_runs_slurmctld_as_slurm_user_with_its_state_dir(pod: dict[st
     assert Path(pod["LOG"]).read_text() == f"slurmctld uid={pwd.getpwnam('slurm').pw_uid} args=-D -vv\n"
     assert "munge.key" in done.stderr
     assert Path(pod["MUNGE_KEY_SOURCE"]).read_bytes().hex()[:16] not in done.stderr + done.stdout
+    assert_jwt_key_installed(pod)
+    assert Path(pod["JWT_KEY_SOURCE"]).read_bytes().hex()[:16] not in done.stderr + done.stdout
+
+
+def assert_jwt_key_installed(env: dict[str, str]) -> None:
+    """Where AuthAltParameters' jwt_key= says, owned by SlurmUser with mode 0600 (Slurm's JWT guide)."""
+    key = Path(env["SLURM_CONF_DIR"]) / "jwt_hs256.key"
+    assert key.read_bytes() == Path(env["JWT_KEY_SOURCE"]).read_bytes()
+    st = key.stat()
+    assert (stat.S_IMODE(st.st_mode), pwd.getpwuid(st.st_uid).pw_name) == (0o600, "slurm")
+
+
+def test_controller_without_the_jwt_key_secret_fails_before_starting_slurmctld(pod: dict[str, str]) -> None:
+    done = run_script("entrypoint-controller", env={**pod, "JWT_KEY_SOURCE": pod["ROOT"] + "/nothing/jwt.key"})
+
+    assert done.returncode == 1
+    assert "is the JWT key Secret mounted?" in done.stderr
+    assert Path(pod["LOG"]).read_text() == ""
+
+
+def test_a_config_without_jwt_key_installs_none(pod: dict[str, str]) -> None:
+    conf = Path(pod["SLURM_CONFIGS_SOURCE"]) / "..data" / "slurm.conf"
+    conf.write_text(
+        f"SlurmUser=slurm\nStateSaveLocation={pod['ROOT']}/state\n"
+        "AuthAltTypes=auth/jwt\nAuthAltParameters=disable_token_creation\n"
+    )
+    done = run_script("entrypoint-controller", env=pod)
+
+    assert done.returncode == 0, done.stderr
+    assert not (Path(pod["SLURM_CONF_DIR"]) / "jwt_hs256.key").exists()
+    assert "names no jwt_key" in done.stderr
+
+
+def wait_for(probe: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controller(pod: dict[str, str]) -> None:
+    """The kubelet swaps the mounted ConfigMap's ..data; the controller installs the new files and runs
+    `scontrol reconfigure`, without restarting slurmctld."""
+    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
+    stop = root / "stop"
+    # A slurmctld that runs until told to stop, and a recording scontrol.
+    write_exe(
+        root / "bin" / "slurmctld",
+        RECORDER.format(log=log) + f"while [ ! -e {stop} ]; do sleep 0.05; done\n",
+    )
+    write_exe(root / "bin" / "scontrol", RECORDER.format(log=log))
+    full_env = {"LC_ALL": "C.UTF-8", **pod}
+    proc = subprocess.Popen(
+        [str(SCRIPTS / "entrypoint-controller")], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        wait_for(lambda: "slurmctld" in log.read_text(), timeout=30, what="slurmctld to start")
+        installed = Path(pod["SLURM_CONF_DIR"]) / "slurm.conf"
+        before = installed.read_text()
+        configs = Path(pod["SLURM_CONFIGS_SOURCE"])
+        new = configs / "..data_new"
+        new.mkdir()
+        (new / "slurm.conf").write_text(before + "MaxJobCount=5000\n")
+        (new / "cgroup.conf").write_text((configs / "cgroup.conf").read_text())
+        # The kubelet swaps a ..data symlink to a new directory; the fixture's ..data is a directory.
+        (configs / "..data").rename(configs / "..data_old")
+        (configs / "..data").symlink_to("..data_new")
+        wait_for(lambda: "MaxJobCount=5000" in installed.read_text(), timeout=30, what="the new slurm.conf")
+        wait_for(lambda: "scontrol uid=0 args=reconfigure" in log.read_text(), timeout=30, what="reconfigure")
+        assert log.read_text().count("slurmctld uid=") == 1, "slurmctld was not restarted"
+    finally:
+        stop.touch()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
 
 
 def test_munge_wait_has_a_deadline_and_says_what_is_missing(pod: dict[str, str]) -> None:
@@ -109,7 +190,9 @@ def test_missing_config_or_key_fails_before_starting_anything(pod: dict[str, str
 def test_accounting_installs_a_private_slurmdbd_conf_and_drops_to_slurm(pod: dict[str, str]) -> None:
     secret = Path(pod["ROOT"]) / "mnt" / "slurmdbd-config"
     secret.mkdir()
-    (secret / "slurmdbd.conf").write_text("SlurmUser=slurm\nStoragePass=hunter2\n")
+    (secret / "slurmdbd.conf").write_text(
+        f"SlurmUser=slurm\nAuthAltParameters=jwt_key={pod['SLURM_CONF_DIR']}/jwt_hs256.key\nStoragePass=hunter2\n"
+    )
 
     done = run_script("entrypoint-accounting", env={**pod, "SLURMDBD_CONF_SOURCE": str(secret / "slurmdbd.conf")})
 
@@ -119,6 +202,7 @@ def test_accounting_installs_a_private_slurmdbd_conf_and_drops_to_slurm(pod: dic
     assert (stat.S_IMODE(conf.stat().st_mode), conf.stat().st_uid) == (0o600, slurm_uid)
     assert Path(pod["LOG"]).read_text() == f"slurmdbd uid={slurm_uid} args=-D\n"
     assert "hunter2" not in done.stderr + done.stdout
+    assert_jwt_key_installed(pod)
 
 
 def jail_env(pod: dict[str, str]) -> dict[str, str]:

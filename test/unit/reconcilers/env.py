@@ -99,6 +99,13 @@ class Env:
                 return
         raise AssertionError(f"no convergence in {rounds} rounds; last writes: {self.fake.writes[before:]}")
 
+    async def poll_slurm(self, *, name: str = NAME) -> Result | None:
+        """One pass of the loop that reads Slurm's view of the nodes."""
+        result = await self.ctx.loops["slurm-nodes"](Request(NS, name))
+        await self.ctx.status.flush()
+        await self.manager.recorder.flush()
+        return result
+
     def mark(self) -> int:
         """A point in the write log, for `writes_since`."""
         return len(self.fake.writes)

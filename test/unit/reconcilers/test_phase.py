@@ -9,6 +9,8 @@ import pytest
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.reconcilers.cluster import aggregate_phase as aggregate
 from slurmctl.reconcilers.registry import COMPONENTS
+from slurmctl.render.kinds import DEPLOYMENT
+from test.unit.reconcilers.env import NAME, NS, Env, spec
 
 
 def cluster(generation: int, conditions: dict[str, tuple[str, int]]) -> SlurmCluster:
@@ -45,6 +47,7 @@ ALL_TRUE = {
     "ControllerReady": ("True", 2),
     "WorkersReady": ("True", 2),
     "LoginReady": ("True", 2),
+    "RestReady": ("True", 2),
 }
 
 
@@ -93,3 +96,19 @@ def test_a_failed_component_is_degraded_at_once_but_progress_is_not() -> None:
 def test_the_benchmark_does_not_decide_availability() -> None:
     with_benchmark = {**ALL_TRUE, "BenchmarkScheduled": ("False", 2)}
     assert aggregate_phase(cluster(2, with_benchmark), previous=None, previous_generation=None) == "Available"
+
+
+async def test_phase_changes_are_announced_once_each_and_degraded_is_a_warning() -> None:
+    async with Env() as env:
+        env.create(spec())
+        await env.converge()
+        env.job_succeeds()
+        await env.converge()
+        env.pods_ready()
+        await env.converge()
+        assert env.phase() == "Available"
+        env.fake.set_status(*DEPLOYMENT, f"{NAME}-rest", {"availableReplicas": 0}, namespace=NS)
+        await env.converge()
+        await env.run("cluster")  # again: no second Event for the same phase
+        phases = [(t, m) for t, r, m in env.events() if r == "PhaseChanged"]
+        assert phases == [("Normal", "phase Reconciling -> Available"), ("Warning", "phase Available -> Degraded")]

@@ -8,6 +8,7 @@ from typing import Any
 
 from slurmctl.render.kinds import SERVICE, STATEFULSET
 from test.unit.reconcilers.env import NAME, NS, Env, spec
+from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
 
 CPU = f"{NAME}-worker-cpu"
 GPU = f"{NAME}-worker-gpu"
@@ -51,6 +52,7 @@ async def test_groups_scale_report_per_group_and_removed_groups_are_pruned() -> 
         assert env.reason("WorkersReady") == ("False", "NotReady")
         assert "cpu 2/4" in env.condition("WorkersReady")["message"]  # type: ignore[index]
         assert env.cluster()["status"]["workersReady"] == "3/5"
+        connect(env, FakeSlurm())  # Slurm knows no gpu node (none registered): nothing to drain
         env.edit(lambda s: s.update(workers=s["workers"][:1]))
         await env.run("workers")
         assert GPU not in env.names(STATEFULSET)

@@ -78,7 +78,7 @@ def test_scaling_a_group_changes_only_its_replicas() -> None:
     )
 
 
-def test_adding_a_group_rolls_slurmctld_for_its_node_set_but_no_other_group() -> None:
+def test_adding_a_group_rolls_nothing_slurmctld_takes_its_node_set_in_place() -> None:
     def add(doc: dict[str, Any]) -> None:
         doc["spec"]["workers"].append({"name": "extra", "size": 1})
 
@@ -86,14 +86,28 @@ def test_adding_a_group_rolls_slurmctld_for_its_node_set_but_no_other_group() ->
     assert "statefulset-research-worker-extra" in after
     nodes = after["configmap-research-slurm-configs"]["data"]["nodes.conf"]
     assert "NodeSet=extra Feature=extra\n" in nodes
-    assert _hash(before["statefulset-research-controller"]) != _hash(after["statefulset-research-controller"])
-    for name in ("worker-h100", "worker-cpu", "login"):
+    for name in ("controller", "worker-h100", "worker-cpu", "login"):
         key = f"statefulset-research-{name}"
         assert _hash(before[key]) == _hash(after[key]), key
 
 
-def test_a_slurm_conf_change_rolls_every_slurm_pod_but_not_slurmdbd() -> None:
+def test_a_slurm_conf_change_that_reconfigure_takes_rolls_no_pod() -> None:
     before, after = _edit(lambda doc: doc["spec"]["slurm"]["config"].update(maxJobCount=60000))
+    assert "MaxJobCount=60000" in after["configmap-research-slurm-configs"]["data"]["slurm.conf"]
+    for kept in (
+        "statefulset-research-controller",
+        "statefulset-research-worker-cpu",
+        "statefulset-research-worker-h100",
+        "statefulset-research-login",
+        "deployment-research-accounting",
+    ):
+        assert _hash(before[kept]) == _hash(after[kept]), kept
+
+
+def test_what_reconfigure_cannot_change_rolls_every_slurm_pod() -> None:
+    """Listening ports and authentication (scontrol(1)): the pods restart, workers one drained node at a time."""
+    extra = "SlurmdPort=7000"
+    before, after = _edit(lambda doc: doc["spec"]["slurm"].update(extraConfig=extra))
     for rolled in (
         "statefulset-research-controller",
         "statefulset-research-worker-cpu",
@@ -101,7 +115,7 @@ def test_a_slurm_conf_change_rolls_every_slurm_pod_but_not_slurmdbd() -> None:
         "statefulset-research-login",
     ):
         assert _hash(before[rolled]) != _hash(after[rolled]), rolled
-    assert _hash(before["deployment-research-accounting"]) == _hash(after["deployment-research-accounting"])
+    assert after["statefulset-research-worker-cpu"]["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
 def test_rendering_is_deterministic() -> None:

@@ -1,0 +1,107 @@
+"""Slurm's view on Kubernetes: each worker pod's SlurmNodeState condition follows Slurm's state with a write only
+when it changes, the node counts reach the status (the IDLE/ALLOC/DRAIN columns), and the slurm_* series."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import generate_latest
+
+from slurmctl.render import meta
+from slurmctl.render.kinds import SLURM_CLUSTER
+from slurmctl.runtime import Result
+from test.unit.reconcilers.env import NAME, NS, Env, spec
+from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
+
+POD = f"{NAME}-worker-cpu-0"
+
+
+def worker_pod(env: Env, name: str) -> None:
+    env.fake.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "labels": meta.labels(NAME, "workers")},
+            "status": {"podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
+
+
+def node_state(env: Env, name: str = POD) -> dict[str, Any] | None:
+    pod = env.fake.find("v1", "Pod", name, namespace=NS)
+    assert pod is not None
+    return next((c for c in pod["status"]["conditions"] if c["type"] == "SlurmNodeState"), None)
+
+
+async def started(env: Env, slurm: FakeSlurm) -> None:
+    env.create(spec(size=2))
+    await env.converge()
+    for i in range(2):
+        worker_pod(env, f"{NAME}-worker-cpu-{i}")
+    slurm.add_node(POD)
+    connect(env, slurm)
+
+
+async def test_pod_condition_follows_slurm_and_an_idle_cluster_writes_nothing() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await started(env, slurm)
+        assert await env.poll_slurm() == Result(requeue_after=15.0)
+        cond = node_state(env)
+        assert cond is not None
+        assert (cond["status"], cond["reason"]) == ("True", "Idle")
+        missing = node_state(env, f"{NAME}-worker-cpu-1")
+        assert missing is not None and (missing["status"], missing["reason"]) == ("False", "NotRegistered")
+        assert env.cluster()["status"]["slurmNodes"] == {"total": 1, "idle": 1, "allocated": 0, "drained": 0, "down": 0}
+        # Ready, set by the kubelet, is untouched.
+        pod = env.fake.find("v1", "Pod", POD, namespace=NS)
+        assert pod is not None and {"type": "Ready", "status": "True"} in pod["status"]["conditions"]
+
+        mark = env.mark()
+        for _ in range(3):
+            await env.poll_slurm()
+        assert env.writes_since(mark) == [], "nothing changed in Slurm: no write"
+
+        await slurm.drain([POD], reason="bad DIMM")
+        await env.poll_slurm()
+        cond = node_state(env)
+        assert cond is not None
+        assert (cond["status"], cond["reason"], cond["message"]) == ("False", "Drained", "bad DIMM")
+        assert env.cluster()["status"]["slurmNodes"]["drained"] == 1
+        writes = [(w.kind, w.subresource) for w in env.writes_since(mark)]
+        assert writes == [("Pod", "status"), ("SlurmCluster", "status")]
+
+        await slurm.resume([POD])
+        await env.poll_slurm()
+        assert node_state(env)["reason"] == "Idle"  # type: ignore[index]
+
+
+async def test_slurm_unreachable_writes_nothing_and_reports_down_in_metrics() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await started(env, slurm)
+        await env.poll_slurm()
+        slurm.down = "slurmrestd: timed out"
+        mark = env.mark()
+        assert await env.poll_slurm() == Result(requeue_after=15.0)
+        assert env.writes_since(mark) == []
+        text = generate_latest(env.manager.metrics.registry).decode()
+        assert f'slurm_up{{cluster="{NAME}",namespace="{NS}"}} 0.0' in text
+
+
+async def test_metrics_show_nodes_and_jobs_by_state() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await started(env, slurm)
+        slurm.add_node(f"{NAME}-worker-cpu-1")
+        slurm.run_job(4, f"{NAME}-worker-cpu-1")
+        await env.poll_slurm()
+        text = generate_latest(env.manager.metrics.registry).decode()
+        labels = f'cluster="{NAME}",namespace="{NS}"'
+        assert f"slurm_up{{{labels}}} 1.0" in text
+        assert f'slurm_nodes{{{labels},state="idle"}} 1.0' in text
+        assert f'slurm_nodes{{{labels},state="allocated"}} 1.0' in text
+        assert f'slurm_jobs{{{labels},state="running"}} 1.0' in text
+        await env.fake.delete(*SLURM_CLUSTER, NAME, namespace=NS)
+        await env.poll_slurm()
+        assert "slurm_up{" not in generate_latest(env.manager.metrics.registry).decode(), "gone with the cluster"
