@@ -338,3 +338,36 @@ async def test_steady_state_costs_zero_writes_with_every_component(
     after = await request_counts(api)
     assert operator_writes(before, after) == {}, "a converged cluster with every component must cost no API writes"
     assert await slurmctl_events(api, namespace) == events_before, "no Event from slurmctl either"
+
+
+async def test_status_rows_an_older_release_wrote_go_once_the_operator_writes_the_status(
+    api: client.ApiClient, namespace: str, operator: RunningOperator
+) -> None:
+    """Releases before the status writer applied status under one field manager per component. A row such a manager
+    wrote for a group the spec no longer has must not stay for ever: the operator hands those managers' fields over
+    to its own on its next status write, and the row goes."""
+    cluster = Cluster(api, namespace)
+    await cluster.create(spec())
+    await cluster.become_available(expected_pods=4)
+    rows = [{"name": "cpu", "desired": 2, "ready": 2}, {"name": "retired", "desired": 1, "ready": 1}]
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SlurmCluster",
+        "metadata": {"name": NAME},
+        "status": {"workers": rows},
+    }
+    await cluster.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, NAME, body, field_manager="slurmctl-workers", force=True,
+        _content_type="application/apply-patch+yaml", _request_timeout=T,
+    )  # fmt: skip
+    assert [r["name"] for r in (await cluster.get())["status"]["workers"]] == ["cpu", "retired"]
+
+    await cluster.patch([{"op": "replace", "path": "/spec/workers/0/size", "value": 3}])  # a status write follows
+
+    async def rows_now() -> list[str] | None:
+        names = [r["name"] for r in (await cluster.get())["status"].get("workers") or []]
+        return names if names == ["cpu"] else None
+
+    await eventually(rows_now, timeout=30, what="the retired group's row gone")
+    managers = {e["manager"] for e in (await cluster.get())["metadata"]["managedFields"]}
+    assert "slurmctl-workers" not in managers

@@ -1,6 +1,6 @@
 """What every component reconciler shares: the component declaration it is built from, reading its SlurmCluster once
 per change (`Loader`), applying the objects its renderer produces, pruning the children it no longer wants, and
-writing its one condition through the api/v1 status models with its own field manager.
+handing its one condition (and its summary) to the status writer (`status.StatusWriter`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from pydantic import ValidationError
+
 from slurmctl.api.v1 import (
-    API_VERSION,
-    KIND,
     SPEC_VALID,
     Condition,
+    ObjectMeta,
     Reason,
     SlurmCluster,
     SlurmClusterStatus,
@@ -26,12 +27,13 @@ from slurmctl.api.v1 import (
 from slurmctl.api.v1 import Component as Image
 from slurmctl.reconcilers.observed import uid
 from slurmctl.reconcilers.slurm_access import SlurmAccess
+from slurmctl.reconcilers.status import StatusWriter
 from slurmctl.render import meta
 from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
-from slurmctl.runtime import WARNING, ApiError, Conflict, Event, Manager, NotFound, Request, Result
+from slurmctl.runtime import WARNING, ApiError, Conflict, Event, Manager, Request, Result
 from slurmctl.runtime.errors import rejection
 from slurmctl.runtime.handlers import Predicate
 from slurmctl.runtime.logs import kv
@@ -54,8 +56,7 @@ def never(cluster: SlurmCluster) -> bool:
 class Component:
     """One component, declared once: everything registration, `slurmctl render` and the phase need to know about it.
 
-    `name` is the controller's name, the value of the component label on every child and the suffix of the status
-    field manager (`slurmctl-<name>`) alike.
+    `name` is the controller's name and the value of the component label on every child alike.
     """
 
     name: str
@@ -73,10 +74,6 @@ class Component:
     @property
     def labels(self) -> tuple[str, ...]:
         return (self.name, *self.former_names)
-
-    @property
-    def field_manager(self) -> str:
-        return f"slurmctl-{self.name}"
 
 
 @dataclass(frozen=True)
@@ -117,8 +114,9 @@ class Invalid:
 
 
 class Loader:
-    """Parses, validates and renders the configs of a SlurmCluster once per (uid, resourceVersion): every component
-    controller reconciles the same object after each change, and they share this work."""
+    """Parses, validates and renders the configs of a SlurmCluster once per spec (uid, generation): every component
+    controller reconciles the same object after each change, and they share this work. A new resourceVersion of the
+    same generation (a status write, a label) costs only its metadata and status, and shares the rest."""
 
     def __init__(self, maxsize: int = 1024, *, allow_host_path: bool = False) -> None:
         self._maxsize = maxsize
@@ -128,10 +126,17 @@ class Loader:
 
     def load(self, obj: Mapping[str, Any]) -> Loaded | Invalid:
         md = obj.get("metadata") or {}
-        key = (str(md.get("uid", "")), str(md.get("resourceVersion", "")))
-        if key[1] and key in self._memo:
+        key = (str(md.get("uid", "")), str(md.get("generation", "")))
+        known = self._memo.get(key) if key[1] else None
+        if known is not None:
             self._memo.move_to_end(key)
-            return self._memo[key]
+            rv = (known.obj.get("metadata") or {}).get("resourceVersion")
+            if known.obj is obj or (rv and rv == md.get("resourceVersion")):
+                return known
+            renewed = _renewed(known, obj)
+            if renewed is not None:
+                self._memo[key] = renewed
+                return renewed
         self.parsed += 1
         cluster, problems = check_cluster(obj, allow_host_path=self.allow_host_path)
         result: Loaded | Invalid
@@ -144,6 +149,21 @@ class Loader:
             while len(self._memo) > self._maxsize:
                 self._memo.popitem(last=False)
         return result
+
+
+def _renewed(known: Loaded | Invalid, obj: Mapping[str, Any]) -> Loaded | Invalid | None:
+    """`known` for a newer resourceVersion of the same spec: its metadata and status read anew, the parsed spec and
+    its configs shared. None when they do not parse (the whole object is checked again then)."""
+    if isinstance(known, Invalid):
+        return Invalid(obj, known.problems)
+    try:
+        update = {
+            "metadata": ObjectMeta.model_validate(obj.get("metadata") or {}),
+            "status": SlurmClusterStatus.model_validate(obj["status"]) if obj.get("status") is not None else None,
+        }
+    except ValidationError:
+        return None
+    return Loaded(obj, known.cluster.model_copy(update=update), known.configs)
 
 
 # Kept short in conditions and Events: the API server's messages can quote large parts of the object.
@@ -186,9 +206,12 @@ class Context:
     loops: dict[str, Callable[[Request], Awaitable[Result | None]]] = field(default_factory=dict)  # the others
     host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
     slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
+    status: StatusWriter = field(init=False)  # every component's status goes through it
 
     def __post_init__(self) -> None:
         self.slurm = SlurmAccess(self.manager.cache)
+        self.status = StatusWriter(self.manager)
+        self.manager.add_runnable("status-writer", self.status.run)
 
     def kind(self, kind: Kind) -> Kind:
         """The served version of a kind (e.g. batch/v1beta1 CronJobs on Kubernetes 1.20)."""
@@ -218,14 +241,9 @@ def make_condition(obj: Mapping[str, Any], type_: str, *, ok: bool, reason: Reas
     )
 
 
-def status_body(name: str, namespace: str, status: SlurmClusterStatus) -> dict[str, Any]:
-    """The /status apply body: only the fields set in `status`, so a component never claims another's fields."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "status": status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True),
-    }
+def status_part(status: SlurmClusterStatus) -> dict[str, Any]:
+    """A component's part of the status: only the fields set in `status`, so it never overwrites another's."""
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
 
 
 class ComponentReconciler:
@@ -238,7 +256,6 @@ class ComponentReconciler:
         self.decl = component
         self.component = component.name
         self.condition_type = component.condition
-        self.field_manager = component.field_manager
         self.manager = ctx.manager
         self.cache = ctx.manager.cache
         # The rejection last reported per cluster (namespace/name): the cached condition can lag the one just
@@ -251,6 +268,7 @@ class ComponentReconciler:
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            self.ctx.status.forget(req.namespace, req.name)
             return None  # gone, or being deleted: the garbage collector's turn
         loaded = self.ctx.loader.load(obj)
         if isinstance(loaded, Invalid):
@@ -344,15 +362,10 @@ class ComponentReconciler:
         return [found[name] for name in sorted(found)]
 
     async def create_once(self, loaded: Loaded, name: str, render: Callable[[], Awaitable[dict[str, Any]]]) -> None:
-        """Key material is created, never applied: POST fails on an existing Secret, so a stale cache can never
-        make the operator overwrite (rotate) a key that pods already use."""
+        """Key material is created, never applied: POST fails on an existing Secret (409, which means "it
+        exists"), so a stale cache can never make the operator overwrite (rotate) a key that pods already use."""
         if self.live(SECRET, name, loaded.namespace) is not None:
             return
-        try:
-            await self.manager.client.get(*SECRET, name, namespace=loaded.namespace)
-            return
-        except NotFound:
-            pass
         try:
             await self.manager.client.create(await render())
         except Conflict:
@@ -379,12 +392,15 @@ class ComponentReconciler:
 
     # ---- status -----------------------------------------------------------------------------------------------
     def condition(self, loaded: Loaded, *, ok: bool, reason: Reason, message: str) -> Condition:
-        return make_condition(loaded.obj, self.condition_type, ok=ok, reason=reason, message=message)
+        """This component's condition, its transition time kept from the status as the writer will leave it (the
+        cache can lag a write that is pending or just made)."""
+        current = {"metadata": loaded.obj.get("metadata") or {}, "status": self.ctx.status.view(loaded.obj)}
+        return make_condition(current, self.condition_type, ok=ok, reason=reason, message=message)
 
-    async def write_status(self, loaded: Loaded, status: SlurmClusterStatus) -> None:
-        await self.manager.apply_status(
-            status_body(loaded.name, loaded.namespace, status), field_manager=self.field_manager
-        )
+    async def write_status(self, loaded: Loaded | Invalid, status: SlurmClusterStatus) -> None:
+        """Hand this component's part of the status to the writer: written with the other components' parts that
+        come within a moment, and only where it differs from what the status says."""
+        self.ctx.status.submit(loaded.obj, status_part(status))
 
     async def report(self, loaded: Loaded, *, ok: bool, reason: Reason, message: str) -> None:
         """Write only this component's condition (what it waits for, or why it failed)."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from slurmctl.api.v1 import Phase, Reason, SlurmCluster, SlurmClusterStatus
+from slurmctl.api.v1 import SPEC_VALID, Phase, Reason, SlurmCluster, SlurmClusterStatus
 from slurmctl.reconcilers.base import (
     ApplyRejected,
     Component,
@@ -22,7 +22,6 @@ from slurmctl.reconcilers.base import (
     Invalid,
     Loaded,
     make_condition,
-    status_body,
 )
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
 from slurmctl.render import meta
@@ -53,19 +52,42 @@ class ClusterReconciler(ComponentReconciler):
     def __init__(self, ctx: Context, component: Component) -> None:
         super().__init__(ctx, component)
         self._announced: dict[tuple[str, str], str] = {}  # the last phase an Event announced, per cluster
+        ctx.status.derive = self.derive_phase
+        ctx.status.written = self.phase_written
+
+    def derive_phase(self, obj: Mapping[str, Any], before: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        """The phase of the status about to be written, from its conditions: it moves in the same write as the
+        condition that moves it. Left as it is while the spec is not (yet) valid at this generation."""
+        loaded = self.ctx.loader.load(obj)
+        if isinstance(loaded, Invalid):
+            return status
+        parsed = SlurmClusterStatus.model_validate(status)
+        valid = parsed.condition(SPEC_VALID)
+        if valid is None or valid.status != "True" or valid.observed_generation != loaded.generation:
+            return status
+        phase = aggregate_phase(
+            loaded.cluster.model_copy(update={"status": parsed}),
+            required=self._required(loaded.cluster),
+            previous=before.get("phase"),
+            previous_generation=before.get("observedGeneration"),
+        )
+        return {**status, "phase": phase}
+
+    def _required(self, cluster: SlurmCluster) -> list[str]:
+        return [c.condition for c in self.ctx.components if c.required(cluster)]
 
     async def invalid(self, invalid: Invalid) -> None:
         """An invalid spec changes no child: only the status says what is wrong, naming each field."""
         md = invalid.obj.get("metadata") or {}
         message = "; ".join(invalid.problems)
-        cond = make_condition(invalid.obj, self.condition_type, ok=False, reason=Reason.INVALID_SPEC, message=message)
+        current = {"metadata": md, "status": self.ctx.status.view(invalid.obj)}
+        cond = make_condition(current, self.condition_type, ok=False, reason=Reason.INVALID_SPEC, message=message)
         conditions = (invalid.obj.get("status") or {}).get("conditions") or []
         previous = next((c for c in conditions if c.get("type") == self.condition_type), None)
         if previous is None or previous.get("message") != message or previous.get("status") != "False":
             self.warn(invalid, Reason.INVALID_SPEC.value, message)  # logged as a warning too
         status = SlurmClusterStatus(phase="Failed", observed_generation=md.get("generation", 0), conditions=[cond])
-        body = status_body(md.get("name", ""), md.get("namespace", ""), status)
-        await self.manager.apply_status(body, field_manager=self.field_manager)
+        await self.write_status(invalid, status)
 
     def rejected_status(self, loaded: Loaded, rejected: ApplyRejected) -> SlurmClusterStatus:
         """The shared configs or keys could not be applied: no component can run, as with an invalid spec."""
@@ -87,28 +109,40 @@ class ClusterReconciler(ComponentReconciler):
                 return render_ssh_host_keys_secret(cluster, await asyncio.to_thread(new_ssh_host_keys, types))
             return render_ssh_host_keys_secret(cluster, new_ssh_host_keys(types))  # well under a millisecond
 
-        # Configs and the munge and JWT keys first: the controller needs only these. Host keys are for the login
-        # nodes alone.
+        # The configs first: no key (which lets the other components start) while they are rejected. Then the keys
+        # at once.
         await self.apply(loaded, self.desired(self.inputs(loaded)))
-        await self.create_once(loaded, meta.munge_secret(loaded.name), munge)
-        await self.create_once(loaded, meta.jwt_key_secret(loaded.name), jwt)
-        await self.create_once(loaded, meta.ssh_host_keys_secret(loaded.name), host_keys)
-        status = loaded.status
+        await asyncio.gather(
+            self.create_once(loaded, meta.munge_secret(loaded.name), munge),
+            self.create_once(loaded, meta.jwt_key_secret(loaded.name), jwt),
+            self.create_once(loaded, meta.ssh_host_keys_secret(loaded.name), host_keys),
+        )
+        status = self.ctx.status.view(loaded.obj)  # the cache may lag what the writer has written or will
         phase = aggregate_phase(
-            cluster,
-            required=[c.condition for c in self.ctx.components if c.required(cluster)],
-            previous=status.phase,
-            previous_generation=status.observed_generation,
+            cluster.model_copy(update={"status": SlurmClusterStatus.model_validate(status)}),
+            required=self._required(cluster),
+            previous=status.get("phase"),
+            previous_generation=status.get("observedGeneration"),
         )
         cond = self.condition(loaded, ok=True, reason=Reason.VALID, message="the spec is valid")
         await self.write_status(
             loaded, SlurmClusterStatus(phase=phase, observed_generation=loaded.generation, conditions=[cond])
         )
-        self._phase_event(loaded, status.phase, phase)
+
+    def phase_written(self, obj: Mapping[str, Any], before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+        """The status writer wrote `after` over `before`: an Event when that moved a phase derived from the
+        conditions of a valid spec."""
+        loaded = self.ctx.loader.load(obj)
+        phase = after.get("phase")
+        valid = next((c for c in after.get("conditions") or [] if c.get("type") == SPEC_VALID), None)
+        if isinstance(loaded, Invalid) or phase is None or valid is None or valid.get("status") != "True":
+            return
+        if valid.get("observedGeneration") == loaded.generation:
+            self._phase_event(loaded, before.get("phase"), phase)
 
     def _phase_event(self, loaded: Loaded, previous: str | None, phase: str) -> None:
-        """An Event when the phase moves (a Warning into Degraded). The cache can lag the status just written while
-        another worker reconciles the same cluster, so the last phase announced per cluster is remembered too."""
+        """An Event when the phase moves (a Warning into Degraded). Writes of the same cluster can follow each other
+        closely, so the last phase announced per cluster is remembered too."""
         key = (loaded.namespace, loaded.name)
         if previous is None or phase == previous or self._announced.get(key) == phase:
             self._announced.setdefault(key, previous or phase)

@@ -6,8 +6,8 @@ cluster reconciler derives the phase from the entries' `required`. Adding a comp
 reconciler, image, tests, and one entry here.
 
 Component controllers react to spec changes (generation), to resyncs, and to their own and their dependencies'
-children; status writes of other components do not wake them. The cluster controller also reacts to status changes:
-the phase is derived from every component's condition.
+children; status writes do not wake them. The phase is derived from every component's condition by the status
+writer, in the write that changes them (see reconcilers/status.py).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _rest_enabled(cluster: SlurmCluster) -> bool:
 # fmt: off
 COMPONENTS: Final[tuple[Component, ...]] = (
     Component("cluster", SPEC_VALID, reconciler=ClusterReconciler, render=manifests.cluster_objects,
-              owns=(CONFIGMAP, SECRET), required=never, watch_status=True),
+              owns=(CONFIGMAP, SECRET), required=never),
     Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler,
               render=manifests.populate_jail_objects, owns=(JOB,), image="populate-jail"),
     Component("controller", CONTROLLER_READY, reconciler=ControllerReconciler, render=manifests.controller_objects,

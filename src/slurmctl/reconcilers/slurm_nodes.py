@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
-from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_body
+from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_part
 from slurmctl.reconcilers.drain import drained_by_us
 from slurmctl.reconcilers.slurm_metrics import Snapshot, collector_for
 from slurmctl.reconcilers.workers import WorkersReconciler
@@ -110,9 +110,8 @@ class SlurmNodesReconciler:
         await self._resume(loaded, mine, api)
         await self._pod_conditions(loaded, {n.name: n for n in mine})
         counts = node_counts(mine)
-        if loaded.status.slurm_nodes != counts:
-            body = status_body(loaded.name, loaded.namespace, SlurmClusterStatus(slurm_nodes=counts))
-            await self.ctx.manager.apply_status(body, field_manager=FIELD_MANAGER)
+        # Through the one status writer (it owns the whole status; it writes only a change).
+        self.ctx.status.submit(loaded.obj, status_part(SlurmClusterStatus(slurm_nodes=counts)))
         return Result(requeue_after=POLL_SECONDS)
 
     async def _resume(self, loaded: Loaded, nodes: list[Node], api: Any) -> None:

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -100,6 +100,7 @@ class Manager:
         self._informers: dict[tuple[str, str], Informer] = {}
         self._selectors: dict[tuple[str, str], str] = {}
         self._controllers: list[Controller] = []
+        self._runnables: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         self.cache = cache(self._informers, namespace=self.watched_namespaces)
         self.applier = Applier(client, lookup=self.cache.lookup, metrics=self.metrics)
         le = self.options.leader_election
@@ -179,6 +180,17 @@ class Manager:
         builder = ControllerBuilder(self, ctrl, for_)
         return builder.watches(*for_, enqueue_object, predicates=predicates)
 
+    def add_runnable(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+        """A long-running task that works only while this process leads (e.g. a writer that batches status): started
+        with the controllers, cancelled once their reconciles have ended at shutdown."""
+        if self._running:
+            raise RuntimeError("register runnables before Manager.run")
+        self._runnables.append((name, run))
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
     # ---- what reconcilers call --------------------------------------------------------------------------------
     async def apply(self, intent: Mapping[str, Any], *, field_manager: str | None = None) -> Obj:
         return await self.applier.apply(intent, field_manager=field_manager or self.options.field_manager)
@@ -251,7 +263,7 @@ class Manager:
             for informer in self._informers.values():
                 tasks.append(tg.create_task(informer.run(), name=f"informer-{informer.name}"))
             tasks.append(tg.create_task(self.recorder.run(), name="event-recorder"))
-            tasks.append(tg.create_task(self._lead(tg, workers, lost), name="leader"))
+            tasks.append(tg.create_task(self._lead(tg, tasks, workers, lost), name="leader"))
             log.info("manager started %s", kv(informers=len(self._informers), controllers=len(self._controllers)))
             await self._stop.wait()
             log.info("shutting down %s", kv(grace_period=self.options.grace_period, leadership_lost=lost.is_set()))
@@ -259,10 +271,18 @@ class Manager:
             await self._shutdown(tasks, workers, grace=0.0 if lost.is_set() else self.options.grace_period)
         return lost.is_set()
 
-    async def _lead(self, tg: asyncio.TaskGroup, workers: list[asyncio.Task[None]], lost: asyncio.Event) -> None:
+    async def _lead(
+        self,
+        tg: asyncio.TaskGroup,
+        tasks: list[asyncio.Task[Any]],
+        workers: list[asyncio.Task[None]],
+        lost: asyncio.Event,
+    ) -> None:
         if self.elector is not None:
             await self.elector.acquire()
         await asyncio.gather(*(i.wait_synced() for i in self._informers.values()))
+        for name, run in self._runnables:
+            tasks.append(tg.create_task(_awaited(run), name=name))
         for ctrl in self._controllers:
             workers.extend(ctrl.start(tg))
         self._leading.set()
@@ -291,3 +311,7 @@ class Manager:
                     await self.elector.release()
         for task in (*tasks, *workers):
             task.cancel()
+
+
+async def _awaited(run: Callable[[], Awaitable[None]]) -> None:
+    await run()

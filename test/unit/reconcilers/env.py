@@ -15,6 +15,7 @@ from slurmctl.reconcilers.base import Component, Context
 from slurmctl.reconcilers.registry import register
 from slurmctl.render.kinds import DEPLOYMENT, JOB, SECRET, SLURM_CLUSTER, STATEFULSET, Kind
 from slurmctl.runtime import Manager, ManagerOptions, Request, Result
+from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.fake import FakeClient, Write
 
 NS = "hpc"
@@ -32,15 +33,21 @@ def spec(*, size: int = 2, **extra: Any) -> dict[str, Any]:
 
 
 class Env:
-    def __init__(self, components: Sequence[Component] | None = None, *, allow_host_path: bool = False) -> None:
+    def __init__(
+        self,
+        components: Sequence[Component] | None = None,
+        *,
+        allow_host_path: bool = False,
+        clock: Clock = REAL_CLOCK,
+    ) -> None:
         """`components`: what to register instead of the registry's table; `allow_host_path`: the operator's
-        --allow-host-path policy."""
+        --allow-host-path policy; `clock`: the manager's (the status writer's coalescing window runs on it)."""
         self.components = components
         self.allow_host_path = allow_host_path
         self.fake = FakeClient()
         self.fake.serve(*SLURM_CLUSTER)
         options = ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0", handle_signals=False)
-        self.manager = Manager(self.fake, options, cache=self.fake.cache_factory)
+        self.manager = Manager(self.fake, options, cache=self.fake.cache_factory, clock=clock)
         self.ctx: Context
         self._events: asyncio.Task[None] | None = None
 
@@ -79,6 +86,7 @@ class Env:
         results = {}
         for component in components or [c.name for c in self.ctx.components]:
             results[component] = await self.ctx.reconcilers[component](Request(NS, name))
+        await self.ctx.status.flush()  # what the status writer sends a moment later
         await self.manager.recorder.flush()
         return results
 
@@ -94,6 +102,7 @@ class Env:
     async def poll_slurm(self, *, name: str = NAME) -> Result | None:
         """One pass of the loop that reads Slurm's view of the nodes."""
         result = await self.ctx.loops["slurm-nodes"](Request(NS, name))
+        await self.ctx.status.flush()
         await self.manager.recorder.flush()
         return result
 

@@ -1,0 +1,94 @@
+"""The status writer: what the components say within a moment goes out as one write per cluster, the phase moves
+in the write that moves it, progress within a phase waits a little longer than news, and what the status already
+says is not written again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from slurmctl.reconcilers.status import COALESCE_SECONDS, FIELD_MANAGER, PROGRESS_SECONDS
+from slurmctl.runtime import Request
+from test.unit.reconcilers.env import NAME, NS, Env, spec
+from test.unit.runtime.fakes import FakeClock
+
+
+@asynccontextmanager
+async def writing(clock: FakeClock) -> AsyncIterator[Env]:
+    """An Env whose status writer runs on `clock`, as it does while the operator leads."""
+    async with Env(clock=clock) as env:
+        task = asyncio.create_task(env.ctx.status.run())
+        try:
+            yield env
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def status_writes(env: Env, mark: int = 0) -> int:
+    return len([w for w in env.writes_since(mark) if w.subresource == "status"])
+
+
+async def reconcile_all(env: Env) -> None:
+    """One pass of every component, without the flush `Env.run` does: the writer decides when to write."""
+    for component in env.ctx.reconcilers.values():
+        await component(Request(NS, NAME))
+
+
+async def test_one_pass_of_every_component_is_one_status_write_with_its_phase() -> None:
+    clock = FakeClock()
+    async with writing(clock) as env:
+        env.create(spec())
+        await reconcile_all(env)
+        assert status_writes(env) == 0, "nothing before the window has passed"
+        await clock.advance(COALESCE_SECONDS)
+        assert status_writes(env) == 1
+        assert env.phase() == "Reconciling"
+        assert env.reason("SpecValid") == ("True", "Valid")
+        assert env.reason("JailPopulated") == ("False", "Populating")
+        assert env.reason("ControllerReady") == ("False", "NotReady")
+        assert [w.field_manager for w in env.writes_since(0) if w.subresource == "status"] == [FIELD_MANAGER]
+
+        mark = env.mark()
+        await reconcile_all(env)
+        await clock.advance(PROGRESS_SECONDS)
+        assert status_writes(env, mark) == 0, "the status already says all of it"
+
+
+async def test_progress_waits_for_more_and_the_phase_change_goes_out_at_once() -> None:
+    clock = FakeClock()
+    async with writing(clock) as env:
+        env.create(spec())
+        await reconcile_all(env)
+        await clock.advance(COALESCE_SECONDS)
+        env.job_succeeds()
+        await reconcile_all(env)
+        env.pods_ready()
+        mark = env.mark()
+        await env.ctx.reconcilers["controller"](Request(NS, NAME))  # ready, but the cluster is not Available yet
+        await clock.advance(COALESCE_SECONDS)
+        assert status_writes(env, mark) == 0, "progress within the phase waits for more"
+        assert env.reason("ControllerReady") == ("False", "NotReady")
+        await reconcile_all(env)  # the rest turns ready: the phase changes
+        await clock.advance(COALESCE_SECONDS)
+        assert status_writes(env, mark) == 1
+        assert env.phase() == "Available"
+        assert env.reason("ControllerReady") == ("True", "Ready")
+
+
+async def test_progress_alone_is_written_once_its_window_has_passed() -> None:
+    clock = FakeClock()
+    async with writing(clock) as env:
+        env.create(spec())
+        await reconcile_all(env)
+        await clock.advance(COALESCE_SECONDS)
+        env.job_succeeds()
+        mark = env.mark()
+        await env.ctx.reconcilers["populate-jail"](Request(NS, NAME))
+        await clock.advance(PROGRESS_SECONDS - COALESCE_SECONDS)
+        assert env.reason("JailPopulated") == ("False", "Populating")
+        await clock.advance(COALESCE_SECONDS)
+        assert status_writes(env, mark) == 1
+        assert env.reason("JailPopulated") == ("True", "Populated")
+        assert env.phase() == "Reconciling"
