@@ -31,6 +31,7 @@ from .defaults import (
 from .schema import crd
 from .spec import (
     AccountingSpec,
+    ContainersSpec,
     ControllerSpec,
     ExternalDatabase,
     GpuHealthCheck,
@@ -43,6 +44,7 @@ from .spec import (
     NcclBenchmark,
     Partition,
     PopulateJailSpec,
+    PyxisPlugin,
     SlurmClusterSpec,
     SlurmConfig,
     SlurmSpec,
@@ -109,6 +111,7 @@ __all__ = [
     "Component",
     "Condition",
     "ConditionStatus",
+    "ContainersSpec",
     "ControllerSpec",
     "ExternalDatabase",
     "FreeForm",
@@ -125,6 +128,7 @@ __all__ = [
     "Phase",
     "PopulateJailSpec",
     "Problem",
+    "PyxisPlugin",
     "Quantity",
     "Reason",
     "ResourceRequirements",

@@ -202,6 +202,22 @@ def test_worker_registers_a_dynamic_node_knows_jail_users_and_mirrors_homes(pod:
     assert passwd.is_symlink() and passwd.read_text() == "alice:x:1500:1500::/home/alice:/bin/bash\n"
 
 
+@pytest.mark.parametrize("containers", [False, True])
+def test_worker_makes_the_container_steps_directory_only_with_oci_conf(pod: dict[str, str], containers: bool) -> None:
+    """slurmstepd would create it owned by the first user to run a container step: it must exist, root's, first."""
+    env = {**jail_env(pod), "OCI_ROOT": pod["ROOT"] + "/run/slurm-oci"}
+    if containers:
+        (Path(env["SLURM_CONFIGS_SOURCE"]) / "oci.conf").write_text('RunTimeRun="crun run"\n')
+    wrapper = ("unshare", "--mount", "--propagation", "private")
+    done = run_script("entrypoint-worker", env=env, wrapper=wrapper)
+
+    assert done.returncode == 0, done.stderr
+    top = Path(env["OCI_ROOT"])
+    assert top.exists() == containers
+    if containers:
+        assert (top.stat().st_uid, stat.S_IMODE(top.stat().st_mode)) == (0, 0o711)
+
+
 def test_login_installs_sshd_config_keys_and_runs_sshd(pod: dict[str, str]) -> None:
     root = Path(pod["ROOT"])
     sshd_cm = root / "mnt" / "sshd-configs"
