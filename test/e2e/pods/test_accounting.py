@@ -227,6 +227,7 @@ def test_jobs_show_up_in_sacct_with_state_and_exit_code(cluster: Kube) -> None:
     ok = sbatch(kube, "true")
     failing = sbatch(kube, "exit 3")
     recorded(kube, {ok: ("COMPLETED", "0:0"), failing: ("FAILED", "3:0")}, timeout=120, what="both jobs in sacct")
+    print(login(kube, "sacct", "-a", "-X", "-j", f"{ok},{failing}", "--format=JobID,JobName%12,User,State,ExitCode"))
 
 
 def test_jobs_finish_while_slurmdbd_is_away_and_are_all_recorded_when_it_is_back(cluster: Kube) -> None:
