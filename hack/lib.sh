@@ -93,14 +93,16 @@ pick_port() {
 }
 
 # pid_alive PID NAME: a recorded PID counts as ours only while its command line still names what we started (PIDs
-# are reused). With PID_MATCH_STATE=1 it must also name our state directory, for scripts whose instances run the same
-# binaries side by side (hack/local-slurm.sh).
+# are reused). With PID_MATCH_STATE=1 it must also name our state directory (in its command line, or as
+# LOCAL_SLURM_DIR=<state> in its environment for daemons whose arguments cannot), for scripts whose instances run the
+# same binaries side by side (hack/local-slurm.sh).
 pid_alive() {
     local pid=$1 name=$2 cmdline
     [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
     cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
     [[ $cmdline == *"$name"* ]] || return 1
-    [ "${PID_MATCH_STATE:-0}" != 1 ] || [[ $cmdline == *"$STATE"* ]]
+    [ "${PID_MATCH_STATE:-0}" != 1 ] || [[ $cmdline == *"$STATE"* ]] ||
+        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "LOCAL_SLURM_DIR=$STATE"
 }
 
 recorded_pid() {

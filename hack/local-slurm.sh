@@ -38,6 +38,9 @@
 #   LOCAL_SLURM_CGROUP_CONF  the contents of cgroup.conf (default: CgroupPlugin=autodetect, IgnoreSystemd=yes)
 #   LOCAL_SLURM_CACHE        where root filesystems are cached (default: ~/.cache/slurmctl/slurm-rootfs)
 #   LOCAL_SLURM_MIRROR       Debian mirror (default: the first URIs: of /etc/apt/sources.list.d/debian.sources)
+#   LOCAL_SLURM_REST         1: also run slurmrestd with JWT authentication (AuthAltTypes=auth/jwt, a fresh HS256 key
+#                            in $LOCAL_SLURM_DIR/jwt/jwt_hs256.key, `-a rest_auth/jwt`) on a free loopback port, as
+#                            user nobody; `env` then holds SLURMRESTD_URL and LOCAL_SLURM_JWT_KEY
 #   READY_TIMEOUT            seconds to wait for the node to become idle (default: 60)
 #
 # `up` writes $LOCAL_SLURM_DIR/env (sourceable: SLURM_CONF=... as seen inside the namespace) and prints it.
@@ -51,9 +54,18 @@ READY_TIMEOUT=${READY_TIMEOUT:-60}
 HOST_PACKAGES=(mmdebstrap util-linux)
 SUITE=trixie
 # Slurm 24.11 and munge; the plugin's toolchain (gcc brings libasan/libubsan for the argument-parser harness);
-# busybox-static for the test jail; python3, procps and coreutils for the image scripts the tests run.
-ROOTFS_PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev gcc make libc6-dev busybox-static python3 procps)
+# busybox-static for the test jail; python3, procps and coreutils for the image scripts the tests run; slurmrestd
+# and Debian's auth/jwt + rest_auth/jwt plugins (slurm-wlm-jwt-plugin) for LOCAL_SLURM_REST.
+ROOTFS_PACKAGES=(slurmctld slurmd slurmrestd slurm-wlm-jwt-plugin slurm-client munge libslurm-dev gcc make libc6-dev
+    busybox-static python3 procps)
+# In the order `down` stops them; slurmrestd only runs with LOCAL_SLURM_REST=1.
+ALL_DAEMONS=(slurmrestd slurmd slurmctld munged)
 DAEMONS=(slurmd slurmctld munged)
+REST=${LOCAL_SLURM_REST:-0}
+[ "$REST" != 1 ] || DAEMONS=(slurmrestd "${DAEMONS[@]}")
+# slurmrestd refuses to serve as root or SlurmUser: it binds as root, then switches to this user and group.
+REST_USER=nobody
+REST_GROUP=nogroup
 CACHE=${LOCAL_SLURM_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/slurmctl/slurm-rootfs}
 # Inside an instance's namespace.
 NS_CONF_DIR=/etc/slurm
@@ -232,11 +244,15 @@ build_jail() {
 }
 
 write_configs() {
-    local ctld_port=$1 slurmd_port=$2 node plugin jail tag
+    local ctld_port=$1 slurmd_port=$2 rest_port=${3:-} node plugin jail tag jwt_conf=""
     node=$(hostname -s)
     plugin=${LOCAL_SLURM_PLUGIN:-$PLUGIN_DIR/chroot.so}
     jail=${LOCAL_SLURM_JAIL:-$STATE/jail}
     tag=$(printf '%s' "$STATE" | md5sum | cut -c1-8)
+    if [ -n "$rest_port" ]; then
+        jwt_conf="AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$STATE/jwt/jwt_hs256.key"
+    fi
     # Only the hardware layout of `slurmd -C`: the node's memory may change between runs and a configured
     # RealMemory above the real one would drain the node.
     local hw
@@ -269,6 +285,7 @@ PrologFlags=Contain
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
+$jwt_conf
 MpiDefault=none
 SwitchType=switch/none
 SchedulerType=sched/backfill
@@ -294,6 +311,10 @@ IgnoreSystemd=yes}" >"$STATE/etc/cgroup.conf"
     fi
     printf 'SLURM_CONF=%s\nLOCAL_SLURM_NODE=%s\nLOCAL_SLURM_JAIL=%s\nLOCAL_SLURM_DIR=%s\n' \
         "$NS_CONF_DIR/slurm.conf" "$node" "$jail" "$STATE" >"$STATE/env"
+    if [ -n "$rest_port" ]; then
+        printf 'SLURMRESTD_URL=http://127.0.0.1:%s\nLOCAL_SLURM_JWT_KEY=%s\n' "$rest_port" "$STATE/jwt/jwt_hs256.key" \
+            >>"$STATE/env"
+    fi
 }
 
 print_export() {
@@ -307,7 +328,7 @@ show_logs_and_fail() {
     {
         printf 'local-slurm: error: %s\n' "$msg"
         # Each daemon's own log file, and what it printed before it had one (start_bg's capture).
-        for n in munged slurmctld slurmd; do
+        for n in munged slurmctld slurmd slurmrestd; do
             local f
             for f in "$STATE/log/$n.log" "$STATE/logs/$n.log"; do
                 [ -s "$f" ] || continue
@@ -320,14 +341,18 @@ show_logs_and_fail() {
     exit 1
 }
 
+# wait_for WHAT CMD...: until CMD succeeds, failing early when a started daemon is gone. CMD runs in a subshell: a
+# probe that dies (in_instance before munged is up) must not end this script silently. A daemon counts as gone when
+# its PID is: right after start_bg the PID still runs this script on its way to exec the daemon, so its command line
+# does not name the daemon yet (pid_alive would call a daemon that is starting dead).
 wait_for() {
     local what=$1 deadline=$((SECONDS + READY_TIMEOUT))
     shift
-    until "$@" >/dev/null 2>&1; do
+    until ("$@") >/dev/null 2>&1; do
         local n
         for n in "${DAEMONS[@]}"; do
             [ -f "$STATE/pids/$n" ] || continue
-            pid_alive "$(recorded_pid "$n")" "$n" || show_logs_and_fail "$n exited while waiting for $what"
+            kill -0 "$(recorded_pid "$n")" 2>/dev/null || show_logs_and_fail "$n exited while waiting for $what"
         done
         [ $SECONDS -lt $deadline ] || show_logs_and_fail "timed out after ${READY_TIMEOUT}s waiting for $what"
         sleep 0.2
@@ -397,11 +422,19 @@ cmd_up() {
 
     dd if=/dev/urandom of="$STATE/munge/munge.key" bs=1024 count=1 status=none
     chmod 400 "$STATE/munge/munge.key"
-    local ctld_port slurmd_port
+    local ctld_port slurmd_port rest_port=""
     ctld_port=$(free_port)
     slurmd_port=$(free_port)
     [ "$ctld_port" != "$slurmd_port" ] || slurmd_port=$(free_port)
-    write_configs "$ctld_port" "$slurmd_port"
+    if [ "$REST" = 1 ]; then
+        rest_port=$(free_port)
+        # Read by slurmctld only (root here); the tests mint tokens with it.
+        mkdir -p "$STATE/jwt"
+        chmod 700 "$STATE/jwt"
+        dd if=/dev/urandom of="$STATE/jwt/jwt_hs256.key" bs=32 count=1 status=none
+        chmod 400 "$STATE/jwt/jwt_hs256.key"
+    fi
+    write_configs "$ctld_port" "$slurmd_port" "$rest_port"
 
     # munged starts the instance's namespace; --force: the state directory may sit under a world-writable /tmp.
     start_bg munged unshare --mount --propagation private -- "$SELF" __enter instance / \
@@ -414,15 +447,24 @@ cmd_up() {
     wait_for "slurmctld to answer" scontrol_ ping
     start_bg slurmd "$SELF" run -- slurmd -D -f "$NS_CONF_DIR/slurm.conf" -L "$STATE/log/slurmd.log"
     wait_for "node $(hostname -s) to be idle" node_idle
+    if [ "$REST" = 1 ]; then
+        # SLURM_JWT=daemon: slurmrestd passes each client's token on to slurmctld. It reads slurm.conf as nobody,
+        # who may not traverse the state directory's parents: /etc/slurm is the same file. LOCAL_SLURM_DIR in its
+        # environment is how `down` recognises this instance's slurmrestd (pid_alive).
+        start_bg slurmrestd "$SELF" run -- env LOCAL_SLURM_DIR="$STATE" SLURM_JWT=daemon \
+            slurmrestd -f "$NS_CONF_DIR/slurm.conf" -a rest_auth/jwt -s openapi/slurmctld \
+            -u "$REST_USER" -g "$REST_GROUP" "127.0.0.1:$rest_port"
+        wait_for "slurmrestd to listen on 127.0.0.1:$rest_port" port_in_use "$rest_port"
+    fi
     log "up: Slurm $(in_instance slurmd -V | cut -d' ' -f2), slurmctld 127.0.0.1:$ctld_port," \
-        "slurmd 127.0.0.1:$slurmd_port (state in $STATE)"
+        "slurmd 127.0.0.1:$slurmd_port${rest_port:+, slurmrestd http://127.0.0.1:$rest_port} (state in $STATE)"
     print_export
 }
 
 cmd_down() {
     [ -d "$STATE" ] || { log "not up"; return 0; }
     local n
-    for n in "${DAEMONS[@]}"; do
+    for n in "${ALL_DAEMONS[@]}"; do
         stop_pid "$n"
     done
     # Steps still running under the slurmstepds this slurmd started hold files in the state directory.

@@ -44,6 +44,9 @@ class LocalSlurm:
     node: str
     jail: Path
     user: str
+    # With `rest=True`: slurmrestd's base URL and the JWT key slurmctld checks tokens against.
+    rest_url: str | None = None
+    jwt_key: Path | None = None
 
     def command(self, *argv: str, user: str | None = None) -> list[str]:
         """The argv that runs `argv` (a Slurm client, or a script calling them) in this instance's namespace, as
@@ -140,11 +143,14 @@ def local_slurm_instance(
     proctrack: str = "",
     task_plugin: str = "",
     cgroup_conf: str = "",
+    plugin: str = "",
+    rest: bool = False,
 ) -> Iterator[LocalSlurm]:
     """Start an instance in `state_dir` with the chroot plugin loaded (jail= `jail`, default the built busybox jail).
 
     `proctrack`, `task_plugin` and `cgroup_conf` replace ProctrackType (proctrack/linuxproc), TaskPlugin (task/none)
-    and cgroup.conf (CgroupPlugin=autodetect, IgnoreSystemd=yes)."""
+    and cgroup.conf (CgroupPlugin=autodetect, IgnoreSystemd=yes); `plugin="none"` loads no SPANK plugin. `rest`
+    also runs slurmrestd with JWT authentication (`rest_url`, `jwt_key`)."""
     extra = {"LOCAL_SLURM_JAIL_USERS": " ".join(jail_users)}
     if jail is not None:
         extra["LOCAL_SLURM_JAIL"] = str(jail)
@@ -156,6 +162,10 @@ def local_slurm_instance(
         extra["LOCAL_SLURM_TASK_PLUGIN"] = task_plugin
     if cgroup_conf:
         extra["LOCAL_SLURM_CGROUP_CONF"] = cgroup_conf
+    if plugin:
+        extra["LOCAL_SLURM_PLUGIN"] = plugin
+    if rest:
+        extra["LOCAL_SLURM_REST"] = "1"
     up = local_slurm_script("up", state_dir, extra)
     if up.returncode != 0:
         # Seen twice in full CI runs, never alone: an instance started right after the others once failed to come up
@@ -174,6 +184,8 @@ def local_slurm_instance(
             node=values["LOCAL_SLURM_NODE"],
             jail=Path(values["LOCAL_SLURM_JAIL"]),
             user=jail_users[0] if jail_users else "root",
+            rest_url=values.get("SLURMRESTD_URL"),
+            jwt_key=Path(values["LOCAL_SLURM_JWT_KEY"]) if "LOCAL_SLURM_JWT_KEY" in values else None,
         )
     finally:
         down = local_slurm_script("down", state_dir)

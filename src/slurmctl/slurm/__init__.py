@@ -1,0 +1,30 @@
+"""The operator's Slurm client: slurmrestd over HTTP with JWTs the operator mints itself.
+
+Sits beside the reconcilers (which import it) and knows nothing of Kubernetes, the API types or the renderers.
+"""
+
+from .client import API_VERSION, DEFAULT_TIMEOUT, SlurmClient
+from .errors import SlurmApiError, SlurmAuthError, SlurmError, SlurmProtocolError, SlurmUnavailable
+from .hostlist import HostlistError, expand
+from .models import ExitCode, Job, Node, Partition
+from .token import DEFAULT_LIFETIME, TokenSource, mint_token
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_LIFETIME",
+    "DEFAULT_TIMEOUT",
+    "ExitCode",
+    "HostlistError",
+    "Job",
+    "Node",
+    "Partition",
+    "SlurmApiError",
+    "SlurmAuthError",
+    "SlurmClient",
+    "SlurmError",
+    "SlurmProtocolError",
+    "SlurmUnavailable",
+    "TokenSource",
+    "expand",
+    "mint_token",
+]

@@ -1,0 +1,248 @@
+"""The operator's client for slurmrestd: a few typed calls, each under one deadline, each failure a `SlurmError`.
+
+Every call goes to `/slurm/{API_VERSION}/...` with the X-SLURM-USER-NAME / X-SLURM-USER-TOKEN headers that
+slurmrestd's rest_auth/jwt passes on to slurmctld. How an answer is classified (the reconcilers act on the class):
+
+- no connection, a reset, or no complete answer before the deadline -> `SlurmUnavailable`
+- HTTP 401/403, or Slurm's authentication/permission errors -> `SlurmAuthError` (slurmrestd 24.11 answers a token
+  slurmctld rejects with HTTP 511 and error 1007 "Protocol authentication error"; a missing token with a plain 401)
+- errors[] from Slurm saying slurmctld cannot be reached (1000-1099 communication errors, 1800-1899) ->
+  `SlurmUnavailable`; any other errors[] -> `SlurmApiError`
+- 5xx without a Slurm error body -> `SlurmUnavailable`; another non-2xx without one, a body that is not JSON, or JSON
+  of the wrong shape -> `SlurmProtocolError`
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import aiohttp
+from pydantic import BaseModel, ValidationError
+
+from .errors import SlurmApiError, SlurmAuthError, SlurmError, SlurmProtocolError, SlurmUnavailable, one_line
+from .models import (
+    Job,
+    Node,
+    Partition,
+    WireEnvelope,
+    WireError,
+    WireJobs,
+    WireNodes,
+    WirePartitions,
+    WirePings,
+    describe_validation,
+)
+
+log = logging.getLogger(__name__)
+
+# The data parser version the operator speaks; Slurm 24.11 serves v0.0.40, v0.0.41 and v0.0.42.
+API_VERSION = "v0.0.42"
+DEFAULT_TIMEOUT = 10.0
+
+# Slurm errno values (slurm_errno.h, 24.11) that change how an error answer is classified.
+SLURM_PROTOCOL_AUTHENTICATION_ERROR = 1007
+ESLURM_ACCESS_DENIED = 2002
+_AUTH_ERRNOS = frozenset({SLURM_PROTOCOL_AUTHENTICATION_ERROR, ESLURM_ACCESS_DENIED})
+_AUTH_ERRNO_RANGE = range(6000, 6100)  # ESLURM_AUTH_*
+_UNREACHABLE_ERRNO_RANGES = (range(1000, 1100), range(1800, 1900))  # SLURM_COMMUNICATIONS_*, SLURMCTLD_COMMUNICATIONS_*
+# Names Slurm would read as host lists ("n[1-9]") or lists ("a,b"): refused, so a drain never reaches more nodes than
+# the caller named.
+_HOSTLIST_CHARACTERS = frozenset("[],") | frozenset(" \t\n")
+
+_W = TypeVar("_W", bound=BaseModel)
+
+# Query flags. Passing any replaces slurmrestd's defaults, which is how 24.11 behaves (checked against it): without
+# MIXED a node with some CPUs allocated reads ALLOCATED, and /jobs/ without DETAIL has no job_resources (the
+# allocation's node names). They repeat ("ALL,FUTURE" in one value is refused). ALL includes what hidden partitions
+# hold; FUTURE the nodes slurmctld knows that have not registered (a dynamic node made with `scontrol create`,
+# State=FUTURE in slurm.conf), which /nodes/ leaves out by default. The operator must see every node and job.
+Query = list[tuple[str, str]]
+NODES_QUERY: Query = [("flags", "MIXED"), ("flags", "FUTURE"), ("flags", "ALL")]
+JOBS_QUERY: Query = [("flags", "DETAIL"), ("flags", "ALL")]
+PARTITIONS_QUERY: Query = [("flags", "ALL")]
+
+
+def _is_auth(errno: int) -> bool:
+    return errno in _AUTH_ERRNOS or errno in _AUTH_ERRNO_RANGE
+
+
+def _is_unreachable(errno: int) -> bool:
+    return errno != SLURM_PROTOCOL_AUTHENTICATION_ERROR and any(errno in r for r in _UNREACHABLE_ERRNO_RANGES)
+
+
+def _check_names(names: Sequence[str]) -> list[str]:
+    if isinstance(names, str):
+        raise TypeError("names must be a sequence of node names, not one string")
+    for name in names:
+        if not name or _HOSTLIST_CHARACTERS & set(name):
+            raise ValueError(f"not a single Slurm node name: {name!r}")
+    return list(names)
+
+
+class SlurmClient:
+    """slurmrestd's API as the operator uses it. `token` is called before every request (a `TokenSource`), `user` is
+    the Slurm user the token was minted for; `timeout` (seconds) bounds each call from connect to the last byte."""
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        token: Callable[[], str],
+        user: str = "slurm",
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self._session = session
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self.user = user
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"SlurmClient(base_url={self.base_url!r}, user={self.user!r}, timeout={self.timeout})"
+
+    # --- the calls ---------------------------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Return when slurmrestd answers and a slurmctld answers it; else raise."""
+        pings = await self._get("ping/", WirePings)
+        if unreachable := pings.unreachable():
+            raise SlurmUnavailable(
+                f"slurmrestd at {self.base_url}: slurmctld does not answer ({', '.join(unreachable)})"
+            )
+
+    async def nodes(self) -> list[Node]:
+        return (await self._get("nodes/", WireNodes, query=NODES_QUERY)).parse()
+
+    async def jobs(self) -> list[Job]:
+        return (await self._get("jobs/", WireJobs, query=JOBS_QUERY)).parse()
+
+    async def partitions(self) -> list[Partition]:
+        return (await self._get("partitions/", WirePartitions, query=PARTITIONS_QUERY)).parse()
+
+    async def drain(self, names: Sequence[str], *, reason: str) -> None:
+        """Set DRAIN with `reason` on the named nodes (one request; Slurm applies it to all or reports an error)."""
+        node_names = _check_names(names)
+        if not reason.strip():
+            raise ValueError("Slurm needs a reason to drain a node")
+        if node_names:
+            await self._request("POST", "nodes/", body={"name": node_names, "state": ["DRAIN"], "reason": reason})
+
+    async def resume(self, names: Sequence[str]) -> None:
+        """Undo a drain (or a DOWN) on the named nodes."""
+        if node_names := _check_names(names):
+            await self._request("POST", "nodes/", body={"name": node_names, "state": ["RESUME"]})
+
+    async def delete_node(self, name: str) -> None:
+        """Remove a dynamic node from slurmctld (Slurm refuses nodes from slurm.conf, and nodes with jobs)."""
+        (node_name,) = _check_names([name])
+        await self._request("DELETE", f"node/{quote(node_name, safe='')}")
+
+    async def reconfigure(self) -> None:
+        """`scontrol reconfigure`: slurmctld re-reads slurm.conf and tells every slurmd to."""
+        await self._request("GET", "reconfigure/")
+
+    # --- plumbing ----------------------------------------------------------------------------------------------
+
+    async def _get(self, path: str, model: type[_W], *, query: Query | None = None) -> _W:
+        data = await self._request("GET", path, query=query)
+        return _validated(f"slurmrestd GET {self._path(path)}", model, data)
+
+    def _path(self, path: str) -> str:
+        return f"/slurm/{API_VERSION}/{path}"
+
+    async def _request(
+        self, method: str, path: str, *, body: dict[str, Any] | None = None, query: Query | None = None
+    ) -> dict[str, Any]:
+        full_path = self._path(path)
+        where = f"slurmrestd {method} {full_path}"
+        try:
+            token = self._token()
+        except Exception as exc:  # a bad key must end as a condition, not a crash
+            raise SlurmAuthError(f"{where}: cannot get a token: {type(exc).__name__}: {exc}") from None
+        headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": token, "Accept": "application/json"}
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self._session.request(
+                    method,
+                    self.base_url + full_path,
+                    json=body,
+                    params=query,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=self.timeout),
+                ) as resp:
+                    status, reason, raw = resp.status, resp.reason or "", await resp.read()
+        except TimeoutError:
+            raise SlurmUnavailable(f"{where}: no answer from {self.base_url} within {self.timeout:g}s") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise SlurmUnavailable(f"{where}: {_describe_connection_error(exc)}") from None
+        log.debug(
+            "slurmrestd answered method=%s path=%s status=%s seconds=%.3f",
+            method,
+            full_path,
+            status,
+            time.monotonic() - started,
+        )
+        return _classify(where, status=status, reason=reason, raw=raw)
+
+
+def _validated(where: str, model: type[_W], data: dict[str, Any]) -> _W:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SlurmProtocolError(f"{where}: unexpected answer: {describe_validation(exc)}") from None
+
+
+def _describe_connection_error(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+
+
+def _classify(where: str, *, status: int, reason: str, raw: bytes) -> dict[str, Any]:
+    """The answer's JSON object when it is a success, else the matching `SlurmError`."""
+    data: Any = None
+    try:
+        data = json.loads(raw) if raw.strip() else None
+    except ValueError:
+        data = None
+    errors: list[WireError] = []
+    if isinstance(data, dict):
+        try:
+            errors = WireEnvelope.model_validate(data).errors
+        except ValidationError:
+            errors = []
+    text = raw.decode(errors="replace").strip()
+    if errors:
+        joined = "; ".join(e.text() for e in errors)
+        if status in (401, 403) or any(_is_auth(e.error_number) for e in errors):
+            raise SlurmAuthError(f"{where}: rejected (HTTP {status}): {joined}")
+        if any(_is_unreachable(e.error_number) for e in errors):
+            raise SlurmUnavailable(f"{where}: slurmrestd cannot reach slurmctld (HTTP {status}): {joined}")
+        raise SlurmApiError(
+            f"{where}: Slurm refused (HTTP {status}): {joined}", status=status, errors=[e.text() for e in errors]
+        )
+    if status in (401, 403):
+        raise SlurmAuthError(f"{where}: rejected (HTTP {status} {reason}): {one_line(text, limit=120) or 'no details'}")
+    if status >= 500:
+        raise SlurmUnavailable(f"{where}: HTTP {status} {reason}: {one_line(text, limit=120) or 'no body'}")
+    if not 200 <= status < 300:
+        raise SlurmProtocolError(
+            f"{where}: unexpected HTTP {status} {reason}: {one_line(text, limit=120) or 'no body'}"
+        )
+    if data is None and text:
+        raise SlurmProtocolError(f"{where}: answer is not JSON: {one_line(text, limit=80)!r}")
+    if not isinstance(data, dict):
+        raise SlurmProtocolError(f"{where}: answer is not a JSON object: {one_line(text, limit=80) or 'empty body'}")
+    return data
+
+
+__all__ = ["API_VERSION", "DEFAULT_TIMEOUT", "SlurmClient", "SlurmError"]
