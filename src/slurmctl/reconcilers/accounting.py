@@ -81,7 +81,7 @@ class AccountingReconciler(ComponentReconciler):
             message = (
                 f"slurmdbd is not answering yet; it stores accounting in the database at {db.host}:{db.port}"
                 f" (user {db.user}): if this lasts, check that {db.host} is reachable from the pod and the"
-                " credentials work (kubectl logs deployment/" + meta.accounting(c) + " -c slurmdbd)"
+                f" credentials work (kubectl logs deployment/{meta.accounting(c)} -c slurmdbd)"
             )
             cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message=message)
         await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
