@@ -207,18 +207,21 @@ def render_oci_conf(cluster: SlurmCluster) -> str:
     """`srun --container=<bundle>` (Slurm's OCI support), run by crun rootless as the job's user.
 
     The task has entered the jail (the chroot plugin runs first) when slurmstepd runs RunTimeRun, so crun and the
-    bundle are the jail's; RunTimeQuery/Kill/Delete run from slurmstepd itself, on the worker's own root, as root
-    (the worker image has crun too). Both sides see the same ContainerPath and crun state because the jail shares the
-    node's /run. `%U` keeps each user's steps in a directory of their own."""
+    bundle are the jail's, and it runs as the user. RunTimeQuery/Kill/Delete run from slurmstepd itself, as root, on
+    the worker's own root (whose image has crun too): they are dropped to the job's user with setpriv, because crun
+    reads the container's state (its pid, its cgroup) from the user's directory, and root trusting that would let
+    the user point a kill at any process of the node. Both sides see the same ContainerPath and crun state because
+    the jail shares the node's /run. `%U` keeps each user's steps in a directory of their own."""
     user_dir = f"{OCI_ROOT}/%U"
     crun = f"crun --rootless=true --root={user_dir}/crun"
+    as_user = "setpriv --reuid=%U --regid=$(id -g %U) --init-groups"
     container = "%n.%u.%j.%s.%t"
     pairs = [
         ("ContainerPath", f"{user_dir}/%j.%s/task-%t"),
         ("CreateEnvFile", "disabled"),
-        ("RunTimeQuery", f'"{crun} state {container}"'),
-        ("RunTimeKill", f'"{crun} kill -a {container}"'),
-        ("RunTimeDelete", f'"{crun} delete --force {container}"'),
+        ("RunTimeQuery", f'"{as_user} {crun} state {container}"'),
+        ("RunTimeKill", f'"{as_user} {crun} kill {container}"'),
+        ("RunTimeDelete", f'"{as_user} {crun} delete --force {container}"'),
         ("RunTimeRun", f'"{crun} run --bundle %b {container}"'),
     ]
     return _header(cluster) + _lines(pairs)

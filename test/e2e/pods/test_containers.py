@@ -111,7 +111,7 @@ def bundle(cluster: Kube) -> str:
     assert busybox, "the host's static busybox is needed for the container's root filesystem"
     shutil.copy(busybox, rootfs / "bin" / "busybox")
     # slurmstepd resolves a bare command with the jail's PATH (cat -> /usr/bin/cat): have the tools at both places.
-    for tool in ("sh", "cat", "id"):
+    for tool in ("sh", "cat", "id", "sleep"):
         (rootfs / "bin" / tool).symlink_to("busybox")
         (rootfs / "usr" / "bin" / tool).symlink_to("/bin/busybox")
     (rootfs / "etc" / "os-release").write_text(OS_RELEASE)
@@ -142,3 +142,27 @@ def test_a_container_job_runs_as_the_user_not_as_root(cluster: Kube, bundle: str
     assert top == ["root", "711"], top
     own = kube.exec(WORKER_POD, WORKER, "stat", "-c", "%u", f"/run/slurm-oci/{UID}").strip()
     assert own == str(UID)
+
+
+def container_processes(kube: Kube, command: str) -> list[str]:
+    """The worker's processes running `command` (a container's processes are visible from the node's pid namespace;
+    slurmstepd resolved its program with the jail's PATH, so it may start with /usr/bin/), srun's own excluded."""
+    out = kube.exec(
+        WORKER_POD, WORKER, "sh", "-c", "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f 2>/dev/null; echo; done"
+    )
+    lines = [line.strip() for line in out.splitlines()]
+    return [line for line in lines if line.rsplit("/", 1)[-1] == command and "srun" not in line]
+
+
+def test_a_cancelled_container_job_leaves_no_process_behind(cluster: Kube, bundle: str) -> None:
+    """Cancelling a container step ends every process of the container."""
+    kube = cluster
+    needle = "sleep 600"
+    job = as_user(kube, f"sbatch --parsable -o job-%j.out --wrap 'srun --container={bundle} {needle}'").strip()
+    try:
+        until(lambda: container_processes(kube, needle), timeout=60, interval=1, what="the container's sleep to run")
+    except AssertionError:
+        print(as_user(kube, f"squeue -j {job}; cat job-{job}.out"))
+        raise
+    as_user(kube, f"scancel {job}")
+    until(lambda: not container_processes(kube, needle), timeout=60, interval=1, what="no container process left")

@@ -87,8 +87,10 @@ def test_container_jobs_are_off_by_default_and_oci_conf_appears_only_when_enable
     # One directory per user under a root-owned one on /run (shared with the jail), one per task below it.
     assert oci["ContainerPath"] == "/run/slurm-oci/%U/%j.%s/task-%t"
     assert oci["RunTimeRun"] == '"crun --rootless=true --root=/run/slurm-oci/%U/crun run --bundle %b %n.%u.%j.%s.%t"'
+    # What slurmstepd runs as root reads the user's state directory: it runs as the user instead.
+    as_user = "setpriv --reuid=%U --regid=$(id -g %U) --init-groups"
     for key in ("RunTimeQuery", "RunTimeKill", "RunTimeDelete"):
-        assert oci[key].startswith('"crun --rootless=true --root=/run/slurm-oci/%U/crun '), oci[key]
+        assert oci[key].startswith(f'"{as_user} crun --rootless=true --root=/run/slurm-oci/%U/crun '), oci[key]
     assert "RunTimeCreate" not in oci and "RunTimeStart" not in oci  # RunTimeRun excludes them
     # The jail's plugin still comes first and alone: OCI containers need no SPANK plugin.
     assert _lines(configs["plugstack.conf"])[1:] == ["required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"]
