@@ -7,7 +7,7 @@
 #   hack/images.sh archive COMPONENT...     print the path of each image's archive (built and pushed if needed)
 #   hack/images.sh check [COMPONENT...]     run each image's smoke check inside it (what its entrypoint needs)
 #
-# Components are the ones api/v1/defaults.py names (controller worker login accounting jail populate-jail
+# Components are the ones api/v1/defaults.py names (controller worker login accounting rest jail populate-jail
 # nccl-benchmark operator), plus the test fixture test-mariadb (images/test-mariadb, referenced as
 # localhost/slurmctl-test/mariadb:<tag>); slurm-base is a build base only. images/pause is the node's: `hack/node.sh build|up`
 # compiles it on the host and imports it (it has no base image to compile in). A component's
@@ -64,7 +64,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # --- the image graph --------------------------------------------------------------------------------------------
 
-COMPONENTS=(controller worker login accounting jail populate-jail nccl-benchmark operator test-mariadb)
+COMPONENTS=(controller worker login accounting rest jail populate-jail nccl-benchmark operator test-mariadb)
 # test-* are test fixtures (images/test-<name>): built and imported like the rest, as localhost/slurmctl-test/<name>.
 
 image_dir() {
@@ -78,7 +78,7 @@ image_dir() {
 # Images built before this one (in build order).
 image_parents() {
     case $1 in
-        controller | worker | login | accounting | nccl-benchmark) echo slurm-base ;;
+        controller | worker | login | accounting | rest | nccl-benchmark) echo slurm-base ;;
         populate-jail) echo jail ;;
         *) ;;
     esac
@@ -350,6 +350,7 @@ echo 'jailuser:x:2000:' >/tmp/j/etc/group && echo 'jailuser:!:1::::::' >/tmp/j/e
 for f in passwd group shadow; do ln -sfn "/tmp/j/etc/$f" "/var/lib/extrausers/$f"; done
 [ "$(id -u jailuser)" = 2000 ] || { echo "extrausers: jail users do not resolve"; exit 1; }
 test -f /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_munge.so
+test -f /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so
 ids="$(id -u munge):$(id -g munge):$(id -u slurm):$(id -g slurm)"
 [ "$ids" = 990:990:64030:64030 ] || { echo "ids $ids"; exit 1; }
 if command -v systemctl; then echo "systemd is installed"; exit 1; fi
@@ -371,12 +372,25 @@ EOS
             echo 'ls /usr/lib/x86_64-linux-gnu/slurm-wlm/ | grep -E "^(cgroup|proctrack|task)_"'
             ;;
         accounting) echo 'dpkg-query -W slurmdbd && ! ldd /usr/sbin/slurmdbd | grep "not found"' ;;
+        rest)
+            # slurmrestd lists its plugins only with a slurm.conf to read, and refuses to run as SlurmUser.
+            cat <<'EOS'
+[ "$(id -u slurmrestd):$(id -g slurmrestd)" = 991:991 ]
+printf 'ClusterName=check\nSlurmctldHost=localhost\nSlurmUser=slurm\nAuthAltTypes=auth/jwt\n' >/tmp/slurm.conf
+! ldd /usr/sbin/slurmrestd | grep "not found"
+list() { SLURM_CONF=/tmp/slurm.conf SLURM_JWT=daemon setpriv --reuid=991 --regid=991 --clear-groups slurmrestd "$@" 2>&1; }
+out=$(list -a list; list -s list)
+echo "$out"
+grep -qx 'rest_auth/jwt' <<<"$out" && grep -qx 'openapi/slurmctld' <<<"$out" && grep -qx 'openapi/slurmdbd' <<<"$out"
+EOS
+            ;;
         nccl-benchmark) echo 'python3 --version && python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" /usr/lib/slurmctl/nccl-benchmark' ;;
         login)
             cat <<'EOS'
 test -x /usr/lib/openssh/sshd-session
 id sshd
 test -d /run/sshd
+curl --version | head -n 1
 if ls /etc/ssh/ssh_host_* 2>/dev/null; then echo "host keys baked in"; exit 1; fi
 ssh-keygen -q -t ed25519 -N "" -f /tmp/hk
 printf 'HostKey /tmp/hk\nUsePAM yes\nChrootDirectory /mnt/jail\nSubsystem sftp internal-sftp\n' >/tmp/c
@@ -387,6 +401,7 @@ EOS
         jail)
             cat <<'EOS'
 dpkg-query -W slurm-client
+curl --version | head -n 1
 if ldd /usr/bin/srun | grep 'not found'; then exit 1; fi
 python3 --version
 [ "$(id -u slurm):$(id -u munge)" = 64030:990 ]

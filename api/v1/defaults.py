@@ -13,13 +13,14 @@ IMAGE_REGISTRY: Final = "ghcr.io/slurmctl"
 IMAGE_TAG: Final = "0.1.0"
 
 Component = Literal[
-    "controller", "worker", "login", "accounting", "jail", "populate-jail", "nccl-benchmark", "operator"
+    "controller", "worker", "login", "accounting", "rest", "jail", "populate-jail", "nccl-benchmark", "operator"
 ]
 COMPONENTS: Final[tuple[Component, ...]] = (
     "controller",
     "worker",
     "login",
     "accounting",
+    "rest",
     "jail",
     "populate-jail",
     "nccl-benchmark",

@@ -413,6 +413,17 @@ class AccountingSpec(Scheduling):
         return self.enabled and bool(self.accounts or self.qos)
 
 
+class RestSpec(Scheduling):
+    """slurmrestd, Slurm's REST API: one pod behind the Service <cluster>-rest (port 6820). Callers authenticate with
+    a JWT (`scontrol token` on a login node, or one signed with the key in the Secret <cluster>-jwt-key)."""
+
+    enabled: bool = Field(True, description="Run slurmrestd; false removes its Deployment and Service.")
+    image: str | None = _image_field("rest")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Compute resources of the slurmrestd container."
+    )
+
+
 class GpuHealthCheck(ApiModel):
     """The quick GPU check slurmd runs as HealthCheckProgram on GPU nodes."""
 
@@ -516,6 +527,7 @@ class SlurmClusterSpec(ApiModel):
     )
     login: LoginSpec = Field(default_factory=LoginSpec, description="Login nodes users reach over SSH.")
     accounting: AccountingSpec = Field(default_factory=AccountingSpec, description="Slurm accounting (slurmdbd).")
+    rest: RestSpec = Field(default_factory=RestSpec, description="Slurm's REST API (slurmrestd).")
     containers: ContainersSpec = Field(
         default_factory=ContainersSpec, description="Container jobs (Slurm's OCI support; pyxis for images with it)."
     )

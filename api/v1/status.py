@@ -25,6 +25,7 @@ WORKERS_READY: Final = "WorkersReady"
 LOGIN_READY: Final = "LoginReady"
 JAIL_POPULATED: Final = "JailPopulated"
 ACCOUNTING_READY: Final = "AccountingReady"
+REST_READY: Final = "RestReady"
 BENCHMARK_SCHEDULED: Final = "BenchmarkScheduled"
 
 

@@ -6,6 +6,7 @@
 : "${SLURM_CONF_DIR:=/etc/slurm}"
 : "${MUNGE_KEY_SOURCE:=/mnt/munge-key/munge.key}"
 : "${MUNGE_KEY_FILE:=/etc/munge/munge.key}"
+: "${JWT_KEY_SOURCE:=/mnt/jwt-key/jwt_hs256.key}"
 : "${MUNGE_SOCKET:=/run/munge/munge.socket.2}"
 : "${MUNGE_WAIT_SECONDS:=120}"
 : "${MUNGE_USER:=munge}"
@@ -58,6 +59,23 @@ install_munge_key() {
     log "installed munge key at $MUNGE_KEY_FILE (owner $MUNGE_USER, mode 0400)"
 }
 
+# The key slurmctld and slurmdbd verify users' JWTs with, at the path their config names (AuthAltParameters=
+# jwt_key=PATH): copied like the munge key, owned by the daemon's user with mode 0600 as Slurm's JWT guide asks. A
+# config that names no jwt_key needs none.
+install_jwt_key() {
+    local conf=$1 owner=$2 path
+    path=$(conf_value "$conf" AuthAltParameters "" | tr ',' '\n' | sed -n 's/^jwt_key=//p' | tail -n 1)
+    if [ -z "$path" ]; then
+        log "$conf names no jwt_key in AuthAltParameters: no JWT key installed"
+        return 0
+    fi
+    [ -f "$JWT_KEY_SOURCE" ] || die "JWT key $JWT_KEY_SOURCE is missing (is the JWT key Secret mounted?)"
+    [ -s "$JWT_KEY_SOURCE" ] || die "JWT key $JWT_KEY_SOURCE is empty"
+    mkdir -p "$(dirname "$path")"
+    install -o "$owner" -g "$owner" -m 0600 "$JWT_KEY_SOURCE" "$path"
+    log "installed the JWT key at $path (owner $owner, mode 0600)"
+}
+
 wait_for_munge() {
     local deadline=$((SECONDS + MUNGE_WAIT_SECONDS))
     log "waiting up to ${MUNGE_WAIT_SECONDS}s for the munge socket $MUNGE_SOCKET"
@@ -95,14 +113,21 @@ start_munged() {
     fi
 }
 
-# Prints the value of a slurm.conf key (case-insensitive, last one wins), or the default when absent.
-slurm_conf_value() {
-    local key=$1 default=$2 value
-    value=$(awk -F= -v k="${key,,}" '
-        { sub(/#.*/, "") }
-        tolower($1) ~ "^[ \t]*" k "[ \t]*$" { v = $2; sub(/^[ \t]+/, "", v); sub(/[ \t]+$/, "", v); split(v, w, /[ \t]+/); found = w[1] }
-        END { if (found != "") print found }' "$SLURM_CONF_DIR/slurm.conf")
+# Prints the value of a key in a Slurm config file (case-insensitive, last one wins; the value runs from the first
+# '=' to whitespace or '#', so it may hold '=' itself, as AuthAltParameters=jwt_key=PATH does), or the default.
+conf_value() {
+    local file=$1 key=$2 default=$3 value
+    value=$(awk -v k="${key,,}" '
+        { sub(/#.*/, ""); i = index($0, "=") }
+        i > 0 { name = substr($0, 1, i - 1); gsub(/[ \t]/, "", name) }
+        i > 0 && tolower(name) == k { v = substr($0, i + 1); sub(/^[ \t]+/, "", v); split(v, w, /[ \t]+/); found = w[1] }
+        END { if (found != "") print found }' "$file")
     printf '%s\n' "${value:-$default}"
+}
+
+# Prints the value of a slurm.conf key, or the default when absent.
+slurm_conf_value() {
+    conf_value "$SLURM_CONF_DIR/slurm.conf" "$1" "$2"
 }
 
 # Runs a daemon as the given user (a no-op switch for root) so that daemons that can live without root do.

@@ -245,6 +245,7 @@ class Cluster:
             ("Secret", self.core.list_namespaced_secret),
             ("Service", self.core.list_namespaced_service),
             ("StatefulSet", self.apps.list_namespaced_stateful_set),
+            ("Deployment", self.apps.list_namespaced_deployment),
             ("Job", self.batch.list_namespaced_job),
         ):
             for item in (await lister(self.ns, label_selector=selector, _request_timeout=T)).items:

@@ -45,14 +45,17 @@ EXPECTED_CHILDREN = {
     ("ConfigMap", "c1-slurm-configs"),
     ("ConfigMap", "c1-sshd"),
     ("Secret", "c1-munge"),
+    ("Secret", "c1-jwt-key"),
     ("Secret", "c1-ssh-host-keys"),
     ("Service", "c1-controller"),
     ("Service", "c1-workers"),
     ("Service", "c1-login"),
     ("Service", "c1-login-headless"),
+    ("Service", "c1-rest"),
     ("StatefulSet", "c1-controller"),
     ("StatefulSet", "c1-worker-cpu"),
     ("StatefulSet", "c1-login"),
+    ("Deployment", "c1-rest"),
     ("Job", "c1-populate-jail"),
 }
 
@@ -95,7 +98,7 @@ async def test_sample_creates_every_child_and_status_follows_the_workloads(
 
     # Nothing is ready yet: the phase says so and each component names what it waits for.
     assert await cluster.phase() in ("Pending", "Reconciling")
-    await cluster.become_available(expected_pods=4)
+    await cluster.become_available(expected_pods=5)
     status = (await cluster.get())["status"]
     assert status["controllerReady"] == "1/1"
     assert status["workersReady"] == "2/2"
@@ -108,6 +111,7 @@ async def test_sample_creates_every_child_and_status_follows_the_workloads(
         "ControllerReady": "True",
         "WorkersReady": "True",
         "LoginReady": "True",
+        "RestReady": "True",
         "BenchmarkScheduled": "False",
     }
 
@@ -209,7 +213,7 @@ async def test_invalid_spec_fails_names_the_field_changes_no_child_and_recovers(
 ) -> None:
     cluster = Cluster(api, namespace)
     await cluster.create(spec())
-    await cluster.become_available(expected_pods=4)
+    await cluster.become_available(expected_pods=5)
     before = {key: obj.metadata.resource_version for key, obj in (await cluster.children()).items()}
     counts = {c: reconciles(c) for c in ("controller", "workers", "login")}
 
@@ -267,7 +271,7 @@ async def test_steady_state_and_restart_cost_zero_writes(
 ) -> None:
     cluster = Cluster(api, namespace)
     await cluster.create(spec())
-    await cluster.become_available(expected_pods=4)
+    await cluster.become_available(expected_pods=5)
     controllers = ("cluster", "controller", "workers", "login")
 
     async def quiet_for(periods: int) -> None:

@@ -45,10 +45,10 @@ class AccountingReconciler(ComponentReconciler):
         if not cluster.spec.accounting.enabled:
             await self._remove(loaded)
             return None
-        ids = await self.secret_ids(loaded, meta.munge_secret(c))
+        ids = await self.secret_ids(loaded, meta.munge_secret(c), meta.jwt_key_secret(c))
         if ids is None:
             return None
-        (munge_key_id,) = ids
+        munge_key_id, jwt_key_id = ids
         if uses_mariadb(cluster):
             if not await self._mariadb_operator_installed():
                 await self._fail(
@@ -70,7 +70,13 @@ class AccountingReconciler(ComponentReconciler):
         if read is None:
             return Result(requeue_after=PASSWORD_RECHECK_SECONDS)
         password, password_id = read
-        inputs = self.inputs(loaded, munge_key_id=munge_key_id, dbd_password=password, dbd_password_id=password_id)
+        inputs = self.inputs(
+            loaded,
+            munge_key_id=munge_key_id,
+            jwt_key_id=jwt_key_id,
+            dbd_password=password,
+            dbd_password_id=password_id,
+        )
         await self.apply(loaded, self.desired(inputs))
         deployment = self.live(DEPLOYMENT, meta.accounting(c), loaded.namespace)
         if available_replicas(deployment) >= 1:

@@ -15,9 +15,9 @@ from typing import Any
 
 from slurmctl.api.v1 import Phase, Reason, SlurmCluster, SlurmClusterStatus
 from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler, Invalid, Loaded, make_condition, status_body
-from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
+from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
 from slurmctl.render import meta
-from slurmctl.render.cluster import render_munge_secret, render_ssh_host_keys_secret
+from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +65,20 @@ class ClusterReconciler(ComponentReconciler):
         async def munge() -> dict[str, Any]:
             return render_munge_secret(cluster, new_munge_key())
 
+        async def jwt() -> dict[str, Any]:
+            return render_jwt_key_secret(cluster, new_jwt_key())
+
         async def host_keys() -> dict[str, Any]:
             types = self.ctx.host_key_types
             if "rsa" in types:  # RSA-3072 takes ~0.2 s of CPU: keep it off the event loop
                 return render_ssh_host_keys_secret(cluster, await asyncio.to_thread(new_ssh_host_keys, types))
             return render_ssh_host_keys_secret(cluster, new_ssh_host_keys(types))  # well under a millisecond
 
-        # Configs and the munge key first: controller and workers need only these. Host keys are for the login
+        # Configs and the munge and JWT keys first: the controller needs only these. Host keys are for the login
         # nodes alone.
         await self.apply(loaded, self.desired(self.inputs(loaded)))
         await self.create_once(loaded, meta.munge_secret(loaded.name), munge)
+        await self.create_once(loaded, meta.jwt_key_secret(loaded.name), jwt)
         await self.create_once(loaded, meta.ssh_host_keys_secret(loaded.name), host_keys)
         status = loaded.status
         phase = aggregate_phase(

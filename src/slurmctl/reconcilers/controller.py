@@ -11,11 +11,11 @@ from slurmctl.render.kinds import STATEFULSET
 
 class ControllerReconciler(ComponentReconciler):
     async def reconcile_valid(self, loaded: Loaded) -> None:
-        ids = await self.secret_ids(loaded, meta.munge_secret(loaded.name))
+        ids = await self.secret_ids(loaded, meta.munge_secret(loaded.name), meta.jwt_key_secret(loaded.name))
         if ids is None:
             return
-        (munge_key_id,) = ids
-        await self.apply(loaded, self.desired(self.inputs(loaded, munge_key_id=munge_key_id)))
+        munge_key_id, jwt_key_id = ids
+        await self.apply(loaded, self.desired(self.inputs(loaded, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id)))
         desired = loaded.cluster.spec.controller.size
         ready = min(desired, ready_replicas(self.live(STATEFULSET, meta.controller(loaded.name), loaded.namespace)))
         if desired == 0:

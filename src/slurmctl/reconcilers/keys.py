@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES, host_key_file
 
 MUNGE_KEY_BYTES = 1024
+# Slurm's JWT guide makes jwt_hs256.key from 32 random bytes: the 256 bits HS256 (HMAC-SHA256) signs with.
+JWT_KEY_BYTES = 32
 # sshd refuses RSA keys below 2048 bits; 3072 is ssh-keygen's default and keeps host keys current for years.
 RSA_BITS = 3072
 
@@ -21,6 +23,11 @@ RSA_BITS = 3072
 def new_munge_key() -> bytes:
     """1024 bytes from the OS CSPRNG: munged's own `mungekey` default size."""
     return secrets.token_bytes(MUNGE_KEY_BYTES)
+
+
+def new_jwt_key() -> bytes:
+    """32 bytes from the OS CSPRNG, as Slurm's JWT guide makes jwt_hs256.key."""
+    return secrets.token_bytes(JWT_KEY_BYTES)
 
 
 PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey

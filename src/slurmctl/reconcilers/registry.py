@@ -21,6 +21,7 @@ from slurmctl.api.v1 import (
     CONTROLLER_READY,
     JAIL_POPULATED,
     LOGIN_READY,
+    REST_READY,
     SPEC_VALID,
     WORKERS_READY,
     SlurmCluster,
@@ -32,6 +33,7 @@ from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.controller import ControllerReconciler
 from slurmctl.reconcilers.login import LoginReconciler
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
+from slurmctl.reconcilers.rest import RestReconciler
 from slurmctl.reconcilers.workers import WorkersReconciler
 from slurmctl.render import manifests, meta
 from slurmctl.render.kinds import (
@@ -55,6 +57,10 @@ def _accounting_enabled(cluster: SlurmCluster) -> bool:
     return cluster.spec.accounting.enabled
 
 
+def _rest_enabled(cluster: SlurmCluster) -> bool:
+    return cluster.spec.rest.enabled
+
+
 # One row per component, in the order `slurmctl render` prints their objects. Not required for Available: the cluster
 # (SpecValid has its own phase, Failed) and the benchmark (a failing benchmark drains nodes, the cluster stays up).
 # fmt: off
@@ -73,6 +79,8 @@ COMPONENTS: Final[tuple[Component, ...]] = (
     Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, render=manifests.accounting_objects,
               owns=(DEPLOYMENT, SERVICE, SECRET), image="accounting", required=_accounting_enabled,
               after=("cluster",)),
+    Component("rest", REST_READY, reconciler=RestReconciler, render=manifests.rest_objects,
+              owns=(DEPLOYMENT, SERVICE), image="rest", required=_rest_enabled),
     Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, render=manifests.benchmark_objects,
               owns=(CRONJOB,), image="nccl-benchmark", required=never, after=("cluster",)),
 )

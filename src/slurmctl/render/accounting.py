@@ -19,6 +19,7 @@ from typing import Any
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
 from slurmctl.render.kinds import MARIADB
+from slurmctl.render.slurm_conf import JWT_AUTH_SETTINGS
 
 COMPONENT = "accounting"
 SLURMDBD_CONF = "slurmdbd.conf"
@@ -95,6 +96,7 @@ def _settings(cluster: SlurmCluster) -> list[tuple[str, str]]:
     db = database(cluster)
     return [
         ("AuthType", "auth/munge"),
+        *JWT_AUTH_SETTINGS,  # slurmrestd's openapi/slurmdbd forwards users' JWTs to slurmdbd
         ("DbdHost", meta.accounting(meta.cluster_name(cluster))),
         ("DbdPort", str(meta.SLURMDBD_PORT)),
         ("SlurmUser", "slurm"),
@@ -136,13 +138,15 @@ def render_accounting_service(cluster: SlurmCluster) -> dict[str, Any]:
     return meta.service(cluster, meta.accounting(c), COMPONENT, port_name="slurmdbd", port=meta.SLURMDBD_PORT)
 
 
-def config_hash(cluster: SlurmCluster, *, munge_key_id: str, dbd_password_id: str) -> str:
-    """slurmdbd reads slurmdbd.conf and the munge key once at start. The password enters only through its id, so the
-    hash in the pod template cannot be used to guess it."""
-    return meta.content_hash(_settings(cluster), munge_key_id, dbd_password_id)
+def config_hash(cluster: SlurmCluster, *, munge_key_id: str, jwt_key_id: str, dbd_password_id: str) -> str:
+    """slurmdbd reads slurmdbd.conf and the munge and JWT keys once at start. The password enters only through its
+    id, so the hash in the pod template cannot be used to guess it."""
+    return meta.content_hash(_settings(cluster), munge_key_id, jwt_key_id, dbd_password_id)
 
 
-def render_slurmdbd_deployment(cluster: SlurmCluster, *, munge_key_id: str, dbd_password_id: str) -> dict[str, Any]:
+def render_slurmdbd_deployment(
+    cluster: SlurmCluster, *, munge_key_id: str, jwt_key_id: str, dbd_password_id: str
+) -> dict[str, Any]:
     """`dbd_password_id` changes whenever the database password does (e.g. the source Secret's resourceVersion),
     rolling slurmdbd onto the new slurmdbd.conf; it must not be the password."""
     c = meta.cluster_name(cluster)
@@ -154,6 +158,7 @@ def render_slurmdbd_deployment(cluster: SlurmCluster, *, munge_key_id: str, dbd_
         "ports": [{"name": "slurmdbd", "containerPort": meta.SLURMDBD_PORT, "protocol": "TCP"}],
         "volumeMounts": [
             *pods.slurm_mounts(),
+            pods.jwt_key_mount(),
             {"name": "slurmdbd-config", "mountPath": SLURMDBD_CONFIG_MOUNT, "readOnly": True},
         ],
         # Ready when slurmdbd answers a query that reaches its database, not when its port is open: slurmctld
@@ -165,9 +170,10 @@ def render_slurmdbd_deployment(cluster: SlurmCluster, *, munge_key_id: str, dbd_
     }
     volumes = [
         *pods.slurm_volumes(c),
+        pods.jwt_key_volume(c),
         {"name": "slurmdbd-config", "secret": {"secretName": meta.slurmdbd_secret(c), "defaultMode": 0o400}},
     ]
-    hash_ = config_hash(cluster, munge_key_id=munge_key_id, dbd_password_id=dbd_password_id)
+    hash_ = config_hash(cluster, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id, dbd_password_id=dbd_password_id)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -223,7 +229,7 @@ def render_mariadb(cluster: SlurmCluster) -> dict[str, Any]:
 
 
 def render_accounting(
-    cluster: SlurmCluster, *, dbd_password: str | None, munge_key_id: str, dbd_password_id: str
+    cluster: SlurmCluster, *, dbd_password: str | None, munge_key_id: str, jwt_key_id: str, dbd_password_id: str
 ) -> list[dict[str, Any]]:
     """slurmdbd's objects, plus the MariaDB resource when the spec asks for one (whether mariadb-operator is installed
     is the reconciler's question). Without `dbd_password` (offline rendering) the slurmdbd Secret is left out."""
@@ -232,7 +238,9 @@ def render_accounting(
         out.append(render_slurmdbd_secret(cluster, dbd_password=dbd_password))
     out += [
         render_accounting_service(cluster),
-        render_slurmdbd_deployment(cluster, munge_key_id=munge_key_id, dbd_password_id=dbd_password_id),
+        render_slurmdbd_deployment(
+            cluster, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id, dbd_password_id=dbd_password_id
+        ),
     ]
     if uses_mariadb(cluster):
         out.append(render_mariadb(cluster))

@@ -10,6 +10,7 @@ from slurmctl.render import meta
 
 COMPONENT = "cluster"
 MUNGE_KEY = "munge.key"
+JWT_KEY = "jwt_hs256.key"
 
 
 def render_slurm_configs_map(cluster: SlurmCluster, *, configs: Mapping[str, str]) -> dict[str, Any]:
@@ -20,6 +21,10 @@ def render_slurm_configs_map(cluster: SlurmCluster, *, configs: Mapping[str, str
 
 def render_munge_secret(cluster: SlurmCluster, key: bytes) -> dict[str, Any]:
     return meta.secret(cluster, meta.munge_secret(meta.cluster_name(cluster)), COMPONENT, {MUNGE_KEY: key})
+
+
+def render_jwt_key_secret(cluster: SlurmCluster, key: bytes) -> dict[str, Any]:
+    return meta.secret(cluster, meta.jwt_key_secret(meta.cluster_name(cluster)), COMPONENT, {JWT_KEY: key})
 
 
 def render_ssh_host_keys_secret(cluster: SlurmCluster, files: Mapping[str, bytes]) -> dict[str, Any]:

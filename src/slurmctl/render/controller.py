@@ -13,11 +13,11 @@ COMPONENT = "controller"
 STATE_DIR = "/var/spool/slurmctld"
 
 
-def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
+def config_hash(configs: Mapping[str, str], *, munge_key_id: str, jwt_key_id: str) -> str:
     """slurmctld reads every config file; scaling changes none of them (workers are dynamic nodes), so it rolls
     slurmctld only when the node sets or partitions change. `configs` is the rendered config set
     (`render_slurm_configs`), rendered once per reconcile."""
-    return meta.content_hash(dict(configs), munge_key_id)
+    return meta.content_hash(dict(configs), munge_key_id, jwt_key_id)
 
 
 def render_controller_service(cluster: SlurmCluster) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def render_controller_service(cluster: SlurmCluster) -> dict[str, Any]:
 
 
 def render_controller_statefulset(
-    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str
+    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, jwt_key_id: str
 ) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     spec = cluster.spec
@@ -54,11 +54,13 @@ def render_controller_statefulset(
         "volumeMounts": [
             *pods.slurm_mounts(),
             *pods.jail_mounts(spec, read_only=True),
+            pods.jwt_key_mount(),
             {"name": "state", "mountPath": STATE_DIR},
         ],
         "readinessProbe": pods.slurm_readiness("controller"),
         "resources": pods.resources(ctl.resources),
-        # Root for the entrypoint (configs, munge key, the state directory's owner), then slurmctld as SlurmUser.
+        # Root for the entrypoint (configs, munge and JWT keys, the state directory's owner), then slurmctld as
+        # SlurmUser.
         "securityContext": pods.root_then_drop(),
     }
     return {
@@ -72,10 +74,10 @@ def render_controller_statefulset(
             "template": pods.slurm_pod_template(
                 c,
                 COMPONENT,
-                config_hash=config_hash(configs, munge_key_id=munge_key_id),
+                config_hash=config_hash(configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id),
                 daemon=slurmctld,
                 image=image,
-                volumes=[*pods.slurm_volumes(c), pods.volume("jail", spec.jail.volume)],
+                volumes=[*pods.slurm_volumes(c), pods.volume("jail", spec.jail.volume), pods.jwt_key_volume(c)],
                 placement=ctl,
             ),
             "volumeClaimTemplates": [claim],
@@ -83,8 +85,10 @@ def render_controller_statefulset(
     }
 
 
-def render_controller(cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str) -> list[dict[str, Any]]:
+def render_controller(
+    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, jwt_key_id: str
+) -> list[dict[str, Any]]:
     return [
         render_controller_service(cluster),
-        render_controller_statefulset(cluster, configs=configs, munge_key_id=munge_key_id),
+        render_controller_statefulset(cluster, configs=configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id),
     ]

@@ -5,9 +5,9 @@ prints and what the operator applies cannot drift. `Inputs` carries everything a
 config set rendered once, the ids of live Secrets, the served CronJob version and the replicas the scale-in gate
 allows. `Inputs.offline` fills them the way `slurmctl render` can without a cluster.
 
-Secrets whose contents are random and created once by the operator (munge key, SSH host keys, MariaDB passwords) are
-not rendered here; neither is the slurmdbd Secret unless the database password is given, because a rendering must
-never print it from a guess.
+Secrets whose contents are random and created once by the operator (munge and JWT keys, SSH host keys, MariaDB
+passwords) are not rendered here; neither is the slurmdbd Secret unless the database password is given, because a
+rendering must never print it from a guess.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from slurmctl.render.controller import render_controller
 from slurmctl.render.kinds import CRONJOB
 from slurmctl.render.login import render_login
 from slurmctl.render.populate_jail import render_populate_jail_job
+from slurmctl.render.rest import render_rest
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
 from slurmctl.render.workers import render_worker_statefulset, render_workers_service
@@ -39,6 +40,7 @@ class Inputs:
     cluster: SlurmCluster
     configs: Mapping[str, str]  # render_slurm_configs(cluster): the ConfigMap's data and every config hash
     munge_key_id: str = ""
+    jwt_key_id: str = ""
     host_keys_id: str = ""
     host_keys: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # key types in the host keys Secret
     dbd_password: str | None = None
@@ -68,7 +70,7 @@ def populate_jail_objects(i: Inputs) -> list[Obj]:
 
 
 def controller_objects(i: Inputs) -> list[Obj]:
-    return render_controller(i.cluster, configs=i.configs, munge_key_id=i.munge_key_id)
+    return render_controller(i.cluster, configs=i.configs, munge_key_id=i.munge_key_id, jwt_key_id=i.jwt_key_id)
 
 
 def workers_objects(i: Inputs) -> list[Obj]:
@@ -98,8 +100,18 @@ def accounting_objects(i: Inputs) -> list[Obj]:
     if not i.cluster.spec.accounting.enabled:
         return []
     return render_accounting(
-        i.cluster, dbd_password=i.dbd_password, munge_key_id=i.munge_key_id, dbd_password_id=i.dbd_password_id
+        i.cluster,
+        dbd_password=i.dbd_password,
+        munge_key_id=i.munge_key_id,
+        jwt_key_id=i.jwt_key_id,
+        dbd_password_id=i.dbd_password_id,
     )
+
+
+def rest_objects(i: Inputs) -> list[Obj]:
+    if not i.cluster.spec.rest.enabled:
+        return []
+    return render_rest(i.cluster, configs=i.configs)
 
 
 def benchmark_objects(i: Inputs) -> list[Obj]:

@@ -27,6 +27,7 @@ CONFIG_HASH_ANNOTATION = "slurm.slurmctl.io/config-hash"
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SLURMDBD_PORT = 6819
+SLURMRESTD_PORT = 6820
 SSH_PORT = 22
 
 
@@ -36,6 +37,11 @@ def cluster_name(cluster: SlurmCluster) -> str:
 
 def munge_secret(c: str) -> str:
     return f"{c}-munge"
+
+
+def jwt_key_secret(c: str) -> str:
+    """The HS256 key slurmctld (and slurmdbd) verify JWTs with, and the operator signs its own tokens with."""
+    return f"{c}-jwt-key"
 
 
 def ssh_host_keys_secret(c: str) -> str:
@@ -81,6 +87,11 @@ def slurmdbd_secret(c: str) -> str:
 def accounting(c: str) -> str:
     """The slurmdbd Service and Deployment, and the pod's hostname (slurmdbd insists DbdHost is its own name)."""
     return f"{c}-accounting"
+
+
+def rest(c: str) -> str:
+    """slurmrestd's Service and Deployment."""
+    return f"{c}-rest"
 
 
 def mariadb(c: str) -> str:

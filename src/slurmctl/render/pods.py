@@ -18,6 +18,7 @@ from slurmctl.render.slurm_conf import JAIL_PATH
 
 SLURM_CONFIGS_MOUNT = "/mnt/slurm-configs"
 MUNGE_KEY_MOUNT = "/mnt/munge-key"
+JWT_KEY_MOUNT = "/mnt/jwt-key"
 MUNGE_SOCKET_DIR = "/run/munge"
 SUBMOUNTS_ROOT = "/mnt/jail-submounts"
 ENTRYPOINT_MUNGE = "/usr/lib/slurmctl/entrypoint-munge"
@@ -50,6 +51,16 @@ def slurm_mounts() -> list[dict[str, Any]]:
         {"name": "munge-key", "mountPath": MUNGE_KEY_MOUNT, "readOnly": True},
         {"name": "munge-socket", "mountPath": MUNGE_SOCKET_DIR},
     ]
+
+
+def jwt_key_volume(c: str) -> dict[str, Any]:
+    """The JWT key Secret, for the daemons that verify users' tokens (slurmctld, slurmdbd); their entrypoints copy it
+    to the path slurm.conf / slurmdbd.conf name, owned by SlurmUser."""
+    return {"name": "jwt-key", "secret": {"secretName": meta.jwt_key_secret(c), "defaultMode": 0o400}}
+
+
+def jwt_key_mount() -> dict[str, Any]:
+    return {"name": "jwt-key", "mountPath": JWT_KEY_MOUNT, "readOnly": True}
 
 
 # Containers whose entrypoint starts as root to install keys and configs with the right owner and mode (`install -o`,

@@ -37,12 +37,12 @@ RULES: Final[tuple[Rule, ...]] = (
          ("slurmclusters/status",), ("get", "patch")),
     Rule("Children carry owner references with blockOwnerDeletion, which OwnerReferencesPermissionEnforcement "
          "checks against this subresource.", ("slurm.slurmctl.io",), ("slurmclusters/finalizers",), ("update",)),
-    Rule("Slurm configs and sshd ConfigMaps; controller, worker, login and accounting Services.", ("",),
+    Rule("Slurm configs and sshd ConfigMaps; controller, worker, login, accounting and slurmrestd Services.", ("",),
          ("configmaps", "services"), READ + WRITE),
-    Rule("Secrets: the munge and SSH host keys (created once), slurmdbd.conf (applied, deleted when accounting is "
+    Rule("Secrets: the munge, JWT and SSH host keys (created once), slurmdbd.conf (applied, deleted when accounting is "
          "switched off). Listed and watched only through a label selector; the user's password Secret is read by "
          "name.", ("",), ("secrets",), READ + WRITE),
-    Rule("Controller, worker and login StatefulSets; the slurmdbd Deployment.", ("apps",),
+    Rule("Controller, worker and login StatefulSets; the slurmdbd and slurmrestd Deployments.", ("apps",),
          ("statefulsets", "deployments"), READ + WRITE),
     Rule("The populate-jail Job and the NCCL benchmark CronJob (batch/v1, or batch/v1beta1 on old clusters).",
          ("batch",), ("jobs", "cronjobs"), READ + WRITE),

@@ -27,6 +27,10 @@ NODE_LOCAL_FILES = (SLURM_CONF, CGROUP_CONF, GRES_CONF, PLUGSTACK_CONF, OCI_CONF
 
 SLURM_CONF_DIR = "/etc/slurm"
 JAIL_PATH = "/mnt/jail"
+# Where slurmctld and slurmdbd find the key they verify users' JWTs with (images/scripts install_jwt_key copies it
+# there from the <c>-jwt-key Secret). No other daemon loads it: slurmd and the clients never verify a JWT.
+JWT_KEY_PATH = f"{SLURM_CONF_DIR}/jwt_hs256.key"
+JWT_AUTH_SETTINGS = (("AuthAltTypes", "auth/jwt"), ("AuthAltParameters", f"jwt_key={JWT_KEY_PATH}"))
 CHROOT_PLUGIN = "/usr/lib/slurmctl/chroot.so"
 # Per-user directories of container steps, on the node's /run, which the jail shares (complement-jail binds it). The
 # worker's entrypoint creates the top one owned by root (0711) when oci.conf is there: slurmstepd would otherwise
@@ -105,6 +109,8 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
         "SlurmctldPort": str(meta.SLURMCTLD_PORT),
         "SlurmdPort": str(meta.SLURMD_PORT),
         "AuthType": "auth/munge",
+        # Users' JWTs besides munge: `scontrol token` and slurmrestd (-a rest_auth/jwt) need them.
+        **dict(JWT_AUTH_SETTINGS),
         "CredType": "cred/munge",
         "SlurmUser": "slurm",
         "SlurmdUser": "root",

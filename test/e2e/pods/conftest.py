@@ -28,7 +28,7 @@ from test.e2e.pods.slurm import Kube, operator_process, until
 
 TEST_IMAGE = "localhost/slurmctl-test/busybox:1"
 # What every SlurmCluster of these tests runs; a module that needs more checks them itself (require_images).
-SLURM_IMAGES = tuple(default_image(c) for c in ("controller", "worker", "login", "populate-jail"))
+SLURM_IMAGES = tuple(default_image(c) for c in ("controller", "worker", "login", "rest", "populate-jail"))
 BRIDGE = "slurmctl0"
 
 

@@ -7,13 +7,16 @@ and runs jobs → scale out → scale in → delete. The operator runs as `slurm
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from slurmctl.render.rest import API_VERSION
 from test.e2e.harness import REPO
 from test.e2e.pods.slurm import Kube, identity, pod_ready, ssh, ssh_keypair, until
 
@@ -25,6 +28,7 @@ CONTROLLER_POD = f"{NAME}-controller-0"
 WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
 JAIL = "/mnt/jail"
 USER, UID = "alice", 1500
+REST = f"http://{NAME}-rest:6820"
 
 
 def cluster_phase(kube: Kube) -> str:
@@ -73,7 +77,8 @@ def test_minimal_sample_is_available_with_every_worker_idle(available: Kube) -> 
     slurm_pods = [
         p for p in pods if p["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "populate-jail"
     ]
-    assert len(slurm_pods) == 4, [p["metadata"]["name"] for p in pods]  # controller, 2 workers, login
+    # controller, 2 workers, login, slurmrestd
+    assert len(slurm_pods) == 5, [p["metadata"]["name"] for p in pods]
     assert all(pod_ready(p) for p in slurm_pods), {p["metadata"]["name"]: p["status"] for p in slurm_pods}
     # Readiness asks Slurm: a ready worker is a node slurmctld knows and hears from.
     nodes = wait_for_nodes(
@@ -131,6 +136,47 @@ def test_jail_user_logs_in_over_ssh_and_runs_jobs(available: Kube, jail_user: tu
     assert re.fullmatch(rf"batch-on {NAME}-worker-cpu-[01]\n", output), output
     owner = kube.exec(LOGIN_POD, LOGIN, "stat", "-c", "%u", f"{JAIL}/home/{USER}/batch-{job_id}.out")
     assert owner.strip() == str(UID)
+
+
+# `scontrol token` (slurmctld signs it with the cluster's JWT key), then slurmrestd through its Service name. The token
+# stays in the shell: only slurmrestd's answer and the HTTP status come back.
+CALL_REST = (
+    "T=$(scontrol token lifespan=300) && curl -sS --max-time 30 -w '\\n%{{http_code}}' "
+    '-H "X-SLURM-USER-NAME: $(id -un)" -H "X-SLURM-USER-TOKEN: ${{T#SLURM_JWT=}}" {url}'
+)
+
+
+def rest_answer(out: str) -> tuple[int, dict[str, Any]]:
+    body, _, status = out.rstrip("\n").rpartition("\n")
+    return int(status), json.loads(body)
+
+
+def test_users_get_a_token_and_slurmrestd_answers_with_every_node(available: Kube, jail_user: tuple[Path, str]) -> None:
+    kube = available
+    key, ip = jail_user
+    (rest_pod,) = kube.pods(f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest")
+    assert pod_ready(rest_pod), rest_pod["status"]
+    url = f"{REST}/slurm/{API_VERSION}/nodes"
+    # A user of the jail, logged in over ssh (the jail's scontrol and curl), and an administrator in the login
+    # container (the login image's).
+    as_user = ssh(key, USER, ip, CALL_REST.format(url=shlex.quote(url)))
+    as_admin = kube.exec(LOGIN_POD, LOGIN, "bash", "-c", CALL_REST.format(url=shlex.quote(url)))
+    expected = {f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"}
+    for who, out in ((USER, as_user), ("root", as_admin)):
+        status, answer = rest_answer(out)
+        nodes = {n["name"]: n["state"] for n in answer.get("nodes", [])}
+        meta = answer.get("meta", {})
+        print(
+            f"GET {url} as {who}: HTTP {status}, nodes {nodes}, errors {answer.get('errors')}, "
+            f"plugin {meta.get('plugin')}, slurm {meta.get('slurm', {}).get('release')}"
+        )
+        assert status == 200, out[-2000:]
+        assert set(nodes) == expected, answer
+        assert answer["errors"] == []
+    # Without a token slurmrestd refuses.
+    refused = kube.exec(LOGIN_POD, LOGIN, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url)
+    print(f"GET {url} without a token: HTTP {refused}")
+    assert refused == "401"
 
 
 def test_scale_out_makes_the_new_node_usable_everywhere_without_restarts(

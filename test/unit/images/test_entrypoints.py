@@ -28,12 +28,17 @@ def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
     # ConfigMap volumes present keys as symlinks into a ..data directory.
     data = configs / "..data"
     data.mkdir()
-    (data / "slurm.conf").write_text(f"SlurmUser=slurm\nStateSaveLocation={shared_tmp}/state  # comment\n")
+    (data / "slurm.conf").write_text(
+        f"SlurmUser=slurm\nStateSaveLocation={shared_tmp}/state  # comment\n"
+        f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={shared_tmp}/etc/slurm/jwt_hs256.key\n"
+    )
     (data / "cgroup.conf").write_text("CgroupPlugin=cgroup/v2\n")
     (configs / "slurm.conf").symlink_to("..data/slurm.conf")
     (configs / "cgroup.conf").symlink_to("..data/cgroup.conf")
     (shared_tmp / "mnt" / "munge-key").mkdir()
     (shared_tmp / "mnt" / "munge-key" / "munge.key").write_bytes(os.urandom(1024))
+    (shared_tmp / "mnt" / "jwt-key").mkdir()
+    (shared_tmp / "mnt" / "jwt-key" / "jwt_hs256.key").write_bytes(os.urandom(32))
     (shared_tmp / "run").mkdir()
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(shared_tmp / "run" / "munge.socket.2"))
@@ -50,6 +55,7 @@ def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
         "SLURM_CONF_DIR": str(shared_tmp / "etc" / "slurm"),
         "MUNGE_KEY_SOURCE": str(shared_tmp / "mnt" / "munge-key" / "munge.key"),
         "MUNGE_KEY_FILE": str(shared_tmp / "etc" / "munge" / "munge.key"),
+        "JWT_KEY_SOURCE": str(shared_tmp / "mnt" / "jwt-key" / "jwt_hs256.key"),
         "MUNGE_SOCKET": str(shared_tmp / "run" / "munge.socket.2"),
         "MUNGE_WAIT_SECONDS": "5",
         "EXTRAUSERS_DIR": str(shared_tmp / "var" / "lib" / "extrausers"),
@@ -62,7 +68,7 @@ def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
 
 def assert_configs_installed(env: dict[str, str]) -> None:
     etc = Path(env["SLURM_CONF_DIR"])
-    assert sorted(p.name for p in etc.iterdir()) == ["cgroup.conf", "slurm.conf"]
+    assert sorted(p.name for p in etc.iterdir() if p.name != "jwt_hs256.key") == ["cgroup.conf", "slurm.conf"]
     assert (etc / "cgroup.conf").read_text() == "CgroupPlugin=cgroup/v2\n"
     assert not (etc / "slurm.conf").is_symlink()
     assert stat.S_IMODE((etc / "slurm.conf").stat().st_mode) == 0o644
@@ -82,6 +88,37 @@ def test_controller_runs_slurmctld_as_slurm_user_with_its_state_dir(pod: dict[st
     assert Path(pod["LOG"]).read_text() == f"slurmctld uid={pwd.getpwnam('slurm').pw_uid} args=-D -vv\n"
     assert "munge.key" in done.stderr
     assert Path(pod["MUNGE_KEY_SOURCE"]).read_bytes().hex()[:16] not in done.stderr + done.stdout
+    assert_jwt_key_installed(pod)
+    assert Path(pod["JWT_KEY_SOURCE"]).read_bytes().hex()[:16] not in done.stderr + done.stdout
+
+
+def assert_jwt_key_installed(env: dict[str, str]) -> None:
+    """Where AuthAltParameters' jwt_key= says, owned by SlurmUser with mode 0600 (Slurm's JWT guide)."""
+    key = Path(env["SLURM_CONF_DIR"]) / "jwt_hs256.key"
+    assert key.read_bytes() == Path(env["JWT_KEY_SOURCE"]).read_bytes()
+    st = key.stat()
+    assert (stat.S_IMODE(st.st_mode), pwd.getpwuid(st.st_uid).pw_name) == (0o600, "slurm")
+
+
+def test_controller_without_the_jwt_key_secret_fails_before_starting_slurmctld(pod: dict[str, str]) -> None:
+    done = run_script("entrypoint-controller", env={**pod, "JWT_KEY_SOURCE": pod["ROOT"] + "/nothing/jwt.key"})
+
+    assert done.returncode == 1
+    assert "is the JWT key Secret mounted?" in done.stderr
+    assert Path(pod["LOG"]).read_text() == ""
+
+
+def test_a_config_without_jwt_key_installs_none(pod: dict[str, str]) -> None:
+    conf = Path(pod["SLURM_CONFIGS_SOURCE"]) / "..data" / "slurm.conf"
+    conf.write_text(
+        f"SlurmUser=slurm\nStateSaveLocation={pod['ROOT']}/state\n"
+        "AuthAltTypes=auth/jwt\nAuthAltParameters=disable_token_creation\n"
+    )
+    done = run_script("entrypoint-controller", env=pod)
+
+    assert done.returncode == 0, done.stderr
+    assert not (Path(pod["SLURM_CONF_DIR"]) / "jwt_hs256.key").exists()
+    assert "names no jwt_key" in done.stderr
 
 
 def test_munge_wait_has_a_deadline_and_says_what_is_missing(pod: dict[str, str]) -> None:
@@ -110,7 +147,10 @@ def slurmdbd_conf(pod: dict[str, str], port: int) -> Path:
     secret = Path(pod["ROOT"]) / "mnt" / "slurmdbd-config"
     secret.mkdir(exist_ok=True)
     conf = secret / "slurmdbd.conf"
-    conf.write_text(f"SlurmUser=slurm\nStorageHost=127.0.0.1\nStoragePort={port}\nStoragePass=hunter2\n")
+    conf.write_text(
+        f"SlurmUser=slurm\nAuthAltParameters=jwt_key={pod['SLURM_CONF_DIR']}/jwt_hs256.key\n"
+        f"StorageHost=127.0.0.1\nStoragePort={port}\nStoragePass=hunter2\n"
+    )
     return conf
 
 
@@ -126,6 +166,7 @@ def test_accounting_installs_a_private_slurmdbd_conf_and_drops_to_slurm(pod: dic
     assert (stat.S_IMODE(conf.stat().st_mode), conf.stat().st_uid) == (0o600, slurm_uid)
     assert Path(pod["LOG"]).read_text() == f"slurmdbd uid={slurm_uid} args=-D\n"
     assert "hunter2" not in done.stderr + done.stdout
+    assert_jwt_key_installed(pod)
 
 
 def test_accounting_waits_for_its_database_and_names_it(pod: dict[str, str]) -> None:

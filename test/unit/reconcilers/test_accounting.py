@@ -90,7 +90,7 @@ async def test_disabling_accounting_removes_slurmdbd_but_keeps_the_database_pass
         assert f"{NAME}-accounting" in env.names(DEPLOYMENT)
         env.edit(lambda s: s["accounting"].update(enabled=False))
         await env.converge()
-        assert env.names(DEPLOYMENT) == []
+        assert env.names(DEPLOYMENT) == [f"{NAME}-rest"]
         assert f"{NAME}-accounting" not in env.names(SERVICE)
         assert f"{NAME}-slurmdbd" not in env.names(SECRET)
         assert f"{NAME}-mariadb-passwords" in env.names(SECRET)

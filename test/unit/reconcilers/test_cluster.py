@@ -12,7 +12,7 @@ async def test_keys_and_configs_are_created_owned_by_the_cluster_and_never_rotat
     async with Env() as env:
         uid = env.create(spec())["metadata"]["uid"]
         await env.run("cluster")
-        assert env.names(SECRET) == [f"{NAME}-munge", f"{NAME}-ssh-host-keys"]
+        assert env.names(SECRET) == [f"{NAME}-jwt-key", f"{NAME}-munge", f"{NAME}-ssh-host-keys"]
         assert env.names(CONFIGMAP) == [f"{NAME}-slurm-configs"]
         for obj in [*env.fake.of_kind(*SECRET), *env.fake.of_kind(*CONFIGMAP)]:
             (owner,) = obj["metadata"]["ownerReferences"]
@@ -21,10 +21,14 @@ async def test_keys_and_configs_are_created_owned_by_the_cluster_and_never_rotat
         munge = env.get(SECRET, f"{NAME}-munge")
         assert munge is not None
         assert len(base64.b64decode(munge["data"]["munge.key"])) == 1024
+        jwt = env.get(SECRET, f"{NAME}-jwt-key")
+        assert jwt is not None
+        assert len(base64.b64decode(jwt["data"]["jwt_hs256.key"])) == 32
         assert env.reason("SpecValid") == ("True", "Valid")
         env.edit(lambda s: s["workers"].append({"name": "extra", "size": 1}))
         await env.converge()
         assert env.get(SECRET, f"{NAME}-munge") == munge, "a key pods use is never rewritten"
+        assert env.get(SECRET, f"{NAME}-jwt-key") == jwt, "a key pods use is never rewritten"
         configs = env.get(CONFIGMAP, f"{NAME}-slurm-configs")
         assert configs is not None
         assert "NodeSet=extra Feature=extra\n" in configs["data"]["nodes.conf"]

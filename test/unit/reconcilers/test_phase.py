@@ -45,6 +45,7 @@ ALL_TRUE = {
     "ControllerReady": ("True", 2),
     "WorkersReady": ("True", 2),
     "LoginReady": ("True", 2),
+    "RestReady": ("True", 2),
 }
 
 

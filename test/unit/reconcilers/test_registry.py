@@ -56,7 +56,7 @@ async def _applied_by_reconcilers(variant: str) -> tuple[list[dict[str, Any]], I
             env.job_succeeds(name=name)
         cluster = env.ctx.loader.load(env.cluster(name))
         assert isinstance(cluster, Loaded)
-        uid = {s: env.get(SECRET, f"{name}-{s}")["metadata"]["uid"] for s in ("munge", "ssh-host-keys")}  # type: ignore[index]
+        uid = {s: env.get(SECRET, f"{name}-{s}")["metadata"]["uid"] for s in ("munge", "jwt-key", "ssh-host-keys")}  # type: ignore[index]
         db = "mariadb-passwords" if "mariadb" in variant else "accounting-db"
         password_secret = env.get(SECRET, f"{name}-{db}")
         assert password_secret is not None
@@ -64,6 +64,7 @@ async def _applied_by_reconcilers(variant: str) -> tuple[list[dict[str, Any]], I
             cluster=cluster.cluster,
             configs=cluster.configs,
             munge_key_id=uid["munge"],
+            jwt_key_id=uid["jwt-key"],
             host_keys_id=uid["ssh-host-keys"],
             dbd_password=env.secret_text(f"{name}-{db}", "password"),
             dbd_password_id=password_secret["metadata"]["resourceVersion"],
@@ -87,7 +88,7 @@ def test_every_object_carries_its_components_name_and_its_pods_run_its_image() -
     doc = sample_doc("research")
     for group in doc["spec"]["workers"]:
         group.pop("image", None)
-    for part in ("controller", "login", "accounting", "populateJail"):
+    for part in ("controller", "login", "accounting", "rest", "populateJail"):
         doc["spec"].get(part, {}).pop("image", None)
     doc["spec"]["healthChecks"]["ncclBenchmark"].pop("image", None)
     cluster = SlurmCluster.model_validate(doc)

@@ -13,7 +13,7 @@ import yaml
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render import accounting
-from slurmctl.render.cluster import render_munge_secret, render_ssh_host_keys_secret
+from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 from slurmctl.render.login import sshd_configs_data
 from slurmctl.render.manifests import Inputs
 from slurmctl.render.slurm_conf import render_slurm_configs
@@ -25,11 +25,13 @@ NAMESPACE = "hpc"
 UID = "6c0f4a53-2d1e-4f43-9d3b-6a1c2b7e9f10"
 GENERATION = 3
 MUNGE_KEY_ID = "munge-secret-uid"
+JWT_KEY_ID = "jwt-key-secret-uid"
 HOST_KEYS_ID = "host-keys-secret-uid"
 DBD_PASSWORD = "golden-Db-passw0rd"
 DBD_PASSWORD_ID = "accounting-db-secret-rv-42"
 MARIADB_ROOT_PASSWORD = "golden-Root-passw0rd"
 FAKE_MUNGE_KEY = bytes(range(32))
+FAKE_JWT_KEY = bytes(range(32, 64))
 FAKE_HOST_KEYS = {
     f"ssh_host_{kind}_key{suffix}": f"fake {kind} key{suffix}\n".encode()
     for kind in DEFAULT_HOST_KEY_TYPES
@@ -69,6 +71,7 @@ def manifests(cluster: SlurmCluster, **overrides: Any) -> list[dict[str, Any]]:
     """What the components apply, with every id and password a reconciler would pass, fixed."""
     kwargs: dict[str, Any] = {
         "munge_key_id": MUNGE_KEY_ID,
+        "jwt_key_id": JWT_KEY_ID,
         "host_keys_id": HOST_KEYS_ID,
         "dbd_password": DBD_PASSWORD,
         "dbd_password_id": DBD_PASSWORD_ID,
@@ -81,6 +84,7 @@ def all_objects(cluster: SlurmCluster) -> list[dict[str, Any]]:
     objects = [
         *manifests(cluster),
         render_munge_secret(cluster, FAKE_MUNGE_KEY),
+        render_jwt_key_secret(cluster, FAKE_JWT_KEY),
         render_ssh_host_keys_secret(cluster, FAKE_HOST_KEYS),
     ]
     if accounting.uses_mariadb(cluster):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,10 @@ from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render import accounting
 from slurmctl.render.manifests import Inputs
 from test.unit.render.samples import DBD_PASSWORD, all_objects, manifests, sample, sample_doc
+
+
+def _is_slurmdbd(obj: dict[str, Any]) -> bool:
+    return obj["kind"] == "Deployment" and obj["metadata"]["name"].endswith("-accounting")
 
 
 def _conf(variant: str) -> list[str]:
@@ -51,7 +56,7 @@ def test_the_password_source_is_the_referenced_or_the_generated_secret() -> None
 
 def test_the_dbd_host_is_the_pod_hostname() -> None:
     """slurmdbd exits at start unless DbdHost names its own host."""
-    (deployment,) = [o for o in manifests(sample("research")) if o["kind"] == "Deployment"]
+    (deployment,) = [o for o in manifests(sample("research")) if _is_slurmdbd(o)]
     assert deployment["spec"]["template"]["spec"]["hostname"] == "research-accounting"
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert "DbdHost=research-accounting" in _conf("research")
@@ -72,7 +77,7 @@ def test_the_slurmdbd_secret_holds_the_conf_where_the_entrypoint_reads_it() -> N
     secret = accounting.render_slurmdbd_secret(cluster, dbd_password=DBD_PASSWORD)
     conf = base64.b64decode(secret["data"]["slurmdbd.conf"]).decode()
     assert conf == accounting.render_slurmdbd_conf(cluster, dbd_password=DBD_PASSWORD)
-    (deployment,) = [o for o in manifests(cluster) if o["kind"] == "Deployment"]
+    (deployment,) = [o for o in manifests(cluster) if _is_slurmdbd(o)]
     pod = deployment["spec"]["template"]["spec"]
     (volume,) = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "research-slurmdbd"]
     (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
@@ -84,7 +89,7 @@ def test_a_new_password_rolls_slurmdbd_through_its_id() -> None:
     cluster = sample("research")
 
     def hash_(password_id: str) -> str:
-        (deployment,) = [o for o in manifests(cluster, dbd_password_id=password_id) if o["kind"] == "Deployment"]
+        (deployment,) = [o for o in manifests(cluster, dbd_password_id=password_id) if _is_slurmdbd(o)]
         return str(deployment["spec"]["template"]["metadata"]["annotations"]["slurm.slurmctl.io/config-hash"])
 
     assert hash_("rv-1") != hash_("rv-2")

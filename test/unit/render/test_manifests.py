@@ -21,15 +21,19 @@ def test_minimal_sample() -> None:
         "Service/minimal-login",
         "Service/minimal-login-headless",
         "StatefulSet/minimal-login",
+        "Service/minimal-rest",
+        "Deployment/minimal-rest",
     ]
 
 
 def test_research_sample_adds_accounting_and_the_benchmark() -> None:
     names = _names("research")
-    assert names[-4:] == [
+    assert names[-6:] == [
         "Secret/research-slurmdbd",
         "Service/research-accounting",
         "Deployment/research-accounting",
+        "Service/research-rest",
+        "Deployment/research-rest",
         "CronJob/research-nccl-benchmark",
     ]
     assert "MariaDB/research-mariadb" not in names

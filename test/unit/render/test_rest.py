@@ -1,0 +1,97 @@
+"""slurmrestd and JWT authentication as rendered: what slurmrestd runs with, who holds the JWT key, and what
+slurm.conf and slurmdbd.conf tell the daemons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmctl.render import accounting
+from slurmctl.render.rest import SLURMRESTD_UID
+from slurmctl.render.slurm_conf import render_slurm_conf
+from test.unit.render.samples import DBD_PASSWORD, manifests, sample
+
+JWT_LINES = ["AuthAltTypes=auth/jwt", "AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key"]
+
+
+def _obj(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (obj,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return obj
+
+
+def _pod(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    pod: dict[str, Any] = _obj(objects, kind, name)["spec"]["template"]["spec"]
+    return pod
+
+
+def test_slurmrestd_takes_jwts_only_and_loads_slurmdbds_api_only_with_accounting() -> None:
+    minimal = _pod(manifests(sample("minimal")), "Deployment", "minimal-rest")
+    research = _pod(manifests(sample("research")), "Deployment", "research-rest")
+    (restd,) = minimal["containers"]
+    assert restd["args"] == ["-a", "rest_auth/jwt", "-s", "openapi/slurmctld", "0.0.0.0:6820"]
+    assert research["containers"][0]["args"][3] == "openapi/slurmctld,openapi/slurmdbd"
+    assert {"name": "SLURM_JWT", "value": "daemon"} in restd["env"]
+    assert restd["ports"] == [{"name": "http", "containerPort": 6820, "protocol": "TCP"}]
+
+
+def test_slurmrestd_runs_unprivileged_without_munge_or_any_key() -> None:
+    pod = _pod(manifests(sample("minimal")), "Deployment", "minimal-rest")
+    (restd,) = pod["containers"]  # no munge sidecar: SLURM_JWT=daemon speaks auth/jwt only
+    ctx = restd["securityContext"]
+    assert (ctx["runAsUser"], ctx["runAsNonRoot"], ctx["readOnlyRootFilesystem"]) == (SLURMRESTD_UID, True, True)
+    assert SLURMRESTD_UID not in (0, 64030)  # neither root nor SlurmUser (slurmrestd refuses SlurmUser)
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    assert pod["volumes"] == [{"name": "slurm-configs", "configMap": {"name": "minimal-slurm-configs"}}]
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_readiness_asks_slurmrestd_itself_over_http() -> None:
+    (restd,) = _pod(manifests(sample("minimal")), "Deployment", "minimal-rest")["containers"]
+    probe = restd["readinessProbe"]["httpGet"]
+    assert (probe["path"], probe["port"]) == ("/openapi/v3", "http")
+    assert {h["name"] for h in probe["httpHeaders"]} == {"X-SLURM-USER-NAME", "X-SLURM-USER-TOKEN"}
+
+
+def test_the_service_is_named_after_the_cluster_on_port_6820() -> None:
+    svc = _obj(manifests(sample("minimal")), "Service", "minimal-rest")
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 6820, "targetPort": 6820, "protocol": "TCP"}]
+    assert svc["spec"]["selector"] == {"app.kubernetes.io/instance": "minimal", "app.kubernetes.io/component": "rest"}
+
+
+def test_disabled_rest_renders_nothing() -> None:
+    cluster = sample("minimal")
+    cluster.spec.rest.enabled = False
+    assert not [o for o in manifests(cluster) if o["metadata"]["name"] == "minimal-rest"]
+
+
+def test_slurmctld_and_slurmdbd_verify_jwts_with_the_key_and_only_they_mount_it() -> None:
+    cluster = sample("research")
+    conf = render_slurm_conf(cluster).splitlines()
+    dbd = accounting.render_slurmdbd_conf(cluster, dbd_password=DBD_PASSWORD).splitlines()
+    assert all(line in conf and line in dbd for line in JWT_LINES)
+    objects = manifests(cluster)
+    holders = sorted(
+        f"{o['kind']}/{o['metadata']['name']}"
+        for o in objects
+        if o["kind"] in ("StatefulSet", "Deployment")
+        for v in o["spec"]["template"]["spec"].get("volumes", [])
+        if v.get("secret", {}).get("secretName") == "research-jwt-key"
+    )
+    assert holders == ["Deployment/research-accounting", "StatefulSet/research-controller"]
+
+
+def test_a_new_jwt_key_rolls_slurmctld_and_slurmdbd_but_not_slurmrestd() -> None:
+    cluster = sample("research")
+
+    def hashes(jwt_key_id: str) -> dict[str, str]:
+        objects = manifests(cluster, jwt_key_id=jwt_key_id)
+        return {
+            f"{o['kind']}/{o['metadata']['name']}": o["spec"]["template"]["metadata"]["annotations"][
+                "slurm.slurmctl.io/config-hash"
+            ]
+            for o in objects
+            if o["kind"] in ("StatefulSet", "Deployment")
+        }
+
+    before, after = hashes("old-uid"), hashes("new-uid")
+    changed = sorted(k for k in before if before[k] != after[k])
+    assert changed == ["Deployment/research-accounting", "StatefulSet/research-controller"]
