@@ -291,7 +291,11 @@ def test_an_unreachable_database_is_named_in_the_condition_and_jobs_still_run(cl
     out = login(kube, "srun", "-N1", "hostname")
     assert out.strip() == WORKER_POD
     job = sbatch(kube, "true")
-    until(lambda: not queued(kube, [job]), timeout=60, interval=2, what="the job to finish without accounting")
+    try:
+        until(lambda: not queued(kube, [job]), timeout=120, interval=2, what="the job to finish without accounting")
+    except AssertionError:
+        print(login(kube, "squeue", "-j", job, "-o", "%i %T %r %N"), login(kube, "sinfo", "-N"))
+        raise
     kube.run("scale", "statefulset", DB, "--replicas=1")
     until(
         lambda: condition(kube, "AccountingReady").get("status") == "True",
