@@ -8,7 +8,8 @@
 #   hack/images.sh check [COMPONENT...]     run each image's smoke check inside it (what its entrypoint needs)
 #
 # Components are the ones api/v1/defaults.py names (controller worker login accounting rest jail populate-jail
-# nccl-benchmark operator); slurm-base is a build base only. images/pause is the node's: `hack/node.sh build|up`
+# nccl-benchmark operator), plus the test fixture test-mariadb (images/test-mariadb, referenced as
+# localhost/slurmctl-test/mariadb:<tag>); slurm-base is a build base only. images/pause is the node's: `hack/node.sh build|up`
 # compiles it on the host and imports it (it has no base image to compile in). A component's
 # dependencies (slurm-base, jail, the Debian base) are built first but only the named components are imported.
 #
@@ -63,7 +64,8 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # --- the image graph --------------------------------------------------------------------------------------------
 
-COMPONENTS=(controller worker login accounting rest jail populate-jail nccl-benchmark operator)
+COMPONENTS=(controller worker login accounting rest jail populate-jail nccl-benchmark operator test-mariadb)
+# test-* are test fixtures (images/test-<name>): built and imported like the rest, as localhost/slurmctl-test/<name>.
 
 image_dir() {
     case $1 in
@@ -85,6 +87,7 @@ image_parents() {
 image_ref() {
     case $1 in
         slurm-base) echo "$IMAGE_REGISTRY/slurm-base:$IMAGE_TAG" ;;
+        test-*) echo "localhost/slurmctl-test/${1#test-}:$IMAGE_TAG" ;;
         *) echo "$IMAGE_REGISTRY/$1:$IMAGE_TAG" ;;
     esac
 }
@@ -409,6 +412,7 @@ EOS
             echo 'rsync --version | head -n 1 && test -x /jail-rootfs/usr/bin/srun && test -x /usr/lib/slurmctl/populate-jail'
             ;;
         operator) echo 'slurmctl --help >/dev/null && python3 --version' ;;
+        test-mariadb) echo 'mariadbd --version && command -v mariadb-install-db mariadb-admin tini' ;;
         *) ;;
     esac
 }

@@ -31,6 +31,7 @@ from .defaults import (
 from .schema import crd
 from .spec import (
     AccountingSpec,
+    ContainersSpec,
     ControllerSpec,
     ExternalDatabase,
     GpuHealthCheck,
@@ -43,6 +44,7 @@ from .spec import (
     NcclBenchmark,
     Partition,
     PopulateJailSpec,
+    PyxisPlugin,
     RestSpec,
     SlurmClusterSpec,
     SlurmConfig,
@@ -115,6 +117,7 @@ __all__ = [
     "Component",
     "Condition",
     "ConditionStatus",
+    "ContainersSpec",
     "ControllerSpec",
     "Duration",
     "ExternalDatabase",
@@ -132,6 +135,7 @@ __all__ = [
     "Phase",
     "PopulateJailSpec",
     "Problem",
+    "PyxisPlugin",
     "Quantity",
     "Reason",
     "ResourceRequirements",

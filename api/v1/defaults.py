@@ -91,3 +91,7 @@ OPERATOR_OWNED_SLURM_KEYS: Final = (
 # Owned only while the feature that writes them is on (accounting; the GPU health check on GPU groups).
 ACCOUNTING_SLURM_KEYS: Final = ("AccountingStorageType", "AccountingStorageHost", "AccountingStoragePort")
 GPU_HEALTH_CHECK_SLURM_KEYS: Final = ("HealthCheckProgram",)
+# Owned while spec.accounting declares accounts or QOS: the operator keeps limits, so enforcement is its to turn on.
+LIMITS_SLURM_KEYS: Final = ("AccountingStorageEnforce",)
+# The TRES Slurm tracks whatever slurm.conf says (AccountingStorageTRES can only add to them).
+DEFAULT_TRES: Final = ("billing", "cpu", "energy", "fs/disk", "mem", "node", "pages", "vmem")

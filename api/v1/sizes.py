@@ -31,8 +31,10 @@ HEADER = 96 + MAX_NAMESPACE_LENGTH + MAX_CLUSTER_NAME_LENGTH
 # Everything in slurm.conf that does not grow with the spec: the generated settings, the typed overrides that replace
 # them, the Include line and the comment before extraConfig (about 1.5 KiB today).
 SLURM_CONF_FIXED = 4096
-# cgroup.conf and plugstack.conf bodies, and the five file names.
-SMALL_FILES = 1024
+# cgroup.conf and plugstack.conf bodies (without pyxis' line), oci.conf, and the six file names.
+SMALL_FILES = 2048
+# pyxis' plugstack.conf line without its path and arguments: "required  \n".
+PYXIS_LINE_FIXED = 16
 # One line per group: "NodeSet=<g> Feature=<g>\n".
 NODESET_LINE_FIXED = 20
 # A partition line without its name, groups and options: "PartitionName= Nodes= Default=YES State=UP\n".
@@ -56,8 +58,12 @@ def slurm_configs_bound(spec: SlurmClusterSpec, path: str = "spec") -> dict[str,
         partitions += PARTITION_LINE_FIXED + len(partition.name) + sum(len(name) + 1 for name in members)
         partitions += sum(len(key) + len(value.encode()) + 2 for key, value in partition.options.items())
     gres = sum(GRES_LINE_FIXED + MAX_CLUSTER_NAME_LENGTH + len(g.name) + _digits(g.gpus) for g in spec.gpu_groups)
+    pyxis = spec.containers.pyxis
+    plugins = PYXIS_LINE_FIXED + len(pyxis.path.encode())
+    plugins += sum(len(key.encode()) + len(value.encode()) + 2 for key, value in pyxis.arguments.items())
     return {
-        "fixed": 5 * HEADER + SLURM_CONF_FIXED + SMALL_FILES + gres,
+        "fixed": 6 * HEADER + SLURM_CONF_FIXED + SMALL_FILES + gres,
+        f"{path}.containers.pyxis": plugins,
         f"{path}.workers": workers,
         f"{path}.partitions": partitions,
         f"{path}.slurm.extraConfig": len((spec.slurm.extra_config or "").encode()),

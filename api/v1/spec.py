@@ -30,6 +30,7 @@ from .defaults import (
     Component,
     default_image,
 )
+from .limits import MAX_ACCOUNTS, MAX_QOS, AccountSpec, QosSpec
 from .types import (
     ABSOLUTE_PATH_PATTERN,
     DNS_LABEL_PATTERN,
@@ -398,6 +399,25 @@ class AccountingSpec(Scheduling):
     )
     external: ExternalDatabase | None = Field(None, description="An existing database server to use.")
     mariadb: MariaDBSpec | None = Field(None, description="A database server created through mariadb-operator.")
+    accounts: list[AccountSpec] = Field(
+        default_factory=list,
+        max_length=MAX_ACCOUNTS,
+        description="Accounts, their users and limits, kept in Slurm by the operator. Declaring accounts or QOS "
+        "turns enforcement on (AccountingStorageEnforce=associations,limits,qos): users then need an account to run "
+        "jobs. Accounts not listed here (created with sacctmgr) are left alone.",
+        json_schema_extra=_LIST_MAP_BY_NAME,
+    )
+    qos: list[QosSpec] = Field(
+        default_factory=list,
+        max_length=MAX_QOS,
+        description="QOS and their limits, kept in Slurm by the operator; QOS not listed here are left alone.",
+        json_schema_extra=_LIST_MAP_BY_NAME,
+    )
+
+    @property
+    def declares_limits(self) -> bool:
+        """Whether the operator keeps accounts or QOS in Slurm, and so turns enforcement on."""
+        return self.enabled and bool(self.accounts or self.qos)
 
 
 class RestSpec(Scheduling):
@@ -453,6 +473,39 @@ class HealthChecks(ApiModel):
     )
 
 
+class PyxisPlugin(ApiModel):
+    """NVIDIA's pyxis SPANK plugin (`srun --container-image`, with enroot), for worker and jail images that bring it:
+    slurmctl's own images do not (neither is packaged by Debian). Its plugstack.conf line comes after the jail's."""
+
+    enabled: bool = Field(False, description="Load pyxis from plugstack.conf (the images must contain it).")
+    path: str = Field(
+        "spank_pyxis.so",
+        max_length=1024,
+        pattern=r"^[^\s#\x00-\x1f\x7f]+$",
+        description="The plugin: an absolute path, or a file name in Slurm's PluginDir.",
+    )
+    required: bool = Field(
+        True, description="required: a plugin that fails to load fails the job; optional: the job runs without it."
+    )
+    arguments: dict[str, OptionValue] = Field(
+        default_factory=lambda: {"container_scope": "global", "execute_entrypoint": "0", "sbatch_support": "1"},
+        max_length=32,
+        description="Plugin arguments as key=value (pyxis: runtime_path, remap_root, execute_entrypoint, "
+        "container_scope, sbatch_support, ...).",
+    )
+
+
+class ContainersSpec(ApiModel):
+    """Container jobs. With `enabled`, Slurm's own OCI support runs `srun --container=<bundle>`: the bundle (an OCI
+    runtime bundle, config.json + rootfs) lives in the jail, and crun from the jail runs it as the job's user, rootless
+    (its own user namespace: container root is the user outside). Off by default."""
+
+    enabled: bool = Field(False, description="Render oci.conf so that `srun --container=<bundle>` runs OCI bundles.")
+    pyxis: PyxisPlugin = Field(
+        default_factory=PyxisPlugin, description="The pyxis SPANK plugin, for images that bring pyxis and enroot."
+    )
+
+
 def _default_partitions() -> list[Partition]:
     return [Partition(name=DEFAULT_PARTITION, default=True)]
 
@@ -482,6 +535,9 @@ class SlurmClusterSpec(ApiModel):
     login: LoginSpec = Field(default_factory=LoginSpec, description="Login nodes users reach over SSH.")
     accounting: AccountingSpec = Field(default_factory=AccountingSpec, description="Slurm accounting (slurmdbd).")
     rest: RestSpec = Field(default_factory=RestSpec, description="Slurm's REST API (slurmrestd).")
+    containers: ContainersSpec = Field(
+        default_factory=ContainersSpec, description="Container jobs (Slurm's OCI support; pyxis for images with it)."
+    )
     health_checks: HealthChecks = Field(default_factory=HealthChecks, description="GPU health checks.")
 
     def image_for(self, component: Component, override: str | None = None) -> str:

@@ -18,12 +18,15 @@ from pydantic import ValidationError
 from .cluster import SlurmCluster
 from .defaults import (
     ACCOUNTING_SLURM_KEYS,
+    DEFAULT_TRES,
     GPU_HEALTH_CHECK_SLURM_KEYS,
+    LIMITS_SLURM_KEYS,
     MAX_CLUSTER_NAME_LENGTH,
     MAX_OPTION_NAME_LENGTH,
     MAX_TOTAL_WORKERS,
     OPERATOR_OWNED_SLURM_KEYS,
 )
+from .limits import TRES_PATTERN
 from .passthrough import check_passthrough
 from .sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound
 from .spec import SlurmClusterSpec
@@ -31,6 +34,12 @@ from .types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
 
 _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 _OPTION_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+_PLUGIN_ARGUMENT_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_ACCOUNTING_STORAGE_TRES = re.compile(r"^\s*AccountingStorageTRES\s*=\s*(\S+)", re.IGNORECASE)
+GPU_TRES = "gres/gpu"
+_TRES_NAME = re.compile(TRES_PATTERN)
+MAX_TRES_NAME_LENGTH = 64
+NORMAL_QOS = "normal"  # the QOS every Slurm database has
 # Partition keys the operator writes itself from the structured fields.
 _RESERVED_PARTITION_OPTIONS = frozenset({"partitionname", "nodes", "default"})
 # Keywords that start or belong to other slurm.conf records: on a partition line they would define nodes or a second
@@ -148,6 +157,7 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems += _check_jail(spec, path)
     problems += _check_login(spec, path)
     problems += _check_accounting(spec, path)
+    problems += _check_containers(spec, path)
     problems += _check_health_checks(spec, path)
     problems += [Problem(where, message) for where, message in check_passthrough(spec, path)]
     problems += _check_config_size(spec, path)
@@ -285,7 +295,22 @@ def operator_owned_keys(spec: SlurmClusterSpec) -> tuple[str, ...]:
         owned += ACCOUNTING_SLURM_KEYS
     if spec.gpu_groups and spec.health_checks.gpu.enabled:
         owned += GPU_HEALTH_CHECK_SLURM_KEYS
+    if spec.accounting.declares_limits:
+        owned += LIMITS_SLURM_KEYS
     return owned
+
+
+def tracked_tres(spec: SlurmClusterSpec) -> set[str]:
+    """The TRES this cluster's accounting knows: Slurm's defaults, gres/gpu with GPU groups (slurm.conf's
+    AccountingStorageTRES), and whatever extraConfig adds to AccountingStorageTRES."""
+    tres = set(DEFAULT_TRES)
+    if spec.gpu_groups:
+        tres.add(GPU_TRES)
+    for line in (spec.slurm.extra_config or "").splitlines():
+        match = _ACCOUNTING_STORAGE_TRES.match(line)
+        if match:
+            tres.update(t.strip().lower() for t in match.group(1).split(",") if t.strip())
+    return tres
 
 
 def _check_extra_config(spec: SlurmClusterSpec, path: str) -> list[Problem]:
@@ -372,13 +397,80 @@ def _check_login(spec: SlurmClusterSpec, path: str) -> list[Problem]:
 def _check_accounting(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     accounting = spec.accounting
     if not accounting.enabled:
+        if accounting.accounts or accounting.qos:
+            return [Problem(f"{path}.accounting", "accounts and qos need accounting: set enabled: true")]
         return []
     mariadb = accounting.mariadb is not None and accounting.mariadb.enabled
     if accounting.external is None and not mariadb:
         return [Problem(f"{path}.accounting", "accounting is enabled but neither external nor mariadb.enabled is set")]
     if accounting.external is not None and mariadb:
         return [Problem(f"{path}.accounting", "set either external or mariadb.enabled, not both")]
-    return []
+    return _check_limits(spec, path)
+
+
+def _check_limits(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    """What Slurm would refuse, found before anything is sent: unknown TRES, parents and QOS."""
+    accounting = spec.accounting
+    base = f"{path}.accounting"
+    problems: list[Problem] = []
+    tres = tracked_tres(spec)
+    known = ", ".join(sorted(tres))
+
+    def check_tres(where: str, limits: Mapping[str, int], key: str) -> None:
+        for name in limits:
+            if not _TRES_NAME.fullmatch(name) or len(name) > MAX_TRES_NAME_LENGTH:
+                problems.append(Problem(f"{where}.{key}.{name}", "not a TRES name (type or type/name, e.g. gres/gpu)"))
+            elif name.lower() not in tres:
+                problems.append(Problem(f"{where}.{key}.{name}", f'unknown TRES "{name}": this cluster tracks {known}'))
+
+    qos_names = {q.name for q in accounting.qos} | {NORMAL_QOS}
+    for index, qos in enumerate(accounting.qos):
+        where = f"{base}.qos[{index}]"
+        check_tres(where, qos.max_tres_per_job, "maxTRESPerJob")
+        check_tres(where, qos.max_tres_per_user, "maxTRESPerUser")
+        check_tres(where, qos.grp_tres, "grpTRES")
+    parents = {a.name: a.parent for a in accounting.accounts}
+    for index, account in enumerate(accounting.accounts):
+        where = f"{base}.accounts[{index}]"
+        if account.name == "root":
+            problems.append(Problem(f"{where}.name", "root is Slurm's own account: it cannot be declared"))
+        if account.parent != "root" and account.parent not in parents:
+            problems.append(
+                Problem(f"{where}.parent", f'unknown account "{account.parent}" (root or one declared here)')
+            )
+        elif _parent_cycle(account.name, parents):
+            problems.append(Problem(f"{where}.parent", f'account "{account.name}" would be its own ancestor'))
+        for position, name in enumerate(account.qos):
+            if name not in qos_names:
+                problems.append(
+                    Problem(f"{where}.qos[{position}]", f'unknown QOS "{name}" (normal or one declared here)')
+                )
+        if account.default_qos is not None and account.default_qos not in (account.qos or qos_names):
+            problems.append(Problem(f"{where}.defaultQos", f'"{account.default_qos}" is not one of the account\'s qos'))
+        check_tres(where, account.max_tres_per_job, "maxTRESPerJob")
+        check_tres(where, account.grp_tres, "grpTRES")
+    return problems
+
+
+def _parent_cycle(name: str, parents: Mapping[str, str]) -> bool:
+    seen = {name}
+    current = parents.get(name)
+    while current is not None and current != "root":
+        if current in seen:
+            return True
+        seen.add(current)
+        current = parents.get(current)
+    return False
+
+
+def _check_containers(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    """A plugin argument is one `key=value` word of a plugstack.conf line: the key may not break it up."""
+    base = f"{path}.containers.pyxis.arguments"
+    return [
+        Problem(f"{base}.{key}", "argument names are letters, digits and '_', starting with a letter (at most 64)")
+        for key in spec.containers.pyxis.arguments
+        if not _PLUGIN_ARGUMENT_KEY.fullmatch(key) or len(key) > MAX_OPTION_NAME_LENGTH
+    ]
 
 
 def _check_health_checks(spec: SlurmClusterSpec, path: str) -> list[Problem]:

@@ -179,6 +179,14 @@ INVALID = {
         _invalid(accounting={"enabled": True, "external": {"user": "slurm", "passwordSecretRef": {"name": "db"}}}),
         "spec.accounting.external.host",
     ),
+    "negative MaxJobsPerUser": (
+        _invalid(accounting={"enabled": True, "qos": [{"name": "small", "maxJobsPerUser": -5}]}),
+        "spec.accounting.qos.maxJobsPerUser",
+    ),
+    "negative TRES limit": (
+        _invalid(accounting={"enabled": True, "accounts": [{"name": "a", "maxTRESPerJob": {"cpu": -1}}]}),
+        "spec.accounting.accounts.maxTRESPerJob.cpu",
+    ),
     "ssh key smuggling a second line": (
         _invalid(login={"sshRootPublicKeys": ["ssh-ed25519 AAAA a@b\nssh-rsa AAAA evil"]}),
         "spec.login.sshRootPublicKeys",

@@ -66,6 +66,16 @@ BROKEN: dict[str, tuple[Change, str]] = {
         "spec.login.service.annotations",
     ),
     "owned-key": (lambda s: s.update(slurm={"extraConfig": "AuthType=auth/none\n"}), "spec.slurm.extraConfig"),
+    "unknown-tres": (
+        lambda s: s.update(
+            accounting={
+                "enabled": True,
+                "external": {"host": "db", "user": "slurm", "passwordSecretRef": {"name": "db", "key": "password"}},
+                "qos": [{"name": "small", "maxTRESPerJob": {"gres/fpga": 1}}],
+            }
+        ),
+        "spec.accounting.qos[0].maxTRESPerJob.gres/fpga",
+    ),
     "submount-path": (
         lambda s: s["jail"].update(
             subMounts=[{"name": "x", "mountPath": "/../../etc", "volume": {"claimName": "y"}}]

@@ -82,7 +82,14 @@ class AccountingReconciler(ComponentReconciler):
         if available_replicas(deployment) >= 1:
             cond = self.condition(loaded, ok=True, reason=Reason.READY, message=f"slurmdbd is available ({db.host})")
         else:
-            cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message="slurmdbd is not available yet")
+            # The operator cannot see why (it reads no pods and reaches no database); slurmdbd's own log and its
+            # readiness probe's events do. What it can say is where slurmdbd keeps trying to store.
+            message = (
+                f"slurmdbd is not answering yet; it stores accounting in the database at {db.host}:{db.port}"
+                f" (user {db.user}): if this lasts, check that {db.host} is reachable from the pod and the"
+                f" credentials work (kubectl logs deployment/{meta.accounting(c)} -c slurmdbd)"
+            )
+            cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message=message)
         await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
         return None if uses_mariadb(cluster) else Result(requeue_after=PASSWORD_REFRESH_SECONDS)
 

@@ -161,7 +161,9 @@ def render_slurmdbd_deployment(
             pods.jwt_key_mount(),
             {"name": "slurmdbd-config", "mountPath": SLURMDBD_CONFIG_MOUNT, "readOnly": True},
         ],
-        "readinessProbe": {"tcpSocket": {"port": meta.SLURMDBD_PORT}, "periodSeconds": 10},
+        # Ready when slurmdbd answers a query that reaches its database, not when its port is open: slurmctld
+        # finds slurmdbd through the Service, which lists ready pods only.
+        "readinessProbe": pods.slurm_readiness("accounting"),
         "resources": pods.resources(acc.resources),
         # Root for the entrypoint (slurmdbd.conf owned by SlurmUser, mode 0600), then slurmdbd as SlurmUser.
         "securityContext": pods.root_then_drop(),

@@ -22,6 +22,7 @@ NODES_CONF = "nodes.conf"
 CGROUP_CONF = "cgroup.conf"
 GRES_CONF = "gres.conf"
 PLUGSTACK_CONF = "plugstack.conf"
+OCI_CONF = "oci.conf"
 
 SLURM_CONF_DIR = "/etc/slurm"
 JAIL_PATH = "/mnt/jail"
@@ -30,6 +31,10 @@ JAIL_PATH = "/mnt/jail"
 JWT_KEY_PATH = f"{SLURM_CONF_DIR}/jwt_hs256.key"
 JWT_AUTH_SETTINGS = (("AuthAltTypes", "auth/jwt"), ("AuthAltParameters", f"jwt_key={JWT_KEY_PATH}"))
 CHROOT_PLUGIN = "/usr/lib/slurmctl/chroot.so"
+# Per-user directories of container steps, on the node's /run, which the jail shares (complement-jail binds it). The
+# worker's entrypoint creates the top one owned by root (0711) when oci.conf is there: slurmstepd would otherwise
+# create it owned by the first user to run a container, who could then tamper with everyone else's steps.
+OCI_ROOT = "/run/slurm-oci"
 GPU_HEALTHCHECK = "/usr/lib/slurmctl/gpu-healthcheck"
 MIB = 2**20
 
@@ -149,6 +154,12 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
         settings["AccountingStorageHost"] = f"{c}-accounting"
         settings["AccountingStoragePort"] = str(meta.SLURMDBD_PORT)
         settings["JobCompType"] = "jobcomp/none"
+        if spec.gpu_groups:
+            settings["AccountingStorageTRES"] = "gres/gpu"  # GPUs are not among the TRES tracked by default
+        if spec.accounting.declares_limits:
+            # The accounts, users and QOS the spec declares are enforced: a job needs an association, and the
+            # association's and QOS's limits hold.
+            settings["AccountingStorageEnforce"] = "associations,limits,qos"
     settings.update(spec.slurm.config.slurm_conf())
     out = [_header(cluster), _lines(sorted(settings.items()))]
     out.append(f"Include {SLURM_CONF_DIR}/{NODES_CONF}\n")
@@ -186,8 +197,39 @@ def render_gres_conf(cluster: SlurmCluster) -> str:
 
 
 def render_plugstack_conf(cluster: SlurmCluster) -> str:
-    """Every job step enters the jail through slurmctl's chroot plugin; `required` makes a broken plugin fail jobs."""
-    return _header(cluster) + f"required {CHROOT_PLUGIN} jail={JAIL_PATH}\n"
+    """Every job step enters the jail through slurmctl's chroot plugin; `required` makes a broken plugin fail jobs.
+    pyxis, when asked for, comes after it, so that its containers start from inside the jail."""
+    out = [_header(cluster), f"required {CHROOT_PLUGIN} jail={JAIL_PATH}\n"]
+    pyxis = cluster.spec.containers.pyxis
+    if pyxis.enabled:
+        words = ["required" if pyxis.required else "optional", pyxis.path]
+        words += [f"{key}={value}" for key, value in sorted(pyxis.arguments.items())]
+        out.append(" ".join(words) + "\n")
+    return "".join(out)
+
+
+def render_oci_conf(cluster: SlurmCluster) -> str:
+    """`srun --container=<bundle>` (Slurm's OCI support), run by crun rootless as the job's user.
+
+    The task has entered the jail (the chroot plugin runs first) when slurmstepd runs RunTimeRun, so crun and the
+    bundle are the jail's, and it runs as the user. RunTimeQuery/Kill/Delete run from slurmstepd itself, as root, on
+    the worker's own root (whose image has crun too): they are dropped to the job's user with setpriv, because crun
+    reads the container's state (its pid, its cgroup) from the user's directory, and root trusting that would let
+    the user point a kill at any process of the node. Both sides see the same ContainerPath and crun state because
+    the jail shares the node's /run. `%U` keeps each user's steps in a directory of their own."""
+    user_dir = f"{OCI_ROOT}/%U"
+    crun = f"crun --rootless=true --root={user_dir}/crun"
+    as_user = "setpriv --reuid=%U --regid=$(id -g %U) --init-groups"
+    container = "%n.%u.%j.%s.%t"
+    pairs = [
+        ("ContainerPath", f"{user_dir}/%j.%s/task-%t"),
+        ("CreateEnvFile", "disabled"),
+        ("RunTimeQuery", f'"{as_user} {crun} state {container}"'),
+        ("RunTimeKill", f'"{as_user} {crun} kill {container}"'),
+        ("RunTimeDelete", f'"{as_user} {crun} delete --force {container}"'),
+        ("RunTimeRun", f'"{crun} run --bundle %b {container}"'),
+    ]
+    return _header(cluster) + _lines(pairs)
 
 
 # What a running daemon cannot take from `scontrol reconfigure` (Slurm 24.11, scontrol(1): "not ... the daemons'
@@ -228,10 +270,14 @@ def restart_settings(configs: Mapping[str, str]) -> dict[str, str]:
 
 
 def render_slurm_configs(cluster: SlurmCluster) -> dict[str, str]:
-    return {
+    """oci.conf only with container jobs on: without it slurmstepd refuses `--container` steps."""
+    configs = {
         SLURM_CONF: render_slurm_conf(cluster),
         NODES_CONF: render_nodes_conf(cluster),
         CGROUP_CONF: render_cgroup_conf(cluster),
         GRES_CONF: render_gres_conf(cluster),
         PLUGSTACK_CONF: render_plugstack_conf(cluster),
     }
+    if cluster.spec.containers.enabled:
+        configs[OCI_CONF] = render_oci_conf(cluster)
+    return configs

@@ -3,16 +3,18 @@
 Sits beside the reconcilers (which import it) and knows nothing of Kubernetes, the API types or the renderers.
 """
 
-from .client import API_VERSION, DEFAULT_TIMEOUT, SlurmClient
+from .client import ACCOUNTING_KINDS, API_VERSION, DEFAULT_TIMEOUT, AccountingKind, SlurmClient
 from .errors import SlurmApiError, SlurmAuthError, SlurmError, SlurmProtocolError, SlurmUnavailable
 from .hostlist import HostlistError, expand
 from .models import ExitCode, Job, Node, Partition
 from .token import DEFAULT_LIFETIME, TokenSource, mint_token
 
 __all__ = [
+    "ACCOUNTING_KINDS",
     "API_VERSION",
     "DEFAULT_LIFETIME",
     "DEFAULT_TIMEOUT",
+    "AccountingKind",
     "ExitCode",
     "HostlistError",
     "Job",

@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -66,6 +66,9 @@ Query = list[tuple[str, str]]
 NODES_QUERY: Query = [("flags", "MIXED"), ("flags", "FUTURE"), ("flags", "ALL")]
 JOBS_QUERY: Query = [("flags", "DETAIL"), ("flags", "ALL")]
 PARTITIONS_QUERY: Query = [("flags", "ALL")]
+# The accounting records the operator keeps (/slurmdb/v0.0.42/<kind>/), in the order they depend on each other.
+AccountingKind = Literal["qos", "accounts", "users", "associations"]
+ACCOUNTING_KINDS: tuple[AccountingKind, ...] = ("qos", "accounts", "users", "associations")
 
 
 def _is_auth(errno: int) -> bool:
@@ -150,19 +153,45 @@ class SlurmClient:
         """`scontrol reconfigure`: slurmctld re-reads slurm.conf and tells every slurmd to."""
         await self._request("GET", "reconfigure/")
 
+    # --- the accounting database (slurmdbd, through slurmrestd's /slurmdb/) ------------------------------------
+
+    async def accounting_records(self, kind: AccountingKind) -> list[dict[str, Any]]:
+        """Every record of one kind as slurmrestd answers it (JSON objects in the v0.0.42 shapes): what the caller
+        compares with what it wants, field by field."""
+        if kind not in ACCOUNTING_KINDS:
+            raise ValueError(f"not an accounting record kind: {kind!r}")
+        data = await self._request("GET", f"{kind}/", plugin="slurmdb")
+        records = data.get(kind)
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise SlurmProtocolError(f"slurmrestd GET {self._path(f'{kind}/', 'slurmdb')}: no list of {kind}")
+        return records
+
+    async def update_accounting_records(self, kind: AccountingKind, records: Sequence[dict[str, Any]]) -> None:
+        """Create or update records of one kind (slurmrestd's POST adds what is missing and modifies what exists)."""
+        if kind not in ACCOUNTING_KINDS:
+            raise ValueError(f"not an accounting record kind: {kind!r}")
+        if records:
+            await self._request("POST", f"{kind}/", body={kind: list(records)}, plugin="slurmdb")
+
     # --- plumbing ----------------------------------------------------------------------------------------------
 
     async def _get(self, path: str, model: type[_W], *, query: Query | None = None) -> _W:
         data = await self._request("GET", path, query=query)
         return _validated(f"slurmrestd GET {self._path(path)}", model, data)
 
-    def _path(self, path: str) -> str:
-        return f"/slurm/{API_VERSION}/{path}"
+    def _path(self, path: str, plugin: str = "slurm") -> str:
+        return f"/{plugin}/{API_VERSION}/{path}"
 
     async def _request(
-        self, method: str, path: str, *, body: dict[str, Any] | None = None, query: Query | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        query: Query | None = None,
+        plugin: str = "slurm",
     ) -> dict[str, Any]:
-        full_path = self._path(path)
+        full_path = self._path(path, plugin)
         where = f"slurmrestd {method} {full_path}"
         try:
             token = self._token()
@@ -245,4 +274,4 @@ def _classify(where: str, *, status: int, reason: str, raw: bytes) -> dict[str, 
     return data
 
 
-__all__ = ["API_VERSION", "DEFAULT_TIMEOUT", "SlurmClient", "SlurmError"]
+__all__ = ["ACCOUNTING_KINDS", "API_VERSION", "DEFAULT_TIMEOUT", "AccountingKind", "SlurmClient", "SlurmError"]

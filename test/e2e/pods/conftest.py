@@ -13,15 +13,22 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
-from test.e2e.harness import Node, control_plane_script, node_script
+from slurmctl.api.v1 import default_image
+from test.e2e.harness import REPO, Node, control_plane_script, node_script
+from test.e2e.operator import service_account_kubeconfig
+from test.e2e.pods.slurm import Kube, operator_process, until
 
 TEST_IMAGE = "localhost/slurmctl-test/busybox:1"
+# What every SlurmCluster of these tests runs; a module that needs more checks them itself (require_images).
+SLURM_IMAGES = tuple(default_image(c) for c in ("controller", "worker", "login", "rest", "populate-jail"))
 BRIDGE = "slurmctl0"
 
 
@@ -189,3 +196,43 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
             problems.append(f"left behind after down: {left}")
         if problems:
             pytest.fail("\n".join(problems), pytrace=False)
+
+
+def require_images(node: Node, refs: tuple[str, ...] | list[str]) -> None:
+    """Fail (not skip) when `make images` has not imported an image the tests run."""
+    assert node.state_dir is not None
+    listed = node_script("images", node.state_dir)
+    present = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    missing = [ref for ref in refs if ref not in present]
+    assert not missing, f"images missing in the node's containerd (run `make images`): {missing}"
+
+
+@pytest.fixture(scope="module")
+def operator(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """CRD and RBAC as config/default installs them (minus the operator Deployment: the module runs the operator as
+    `slurmctl run`, with its ServiceAccount's token); yields the operator's log."""
+    require_images(node, SLURM_IMAGES)
+    manifests = node.kubectl("kustomize", str(REPO / "config" / "default")).stdout
+    docs = [d for d in yaml.safe_load_all(manifests) if d and d.get("kind") != "Deployment"]
+    node.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(docs))
+    node.kubectl("wait", "--for=condition=Established", "crd/slurmclusters.slurm.slurmctl.io", "--timeout=60s")
+    work = tmp_path_factory.mktemp("operator")
+    kubeconfig = service_account_kubeconfig(node, work / "kubeconfig")
+    log = work / "operator.log"
+    with operator_process(kubeconfig, log) as proc:
+        yield log
+        assert proc.poll() is None, f"the operator exited ({proc.returncode}):\n{log.read_text()[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def kube(node: Node, operator: Path) -> Iterator[Kube]:
+    """A namespace of the module's own; deleted at the end, waited for, so that the next module has the node's CPUs."""
+    ns = f"slurm-{uuid.uuid4().hex[:6]}"
+    node.kubectl("create", "namespace", ns)
+    kube = Kube(node, ns)
+    yield kube
+    node.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    try:
+        until(lambda: node.kubectl("get", "namespace", ns, check=False).returncode != 0, timeout=180, what=ns)
+    except AssertionError as exc:  # the next module still runs, with fewer CPUs free until it goes
+        print(f"namespace {ns} not deleted yet: {exc}")

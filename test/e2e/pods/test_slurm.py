@@ -14,19 +14,15 @@ import json
 import re
 import shlex
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import yaml
 
-from slurmctl.api.v1 import default_image
 from slurmctl.render.rest import API_VERSION
-from test.e2e.harness import REPO, ControlPlane, node_script
-from test.e2e.operator import service_account_kubeconfig
-from test.e2e.pods.slurm import Kube, identity, operator_process, pod_ready, ssh, ssh_keypair, until
+from test.e2e.harness import REPO
+from test.e2e.pods.slurm import Kube, identity, pod_ready, ssh, ssh_keypair, until
 
 pytestmark = pytest.mark.e2e
 SAMPLE = REPO / "config" / "samples" / "slurmcluster_minimal.yaml"
@@ -36,39 +32,9 @@ CONTROLLER_POD = f"{NAME}-controller-0"
 WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
 JAIL = "/mnt/jail"
 USER, UID = "alice", 1500
-IMAGES = ("controller", "worker", "login", "rest", "populate-jail")
 REST = f"http://{NAME}-rest:6820"
 REST_PODS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest"
 T = TypeVar("T")
-
-
-@pytest.fixture(scope="module")
-def operator(node: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """CRD and RBAC as config/default installs them (minus the operator Deployment: this test runs the operator)."""
-    assert node.state_dir is not None
-    listed = node_script("images", node.state_dir)
-    present = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
-    missing = [ref for ref in (default_image(c) for c in IMAGES) if ref not in present]
-    assert not missing, f"images missing in the node's containerd (run `make images`): {missing}"
-    manifests = node.kubectl("kustomize", str(REPO / "config" / "default")).stdout
-    docs = [d for d in yaml.safe_load_all(manifests) if d and d.get("kind") != "Deployment"]
-    node.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(docs))
-    node.kubectl("wait", "--for=condition=Established", "crd/slurmclusters.slurm.slurmctl.io", "--timeout=60s")
-    work = tmp_path_factory.mktemp("operator")
-    kubeconfig = service_account_kubeconfig(node, work / "kubeconfig")
-    log = work / "operator.log"
-    with operator_process(kubeconfig, log) as proc:
-        yield log
-        assert proc.poll() is None, f"the operator exited ({proc.returncode}):\n{log.read_text()[-4000:]}"
-
-
-@pytest.fixture(scope="module")
-def kube(node: ControlPlane, operator: Path) -> Iterator[Kube]:
-    ns = f"slurm-{uuid.uuid4().hex[:6]}"
-    node.kubectl("create", "namespace", ns)
-    kube = Kube(node, ns)
-    yield kube
-    node.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def cluster_phase(kube: Kube) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,14 @@ def test_every_field_has_a_one_line_description() -> None:
         assert "\n" not in description, f"{path} has a multi-line description"
 
 
+def test_schema_has_nothing_kubernetes_forbids_in_a_crd() -> None:
+    """The API server refuses a CRD whose schema has these (e.g. patternProperties, which pydantic writes for a map
+    whose keys are constrained): map keys are checked by validation instead."""
+    text = json.dumps(openapi_schema())
+    for forbidden in ("patternProperties", "propertyNames", "$ref", "definitions", "dependencies", "uniqueItems"):
+        assert f'"{forbidden}"' not in text, forbidden
+
+
 def test_limits_and_patterns_reach_the_schema() -> None:
     nodes = dict(_walk(openapi_schema()))
     assert nodes["metadata.name"]["maxLength"] == 24
@@ -165,6 +174,11 @@ def test_samples_validate_against_the_crd_schema() -> None:
         {"jail": {"volume": {}}},
         {"jail": {"volume": {"claimName": "a", "source": {"nfs": {}}}}},
         {"login": {"service": {"type": "External"}}},
+        {"accounting": {"enabled": True, "qos": [{"name": "small", "maxJobsPerUser": -5}]}},
+        {"accounting": {"enabled": True, "accounts": [{"name": "a", "maxTRESPerJob": {"cpu": -1}}]}},
+        {"accounting": {"enabled": True, "accounts": [{"name": "Physics"}]}},
+        {"accounting": {"enabled": True, "accounts": [{"name": "a", "users": ["Alice Smith"]}]}},
+        {"containers": {"pyxis": {"enabled": True, "arguments": {"x": "a b"}}}},
     ],
 )
 def test_schema_and_models_reject_the_same_manifests(bad: dict[str, Any]) -> None:

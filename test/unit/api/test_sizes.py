@@ -77,6 +77,18 @@ WORST_CASES = {
         partitions=partitions(64, options=12, value_length=1024, groups=[group_name(0)]),
     ),
     "largest extraConfig": dict(workers=big_groups([1000]), slurm={"extraConfig": ("x" * 1023 + "\n") * 64}),
+    # Container jobs on (oci.conf), and pyxis' plugstack.conf line with every argument at its longest.
+    "containers": dict(
+        workers=big_groups([10]),
+        containers={
+            "enabled": True,
+            "pyxis": {
+                "enabled": True,
+                "path": "/" + "p" * 1023,
+                "arguments": {f"{'a' * 62}{n:02d}": "v" * 1024 for n in range(32)},
+            },
+        },
+    ),
 }
 
 

@@ -374,3 +374,68 @@ def test_clusters_in_the_namespaces_kubernetes_keeps_for_itself_are_refused() ->
     }
     _, problems = check_cluster(obj)
     assert [p.path for p in problems] == ["metadata.namespace"]
+
+
+def test_pyxis_argument_names_cannot_break_the_plugstack_line() -> None:
+    obj = cluster(containers={"pyxis": {"enabled": True, "arguments": {"runtime_path": "/run/pyxis", "a b": "1"}}})
+    assert problems_of(obj) == [
+        "spec.containers.pyxis.arguments.a b: argument names are letters, digits and '_', starting with a letter "
+        "(at most 64)"
+    ]
+
+
+EXTERNAL = {"host": "db", "user": "slurm", "passwordSecretRef": {"name": "db", "key": "password"}}
+
+
+def test_limits_naming_an_unknown_tres_parent_or_qos_name_the_field() -> None:
+    obj = cluster(
+        accounting={
+            "enabled": True,
+            "external": EXTERNAL,
+            "qos": [{"name": "small", "maxTRESPerJob": {"gres/fpga": 1, "cpu": 2}, "grpTRES": {"gres/gpu": 8}}],
+            "accounts": [
+                {"name": "physics", "parent": "science", "qos": ["small", "fast"], "users": ["alice"]},
+                {"name": "a", "parent": "b"},
+                {"name": "b", "parent": "a", "defaultQos": "normal", "qos": ["small"]},
+            ],
+        },
+        workers=[{"name": "cpu", "size": 2}],  # no GPU group: gres/gpu is not tracked
+    )
+    known = "billing, cpu, energy, fs/disk, mem, node, pages, vmem"
+    assert problems_of(obj) == [
+        f'spec.accounting.qos[0].maxTRESPerJob.gres/fpga: unknown TRES "gres/fpga": this cluster tracks {known}',
+        f'spec.accounting.qos[0].grpTRES.gres/gpu: unknown TRES "gres/gpu": this cluster tracks {known}',
+        'spec.accounting.accounts[0].parent: unknown account "science" (root or one declared here)',
+        'spec.accounting.accounts[0].qos[1]: unknown QOS "fast" (normal or one declared here)',
+        'spec.accounting.accounts[1].parent: account "a" would be its own ancestor',
+        'spec.accounting.accounts[2].parent: account "b" would be its own ancestor',
+        'spec.accounting.accounts[2].defaultQos: "normal" is not one of the account\'s qos',
+    ]
+
+
+def test_gpu_groups_and_extra_config_add_tracked_tres() -> None:
+    limits = {"maxTRESPerJob": {"gres/gpu": 8, "license/matlab": 1}}
+    obj = cluster(
+        accounting={"enabled": True, "external": EXTERNAL, "qos": [{"name": "gpu", **limits}]},
+        slurm={"extraConfig": "AccountingStorageTRES=license/matlab\nLicenses=matlab:4\n"},
+    )
+    assert problems_of(obj) == []
+
+
+def test_accounts_without_accounting_and_a_key_that_is_no_tres() -> None:
+    assert problems_of(cluster(accounting={"enabled": False, "accounts": [{"name": "physics"}]})) == [
+        "spec.accounting: accounts and qos need accounting: set enabled: true"
+    ]
+    bad_key = cluster(accounting={"enabled": True, "external": EXTERNAL, "qos": [{"name": "q", "grpTRES": {"a b": 1}}]})
+    assert problems_of(bad_key) == [
+        "spec.accounting.qos[0].grpTRES.a b: not a TRES name (type or type/name, e.g. gres/gpu)"
+    ]
+
+
+def test_declared_limits_make_enforcement_an_operator_owned_key() -> None:
+    accounting = {"enabled": True, "external": EXTERNAL, "qos": [{"name": "q", "maxJobsPerUser": 1}]}
+    obj = cluster(accounting=accounting, slurm={"extraConfig": "AccountingStorageEnforce=associations\n"})
+    assert [p.split(":")[0] for p in problems_of(obj)] == ["spec.slurm.extraConfig"]
+    assert "AccountingStorageEnforce" in problems_of(obj)[0]
+    del accounting["qos"]
+    assert problems_of(cluster(accounting=accounting, slurm={"extraConfig": "AccountingStorageEnforce=qos\n"})) == []

@@ -187,22 +187,61 @@ def test_missing_config_or_key_fails_before_starting_anything(pod: dict[str, str
     assert Path(pod["LOG"]).read_text() == ""
 
 
-def test_accounting_installs_a_private_slurmdbd_conf_and_drops_to_slurm(pod: dict[str, str]) -> None:
+def slurmdbd_conf(pod: dict[str, str], port: int) -> Path:
     secret = Path(pod["ROOT"]) / "mnt" / "slurmdbd-config"
-    secret.mkdir()
-    (secret / "slurmdbd.conf").write_text(
-        f"SlurmUser=slurm\nAuthAltParameters=jwt_key={pod['SLURM_CONF_DIR']}/jwt_hs256.key\nStoragePass=hunter2\n"
+    secret.mkdir(exist_ok=True)
+    conf = secret / "slurmdbd.conf"
+    conf.write_text(
+        f"SlurmUser=slurm\nAuthAltParameters=jwt_key={pod['SLURM_CONF_DIR']}/jwt_hs256.key\n"
+        f"StorageHost=127.0.0.1\nStoragePort={port}\nStoragePass=hunter2\n"
     )
+    return conf
 
-    done = run_script("entrypoint-accounting", env={**pod, "SLURMDBD_CONF_SOURCE": str(secret / "slurmdbd.conf")})
+
+def test_accounting_installs_a_private_slurmdbd_conf_and_drops_to_slurm(pod: dict[str, str]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as database:
+        port = database.getsockname()[1]
+        done = run_script("entrypoint-accounting", env={**pod, "SLURMDBD_CONF_SOURCE": str(slurmdbd_conf(pod, port))})
 
     assert done.returncode == 0, done.stderr
+    assert f"the database 127.0.0.1:{port} accepts connections" in done.stderr
     conf = Path(pod["SLURM_CONF_DIR"]) / "slurmdbd.conf"
     slurm_uid = pwd.getpwnam("slurm").pw_uid
     assert (stat.S_IMODE(conf.stat().st_mode), conf.stat().st_uid) == (0o600, slurm_uid)
     assert Path(pod["LOG"]).read_text() == f"slurmdbd uid={slurm_uid} args=-D\n"
     assert "hunter2" not in done.stderr + done.stdout
     assert_jwt_key_installed(pod)
+
+
+def test_accounting_waits_for_its_database_and_names_it(pod: dict[str, str]) -> None:
+    """slurmdbd exits when its database is unreachable at start; the entrypoint waits instead (no crash loop) and says
+    which host it waits for, then starts slurmdbd once the database listens."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # free once closed: nothing listens there while the script starts
+    conf = slurmdbd_conf(pod, port)
+    env = {**pod, "SLURMDBD_CONF_SOURCE": str(conf), "DATABASE_WAIT_LOG_SECONDS": "1"}
+    proc = subprocess.Popen(
+        [str(SCRIPTS / "entrypoint-accounting")],
+        env={"LC_ALL": "C.UTF-8", **env},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 30
+        seen = ""
+        while f"waiting for the database 127.0.0.1:{port}" not in seen:
+            assert time.monotonic() < deadline, seen
+            seen += proc.stderr.readline()
+        assert proc.poll() is None
+        assert Path(pod["LOG"]).read_text() == ""  # slurmdbd not started yet
+        with socket.create_server(("127.0.0.1", port)):
+            assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert Path(pod["LOG"]).read_text() == f"slurmdbd uid={pwd.getpwnam('slurm').pw_uid} args=-D\n"
 
 
 def jail_env(pod: dict[str, str]) -> dict[str, str]:
@@ -246,6 +285,22 @@ def test_worker_registers_a_dynamic_node_knows_jail_users_and_mirrors_homes(pod:
     )
     passwd = Path(env["EXTRAUSERS_DIR"]) / "passwd"
     assert passwd.is_symlink() and passwd.read_text() == "alice:x:1500:1500::/home/alice:/bin/bash\n"
+
+
+@pytest.mark.parametrize("containers", [False, True])
+def test_worker_makes_the_container_steps_directory_only_with_oci_conf(pod: dict[str, str], containers: bool) -> None:
+    """slurmstepd would create it owned by the first user to run a container step: it must exist, root's, first."""
+    env = {**jail_env(pod), "OCI_ROOT": pod["ROOT"] + "/run/slurm-oci"}
+    if containers:
+        (Path(env["SLURM_CONFIGS_SOURCE"]) / "oci.conf").write_text('RunTimeRun="crun run"\n')
+    wrapper = ("unshare", "--mount", "--propagation", "private")
+    done = run_script("entrypoint-worker", env=env, wrapper=wrapper)
+
+    assert done.returncode == 0, done.stderr
+    top = Path(env["OCI_ROOT"])
+    assert top.exists() == containers
+    if containers:
+        assert (top.stat().st_uid, stat.S_IMODE(top.stat().st_mode)) == (0, 0o711)
 
 
 def test_login_installs_sshd_config_keys_and_runs_sshd(pod: dict[str, str]) -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
+from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec
 from slurmctl.render.slurm_conf import dynamic_node_conf, render_slurm_configs
 from test.unit.render.samples import sample
 
@@ -67,3 +71,56 @@ def test_research_sample_groups_partitions_gpus_and_accounting() -> None:
     assert slurm[-2:] == ["PriorityType=priority/multifactor", "PriorityWeightFairshare=10000"]
     assert slurm.index("Include /etc/slurm/nodes.conf") < slurm.index("PriorityType=priority/multifactor")
     assert "NodeName=research-worker-h100-[0-999] Name=gpu File=/dev/nvidia[0-7]" in _lines(configs["gres.conf"])
+
+
+def _with_containers(name: str, containers: dict[str, object]) -> SlurmCluster:
+    cluster = sample(name)
+    spec = cluster.spec.model_dump(by_alias=True, exclude_none=True)
+    spec["containers"] = containers
+    return cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
+
+
+def test_container_jobs_are_off_by_default_and_oci_conf_appears_only_when_enabled() -> None:
+    assert "oci.conf" not in render_slurm_configs(sample("minimal"))
+    configs = render_slurm_configs(_with_containers("minimal", {"enabled": True}))
+    oci = dict(line.split("=", 1) for line in _lines(configs["oci.conf"])[1:])
+    # One directory per user under a root-owned one on /run (shared with the jail), one per task below it.
+    assert oci["ContainerPath"] == "/run/slurm-oci/%U/%j.%s/task-%t"
+    assert oci["RunTimeRun"] == '"crun --rootless=true --root=/run/slurm-oci/%U/crun run --bundle %b %n.%u.%j.%s.%t"'
+    # What slurmstepd runs as root reads the user's state directory: it runs as the user instead.
+    as_user = "setpriv --reuid=%U --regid=$(id -g %U) --init-groups"
+    for key in ("RunTimeQuery", "RunTimeKill", "RunTimeDelete"):
+        assert oci[key].startswith(f'"{as_user} crun --rootless=true --root=/run/slurm-oci/%U/crun '), oci[key]
+    assert "RunTimeCreate" not in oci and "RunTimeStart" not in oci  # RunTimeRun excludes them
+    # The jail's plugin still comes first and alone: OCI containers need no SPANK plugin.
+    assert _lines(configs["plugstack.conf"])[1:] == ["required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"]
+
+
+def test_pyxis_line_follows_the_jail_plugin_with_its_arguments() -> None:
+    configs = render_slurm_configs(_with_containers("minimal", {"pyxis": {"enabled": True}}))
+    assert _lines(configs["plugstack.conf"])[1:] == [
+        "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail",
+        "required spank_pyxis.so container_scope=global execute_entrypoint=0 sbatch_support=1",
+    ]
+    assert "oci.conf" not in configs  # pyxis brings its own runtime (enroot)
+    custom = {"enabled": True, "required": False, "path": "/opt/pyxis/spank_pyxis.so", "arguments": {"remap_root": "1"}}
+    configs = render_slurm_configs(_with_containers("minimal", {"pyxis": custom}))
+    assert _lines(configs["plugstack.conf"])[2] == "optional /opt/pyxis/spank_pyxis.so remap_root=1"
+
+
+def test_pyxis_arguments_cannot_smuggle_lines_or_words() -> None:
+    with pytest.raises(ValidationError):
+        _with_containers("minimal", {"pyxis": {"enabled": True, "arguments": {"x": "1\nrequired /tmp/evil.so"}}})
+    with pytest.raises(ValidationError):
+        _with_containers("minimal", {"pyxis": {"enabled": True, "path": "a.so b=1"}})
+
+
+def test_enforcement_is_on_only_when_the_spec_declares_accounts_or_qos() -> None:
+    cluster = sample("research")  # accounting enabled, no accounts or qos
+    slurm = _lines(render_slurm_configs(cluster)["slurm.conf"])
+    assert "AccountingStorageTRES=gres/gpu" in slurm  # it has GPU groups
+    assert not any(line.startswith("AccountingStorageEnforce") for line in slurm)
+    spec = cluster.spec.model_dump(by_alias=True, exclude_none=True)
+    spec["accounting"]["qos"] = [{"name": "small", "maxJobsPerUser": 1}]
+    limited = cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
+    assert "AccountingStorageEnforce=associations,limits,qos" in _lines(render_slurm_configs(limited)["slurm.conf"])

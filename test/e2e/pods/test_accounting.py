@@ -1,0 +1,306 @@
+"""Accounting on the real node: slurmdbd from the operator's rendered config, storing into a MariaDB server built by
+`make images` (images/test-mariadb) and run here as a plain StatefulSet on a volume claim, which the SlurmCluster's
+`spec.accounting.external` points at.
+
+One cluster is shared by the tests of this module, in order: registered → jobs recorded with state and exit code →
+slurmdbd deleted while jobs run → the database pod re-created on its claim → the database unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmctl.api.v1 import IMAGE_TAG, default_image
+from test.e2e.harness import Node
+from test.e2e.pods.conftest import require_images
+from test.e2e.pods.slurm import Kube, identity, pod_ready, until
+
+pytestmark = pytest.mark.e2e
+NAME = "acct"
+DB = f"{NAME}-db"
+DB_POD = f"{DB}-0"
+DB_IMAGE = f"localhost/slurmctl-test/mariadb:{IMAGE_TAG}"
+DB_PASSWORD_SECRET = f"{DB}-password"
+LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
+CONTROLLER_POD = f"{NAME}-controller-0"
+WORKER_POD = f"{NAME}-worker-cpu-0"
+SLURMDBD = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=accounting"
+
+
+def database(password: str) -> list[dict[str, Any]]:
+    """The test database: its password Secret, a headless Service (pod DNS) and a one-pod StatefulSet with a claim."""
+    labels = {"app": DB}
+    container = {
+        "name": "mariadb",
+        "image": DB_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "ports": [{"name": "mysql", "containerPort": 3306, "protocol": "TCP"}],
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/var/lib/mysql"},
+            {"name": "password", "mountPath": "/mnt/db-password", "readOnly": True},
+        ],
+        "readinessProbe": {
+            "exec": {"command": ["mariadb-admin", "--protocol=socket", "ping"]},
+            "periodSeconds": 2,
+            "timeoutSeconds": 5,
+        },
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "768Mi"}},
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": DB_PASSWORD_SECRET},
+            "stringData": {"password": password},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": DB},
+            "spec": {
+                "clusterIP": "None",
+                "selector": labels,
+                "ports": [{"name": "mysql", "port": 3306, "targetPort": 3306, "protocol": "TCP"}],
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": DB},
+            "spec": {
+                "serviceName": DB,
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 20,
+                        "automountServiceAccountToken": False,
+                        "containers": [container],
+                        "volumes": [{"name": "password", "secret": {"secretName": DB_PASSWORD_SECRET}}],
+                    },
+                },
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "local-hostpath",
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        },
+                    }
+                ],
+            },
+        },
+    ]
+
+
+def slurm_cluster() -> list[dict[str, Any]]:
+    """One small worker and a login node; accounting into the test database."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": f"{NAME}-jail"},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}},
+        },
+        {
+            "apiVersion": "slurm.slurmctl.io/v1",
+            "kind": "SlurmCluster",
+            "metadata": {"name": NAME},
+            "spec": {
+                "jail": {"volume": {"claimName": f"{NAME}-jail"}},
+                "workers": [
+                    {
+                        "name": "cpu",
+                        "size": 1,
+                        "resources": {"requests": {"cpu": "300m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+                    }
+                ],
+                "accounting": {
+                    "enabled": True,
+                    "external": {
+                        "host": DB,
+                        "user": "slurm",
+                        "passwordSecretRef": {"name": DB_PASSWORD_SECRET, "key": "password"},
+                    },
+                },
+            },
+        },
+    ]
+
+
+def apply(kube: Kube, objects: list[dict[str, Any]]) -> None:
+    items = {"apiVersion": "v1", "kind": "List", "items": objects}
+    kube.run("apply", "--server-side", "-f", "-", input=json.dumps(items))
+
+
+def condition(kube: Kube, type_: str) -> dict[str, Any]:
+    conditions = kube.json("slurmcluster", NAME).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == type_), {})
+
+
+def phase(kube: Kube) -> str:
+    return str(kube.json("slurmcluster", NAME).get("status", {}).get("phase", ""))
+
+
+def login(kube: Kube, *command: str) -> str:
+    return kube.exec(LOGIN_POD, LOGIN, *command)
+
+
+def sbatch(kube: Kube, script: str) -> str:
+    """Submits a batch job as root from the login node and returns its id (output discarded)."""
+    return login(kube, "sbatch", "--parsable", "-o", "/dev/null", "--wrap", script).strip().split(";")[0]
+
+
+def sacct(kube: Kube, job_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """What accounting recorded for these jobs: job id -> (State, ExitCode), allocations only."""
+    out = login(kube, "sacct", "-a", "-n", "-P", "-X", "-j", ",".join(job_ids), "--format=JobID,State,ExitCode")
+    rows = [line.split("|") for line in out.splitlines() if line.strip()]
+    return {row[0]: (row[1], row[2]) for row in rows}
+
+
+def recorded(kube: Kube, expected: dict[str, tuple[str, str]], *, timeout: float, what: str) -> None:
+    seen: list[dict[str, tuple[str, str]]] = [{}]
+
+    def probe() -> bool:
+        seen[0] = sacct(kube, list(expected))
+        return seen[0] == expected
+
+    try:
+        until(probe, timeout=timeout, interval=2, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; sacct showed {seen[0]}, expected {expected}") from None
+
+
+def queued(kube: Kube, job_ids: list[str]) -> list[str]:
+    out = login(kube, "squeue", "-h", "-o", "%i", "-j", ",".join(job_ids))
+    return out.split()
+
+
+def slurmdbd_pod(kube: Kube) -> dict[str, Any] | None:
+    pods = [p for p in kube.pods(SLURMDBD) if not p["metadata"].get("deletionTimestamp")]
+    return pods[0] if len(pods) == 1 else None
+
+
+def others(kube: Kube) -> dict[str, tuple[str, int]]:
+    return {name: identity(kube.json("pod", name)) for name in (CONTROLLER_POD, WORKER_POD, LOGIN_POD, DB_POD)}
+
+
+@pytest.fixture(scope="module")
+def cluster(node: Node, kube: Kube, operator: Path) -> Iterator[Kube]:
+    require_images(node, [DB_IMAGE, default_image("accounting")])
+    apply(kube, database(secrets.token_urlsafe(18)))
+    apply(kube, slurm_cluster())
+    try:
+        until(lambda: phase(kube) == "Available", timeout=600, interval=3, what=f"{NAME} to be Available")
+    except AssertionError:
+        print(kube.run("get", "pods,jobs,pvc", "-o", "wide", check=False))
+        print(kube.run("describe", "pods", check=False)[-8000:])
+        print(kube.run("logs", "deployment/" + NAME + "-accounting", "-c", "slurmdbd", "--tail=40", check=False))
+        print(operator.read_text()[-4000:])
+        raise
+    yield kube
+
+
+def test_slurmdbd_is_ready_because_it_answers_and_the_cluster_is_registered(cluster: Kube) -> None:
+    kube = cluster
+    assert condition(kube, "AccountingReady")["status"] == "True"
+    dbd = slurmdbd_pod(kube)
+    assert dbd is not None and pod_ready(dbd)
+    probe = dbd["spec"]["containers"][0]["readinessProbe"]
+    assert probe["exec"]["command"] == ["/usr/lib/slurmctl/slurm-ready", "accounting"]
+    clusters = login(kube, "sacctmgr", "-n", "-P", "show", "cluster", "format=cluster")
+    assert clusters.split() == [NAME]
+    conf = login(kube, "cat", "/etc/slurm/slurm.conf")
+    assert "AccountingStorageType=accounting_storage/slurmdbd\n" in conf
+
+
+def test_jobs_show_up_in_sacct_with_state_and_exit_code(cluster: Kube) -> None:
+    kube = cluster
+    ok = sbatch(kube, "true")
+    failing = sbatch(kube, "exit 3")
+    recorded(kube, {ok: ("COMPLETED", "0:0"), failing: ("FAILED", "3:0")}, timeout=120, what="both jobs in sacct")
+    print(login(kube, "sacct", "-a", "-X", "-j", f"{ok},{failing}", "--format=JobID,JobName%12,User,State,ExitCode"))
+
+
+def test_jobs_finish_while_slurmdbd_is_away_and_are_all_recorded_when_it_is_back(cluster: Kube) -> None:
+    kube = cluster
+    before = others(kube)
+    running = [sbatch(kube, "sleep 6") for _ in range(2)]
+    until(lambda: login(kube, "squeue", "-h", "-t", "R", "-o", "%i").split(), timeout=60, what="a job running")
+    old = slurmdbd_pod(kube)
+    assert old is not None
+    kube.run("delete", "pod", old["metadata"]["name"], "--wait=true", "--timeout=60s")
+    during = [sbatch(kube, "true")]  # submitted while slurmdbd is away
+    jobs = running + during
+    until(lambda: not queued(kube, jobs), timeout=120, interval=2, what="every job of the window to finish")
+
+    def back() -> bool:
+        pod = slurmdbd_pod(kube)
+        return pod is not None and pod["metadata"]["uid"] != old["metadata"]["uid"] and pod_ready(pod)
+
+    until(back, timeout=180, interval=2, what="a new slurmdbd pod to be ready")
+    recorded(kube, {j: ("COMPLETED", "0:0") for j in jobs}, timeout=120, what="every job of the window in sacct")
+    assert others(kube) == before, "a pod other than slurmdbd restarted or was re-created"
+
+
+def test_the_database_pod_recreated_on_its_claim_loses_nothing(cluster: Kube) -> None:
+    kube = cluster
+    all_jobs = login(kube, "sacct", "-a", "-n", "-P", "-X", "--format=JobID,State,ExitCode").split()
+    assert len(all_jobs) >= 5, all_jobs
+    ids = [row.split("|")[0] for row in all_jobs]
+    before = sacct(kube, ids)
+    uid = kube.json("pod", DB_POD)["metadata"]["uid"]
+    kube.run("delete", "pod", DB_POD, "--wait=true", "--timeout=90s")
+
+    def recreated() -> bool:
+        pods = kube.pods(f"app={DB}")
+        return len(pods) == 1 and pods[0]["metadata"]["uid"] != uid and pod_ready(pods[0])
+
+    until(recreated, timeout=180, interval=2, what="the database pod re-created and ready")
+    recorded(kube, before, timeout=120, what="every job recorded before, after the database came back")
+
+
+def test_an_unreachable_database_is_named_in_the_condition_and_jobs_still_run(cluster: Kube) -> None:
+    kube = cluster
+    kube.run("scale", "statefulset", DB, "--replicas=0")
+    until(lambda: not kube.pods(f"app={DB}"), timeout=120, interval=2, what="the database pod to go")
+    old = slurmdbd_pod(kube)
+    assert old is not None
+    kube.run("delete", "pod", old["metadata"]["name"], "--wait=true", "--timeout=60s")
+
+    def names_the_host() -> dict[str, Any] | None:
+        c = condition(kube, "AccountingReady")
+        return c if c.get("status") == "False" and f"{DB}:3306" in c.get("message", "") else None
+
+    cond = until(
+        names_the_host,
+        timeout=120,
+        interval=2,
+        what="AccountingReady=False naming the database host",
+    )
+    print(f"condition while the database is away: {cond}")
+    # The rest of the cluster keeps running jobs.
+    out = login(kube, "srun", "-N1", "hostname")
+    assert out.strip() == WORKER_POD
+    job = sbatch(kube, "true")
+    try:
+        until(lambda: not queued(kube, [job]), timeout=120, interval=2, what="the job to finish without accounting")
+    except AssertionError:
+        print(login(kube, "squeue", "-j", job, "-o", "%i %T %r %N"), login(kube, "sinfo", "-N"))
+        raise
+    kube.run("scale", "statefulset", DB, "--replicas=1")
+    until(
+        lambda: condition(kube, "AccountingReady").get("status") == "True",
+        timeout=240,
+        interval=3,
+        what="AccountingReady=True once the database is back",
+    )
+    recorded(kube, {job: ("COMPLETED", "0:0")}, timeout=120, what="the job run without accounting, recorded later")

@@ -1,0 +1,168 @@
+"""Container jobs on the real node: `spec.containers.enabled` renders oci.conf, and `srun --container=<bundle>` runs
+an OCI bundle that lives in the jail with the jail's crun, rootless, as the job's user, after the task entered the jail
+through the chroot SPANK plugin.
+
+The bundle is what a user would make: a root filesystem (a static busybox and an /etc/os-release of its own) and the
+config.json `crun spec --rootless` writes, both in the user's home in the jail.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test.e2e.harness import Node
+from test.e2e.pods.slurm import Kube, until
+
+pytestmark = pytest.mark.e2e
+NAME = "ctr"
+LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
+WORKER_POD, WORKER = f"{NAME}-worker-cpu-0", "slurmd"
+JAIL = "/mnt/jail"
+USER, UID = "bob", 1600
+BUNDLE = f"/home/{USER}/bundle"
+OS_RELEASE = 'NAME="slurmctl test container"\nID=slurmctl-test\nPRETTY_NAME="slurmctl test container 1"\n'
+
+
+def slurm_cluster() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": f"{NAME}-jail"},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}},
+        },
+        {
+            "apiVersion": "slurm.slurmctl.io/v1",
+            "kind": "SlurmCluster",
+            "metadata": {"name": NAME},
+            "spec": {
+                "jail": {"volume": {"claimName": f"{NAME}-jail"}},
+                "workers": [
+                    {
+                        "name": "cpu",
+                        "size": 1,
+                        "resources": {"requests": {"cpu": "300m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+                    }
+                ],
+                "containers": {"enabled": True},
+            },
+        },
+    ]
+
+
+def as_user(kube: Kube, command: str) -> str:
+    """A shell command as the jail's user, inside the jail on the login node (what an ssh session gets)."""
+    return kube.exec(
+        LOGIN_POD,
+        LOGIN,
+        "chroot",
+        f"--userspec={UID}:{UID}",
+        JAIL,
+        "env",
+        f"HOME=/home/{USER}",
+        f"USER={USER}",
+        "PATH=/usr/local/bin:/usr/bin:/bin",
+        "sh",
+        "-c",
+        f"cd && {command}",
+    )
+
+
+def jail_host_path(kube: Kube) -> Path:
+    claim = kube.json("pvc", f"{NAME}-jail")
+    return Path(
+        kube.cp.kubectl("get", "pv", claim["spec"]["volumeName"], "-o", "jsonpath={.spec.hostPath.path}").stdout
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(node: Node, kube: Kube, operator: Path) -> Kube:
+    items = {"apiVersion": "v1", "kind": "List", "items": slurm_cluster()}
+    kube.run("apply", "--server-side", "-f", "-", input=json.dumps(items))
+    try:
+        until(
+            lambda: kube.json("slurmcluster", NAME).get("status", {}).get("phase") == "Available",
+            timeout=600,
+            interval=3,
+            what=f"{NAME} to be Available",
+        )
+    except AssertionError:
+        print(kube.run("get", "pods,jobs,pvc", "-o", "wide", check=False))
+        print(kube.run("describe", "pods", check=False)[-6000:])
+        print(operator.read_text()[-4000:])
+        raise
+    return kube
+
+
+@pytest.fixture(scope="module")
+def bundle(cluster: Kube) -> str:
+    """The user, and their bundle in the jail: rootfs written through the jail's volume, config.json by crun spec."""
+    kube = cluster
+    kube.exec(LOGIN_POD, LOGIN, "chroot", JAIL, "useradd", "-m", "-u", str(UID), "-s", "/bin/bash", USER)
+    rootfs = jail_host_path(kube) / BUNDLE.lstrip("/") / "rootfs"
+    for directory in ("bin", "usr/bin", "etc"):
+        (rootfs / directory).mkdir(parents=True)
+    busybox = shutil.which("busybox")
+    assert busybox, "the host's static busybox is needed for the container's root filesystem"
+    shutil.copy(busybox, rootfs / "bin" / "busybox")
+    # slurmstepd resolves a bare command with the jail's PATH (cat -> /usr/bin/cat): have the tools at both places.
+    for tool in ("sh", "cat", "id", "sleep"):
+        (rootfs / "bin" / tool).symlink_to("busybox")
+        (rootfs / "usr" / "bin" / tool).symlink_to("/bin/busybox")
+    (rootfs / "etc" / "os-release").write_text(OS_RELEASE)
+    kube.exec(LOGIN_POD, LOGIN, "chown", "-R", f"{UID}:{UID}", f"{JAIL}{BUNDLE}")
+    as_user(kube, f"cd {BUNDLE} && crun spec --rootless && test -s config.json")
+    return BUNDLE
+
+
+def test_a_container_job_sees_the_bundles_root_filesystem_not_the_jails(cluster: Kube, bundle: str) -> None:
+    kube = cluster
+    jail_release = as_user(kube, "cat /etc/os-release")
+    assert "Debian" in jail_release
+    out = as_user(kube, f"srun --container={bundle} cat /etc/os-release")
+    print(f"container job's /etc/os-release:\n{out}")
+    assert out == OS_RELEASE
+    assert out != jail_release
+
+
+def test_a_container_job_runs_as_the_user_not_as_root(cluster: Kube, bundle: str) -> None:
+    kube = cluster
+    # Root inside the container is the user outside it: the user namespace maps container uid 0 to the user's uid.
+    out = as_user(kube, f"srun --container={bundle} sh -c 'id -u; cat /proc/self/uid_map'")
+    lines = [line.split() for line in out.splitlines()]
+    print(f"container job's uid and uid_map: {lines}")
+    assert lines == [["0"], ["0", str(UID), "1"]], out
+    # Each user's container steps live under a root-owned directory the jail shares with the node.
+    top = kube.exec(WORKER_POD, WORKER, "stat", "-c", "%U %a", "/run/slurm-oci").split()
+    assert top == ["root", "711"], top
+    own = kube.exec(WORKER_POD, WORKER, "stat", "-c", "%u", f"/run/slurm-oci/{UID}").strip()
+    assert own == str(UID)
+
+
+def container_processes(kube: Kube, command: str) -> list[str]:
+    """The worker's processes running `command` (a container's processes are visible from the node's pid namespace;
+    slurmstepd resolved its program with the jail's PATH, so it may start with /usr/bin/), srun's own excluded."""
+    out = kube.exec(
+        WORKER_POD, WORKER, "sh", "-c", "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f 2>/dev/null; echo; done"
+    )
+    lines = [line.strip() for line in out.splitlines()]
+    return [line for line in lines if line.rsplit("/", 1)[-1] == command and "srun" not in line]
+
+
+def test_a_cancelled_container_job_leaves_no_process_behind(cluster: Kube, bundle: str) -> None:
+    """Cancelling a container step ends every process of the container."""
+    kube = cluster
+    needle = "sleep 600"
+    job = as_user(kube, f"sbatch --parsable -o job-%j.out --wrap 'srun --container={bundle} {needle}'").strip()
+    try:
+        until(lambda: container_processes(kube, needle), timeout=60, interval=1, what="the container's sleep to run")
+    except AssertionError:
+        print(as_user(kube, f"squeue -j {job}; cat job-{job}.out"))
+        raise
+    as_user(kube, f"scancel {job}")
+    until(lambda: not container_processes(kube, needle), timeout=60, interval=1, what="no container process left")
