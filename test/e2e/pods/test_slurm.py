@@ -420,7 +420,10 @@ def test_a_change_reconfigure_cannot_take_re_creates_workers_one_drained_node_at
     seen(f"{worker} re-created and ready")
     nodes = wait_for_nodes(kube, lambda n: n.get(worker) == "idle", timeout=120, what=f"{worker} idle again")
     seen(f"Slurm: {nodes}")
-    done = until(lambda: maybe(lambda: job_ended(kube, job)), timeout=60, what=f"job {job}'s record")
+    done = until(lambda: maybe(lambda: job_ended(kube, job)), timeout=120, what=f"job {job}'s record")
+    # Restarts > 0 would mean Slurm requeued the job (it was interrupted and ran again): printed, see the note.
+    record = {k: done.get(k) for k in ("JobState", "ExitCode", "Restarts", "RunTime")}
+    seen(f"job {job}: {record}")
     assert (done["JobState"], done["ExitCode"]) == ("COMPLETED", "0:0"), done
     seen("timeline:\n" + "\n".join(seen.lines))
 
