@@ -169,7 +169,9 @@ class Proc:
         return self.err.read_text()
 
     def reconciled(self) -> set[str]:
-        return {line.split()[1] for line in self.stdout().splitlines() if line.startswith("RECONCILED")}
+        # Complete lines only: the child may be half-way through writing one.
+        lines = self.stdout().splitlines(keepends=True)
+        return {line.split()[1] for line in lines if line.startswith("RECONCILED ") and line.endswith("\n")}
 
     async def logged(self, text: str, timeout: float) -> None:
         async def probe() -> bool:

@@ -104,4 +104,5 @@ async def test_metrics_show_nodes_and_jobs_by_state() -> None:
         assert f'slurm_jobs{{{labels},state="running"}} 1.0' in text
         await env.fake.delete(*SLURM_CLUSTER, NAME, namespace=NS)
         await env.poll_slurm()
-        assert "slurm_up{" not in generate_latest(env.manager.metrics.registry).decode(), "gone with the cluster"
+        text = generate_latest(env.manager.metrics.registry).decode()
+        assert f"slurm_up{{{labels}}}" not in text, "gone with the cluster"
