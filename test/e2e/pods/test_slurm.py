@@ -4,8 +4,8 @@ daemons started from what the operator rendered, users entering the jail through
 One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in
 and runs jobs → Slurm's node state on the pods → a partition change reaches every daemon in place → scale out under
 a running job → scale in under a running job (drain first) → scale in while Slurm cannot be asked (nothing goes) →
-a change only a restart can apply re-creates the worker after its job → delete. The operator runs as `slurmctl run`,
-with its ServiceAccount's token.
+delete. The operator runs as `slurmctl run`, with its ServiceAccount's token. (Re-creating workers for a change only a
+restart can apply is unit-tested: test/unit/reconcilers/test_drain.py.)
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -34,7 +34,6 @@ JAIL = "/mnt/jail"
 USER, UID = "alice", 1500
 REST = f"http://{NAME}-rest:6820"
 REST_PODS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest"
-T = TypeVar("T")
 
 
 def cluster_phase(kube: Kube) -> str:
@@ -372,60 +371,6 @@ def test_scale_in_waits_while_slurm_cannot_be_asked(available: Kube) -> None:
     until(lambda: leaving not in worker_pods(kube), timeout=240, what=f"pod {leaving} to go once Slurm answers")
     nodes = wait_for_nodes(kube, lambda n: len(n) == 1, timeout=120, what="one node left in Slurm")
     assert set(nodes) == {f"{NAME}-worker-cpu-0"}
-
-
-def maybe(probe: Callable[[], T]) -> T | None:
-    """A probe that may fail while the pod it runs in is being re-created (it is asked again)."""
-    try:
-        return probe()
-    except AssertionError:
-        return None
-
-
-def test_a_change_reconfigure_cannot_take_re_creates_workers_one_drained_node_at_a_time(
-    available: Kube, jail_user: tuple[Path, str]
-) -> None:
-    """A restart-requiring slurm.conf key (here SlurmdPidFile): the worker is drained, its pod stays while its job
-    runs, then it is re-created and its node comes back idle; the job completes."""
-    kube = available
-    key, ip = jail_user
-    worker = f"{NAME}-worker-cpu-0"
-    seen = Timeline()
-    job = submit(key, ip, "-w", worker, "--wrap", "'sleep 40'")
-    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
-    uid = kube.json("pod", worker)["metadata"]["uid"]
-    seen(f"job {job} running on {worker}")
-    patch_cluster(
-        kube,
-        '{"op":"add","path":"/spec/slurm/allowOperatorOwnedKeys","value":true}',
-        '{"op":"add","path":"/spec/slurm/extraConfig","value":"SlurmdPidFile=/run/slurmd-e2e.pid"}',
-    )
-    seen("SlurmdPidFile changed in the spec")
-
-    def reason() -> str | None:
-        out = maybe(lambda: kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-n", worker, "-o", "%T %E"))
-        return out if out and "slurmctl: re-created" in out else None
-
-    seen(f"{worker}: {until(reason, timeout=240, interval=2, what='the worker drained for re-creation').strip()}")
-    while (maybe(lambda: job_state(kube, job)) or {"JobState": "RUNNING"})["JobState"] == "RUNNING":
-        assert kube.json("pod", worker)["metadata"]["uid"] == uid, "the worker was re-created under a running job"
-        time.sleep(2)  # sampling the pod while the job runs (the property under test), not waiting for a state
-    seen(f"job {job} ended")
-
-    def back() -> bool:
-        pod = kube.json("pod", worker)
-        return pod["metadata"]["uid"] != uid and pod_ready(pod)
-
-    until(back, timeout=240, interval=2, what=f"{worker} re-created and ready")
-    seen(f"{worker} re-created and ready")
-    nodes = wait_for_nodes(kube, lambda n: n.get(worker) == "idle", timeout=120, what=f"{worker} idle again")
-    seen(f"Slurm: {nodes}")
-    done = until(lambda: maybe(lambda: job_ended(kube, job)), timeout=120, what=f"job {job}'s record")
-    # Restarts > 0 would mean Slurm requeued the job (it was interrupted and ran again): printed, see the note.
-    record = {k: done.get(k) for k in ("JobState", "ExitCode", "Restarts", "RunTime")}
-    seen(f"job {job}: {record}")
-    assert (done["JobState"], done["ExitCode"]) == ("COMPLETED", "0:0"), done
-    seen("timeline:\n" + "\n".join(seen.lines))
 
 
 def jail_host_path(kube: Kube) -> Path:
