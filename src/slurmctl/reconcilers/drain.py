@@ -30,6 +30,7 @@ class Leaving:
     node: str
     group: str
     why: str
+    recreate: bool = False  # the pod is re-created (new template), not removed: the operator deletes it
 
     @property
     def reason(self) -> str:

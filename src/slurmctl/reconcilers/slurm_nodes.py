@@ -19,6 +19,7 @@ from typing import Any
 from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
 from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_part
 from slurmctl.reconcilers.drain import drained_by_us
+from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.reconcilers.slurm_metrics import Snapshot, collector_for
 from slurmctl.reconcilers.workers import WorkersReconciler
 from slurmctl.render import meta
@@ -114,7 +115,7 @@ class SlurmNodesReconciler:
         self.ctx.status.submit(loaded.obj, status_part(SlurmClusterStatus(slurm_nodes=counts)))
         return Result(requeue_after=POLL_SECONDS)
 
-    async def _resume(self, loaded: Loaded, nodes: list[Node], api: Any) -> None:
+    async def _resume(self, loaded: Loaded, nodes: list[Node], api: SlurmApi) -> None:
         workers = self.ctx.reconcilers[WORKERS]
         assert isinstance(workers, WorkersReconciler)
         leaving = {going.node for going in workers.leaving(loaded)}

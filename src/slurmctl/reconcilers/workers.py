@@ -78,8 +78,7 @@ class WorkersReconciler(ComponentReconciler):
             return None
         groups = sorted(loaded.cluster.spec.workers, key=lambda g: g.name)
         live = worker_replicas(self.owned(loaded, STATEFULSET))
-        roll = self._roll(loaded, live)
-        leaving = [*leaving_nodes(c, groups, live), *roll]
+        leaving = self._leaving(loaded, live)
         gate = await self._gate(loaded, leaving)
         replicas: dict[str, int] = {}
         for group in groups:
@@ -102,8 +101,8 @@ class WorkersReconciler(ComponentReconciler):
         held = {going.group for going in leaving if going.node not in gate.released}
         keep = [meta.worker_group(c, name) for name in {*(g.name for g in groups), *(held & set(live))}]
         await self.prune(loaded, STATEFULSET, keep=keep)
-        for going in roll:
-            if going.node in gate.released:
+        for going in leaving:
+            if going.recreate and going.node in gate.released:
                 await self.delete(loaded, POD, going.node, why=f"{going.why}; its node is drained and runs no job")
         await self.write_status(loaded, self._status(loaded, groups, gate))
         return Result(requeue_after=DRAIN_POLL_SECONDS) if leaving else None
@@ -111,7 +110,9 @@ class WorkersReconciler(ComponentReconciler):
     def leaving(self, loaded: Loaded) -> list[Leaving]:
         """Every node that must go now (scale-in, removed groups, the node being re-created): what the drain gate
         drains, and what the Slurm node loop must not resume."""
-        live = worker_replicas(self.owned(loaded, STATEFULSET))
+        return self._leaving(loaded, worker_replicas(self.owned(loaded, STATEFULSET)))
+
+    def _leaving(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
         return [*leaving_nodes(loaded.name, loaded.cluster.spec.workers, live), *self._roll(loaded, live)]
 
     def _roll(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
@@ -133,7 +134,7 @@ class WorkersReconciler(ComponentReconciler):
             if len(others) < replicas - 1 or not all(pod_ready(p) and not deleting(p) for p in others):
                 return []  # a node is still coming back: one at a time
             why = f"re-created for a new pod template of worker group {group.name}"
-            return [Leaving(outdated[-1], group.name, why)]
+            return [Leaving(outdated[-1], group.name, why, recreate=True)]
         return []
 
     def watch(self, builder: ControllerBuilder) -> None:
