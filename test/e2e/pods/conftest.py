@@ -24,7 +24,8 @@ import yaml
 from slurmctl.api.v1 import default_image
 from test.e2e.harness import REPO, Node, control_plane_script, node_script
 from test.e2e.operator import service_account_kubeconfig
-from test.e2e.pods.slurm import Kube, operator_process, until
+from test.e2e.pods.slurm import Kube, operator_process
+from test.waiting import until
 
 TEST_IMAGE = "localhost/slurmctl-test/busybox:1"
 # What every SlurmCluster of these tests runs; a module that needs more checks them itself (require_images).

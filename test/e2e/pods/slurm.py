@@ -10,29 +10,14 @@ import json
 import os
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from test.e2e.harness import REPO, ControlPlane
 
-T = TypeVar("T")
 SLURMCTL = REPO / ".venv" / "bin" / "slurmctl"
-
-
-def until(probe: Callable[[], T | None], *, timeout: float, what: str, interval: float = 1.0) -> T:
-    """Poll `probe` until it returns something truthy; fail naming `what` and the last value at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = probe()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
-        time.sleep(interval)
 
 
 class Kube:
@@ -70,6 +55,30 @@ class Kube:
     def pods(self, selector: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.json("pods", "-l", selector)["items"]
         return items
+
+
+def small_cluster(name: str, **spec: Any) -> list[dict[str, Any]]:
+    """A jail claim and a SlurmCluster with one small worker (room for other modules' pods on this 2-core node) and
+    a login node; `spec` adds to the SlurmCluster's spec."""
+    worker = {
+        "name": "cpu",
+        "size": 1,
+        "resources": {"requests": {"cpu": "300m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": f"{name}-jail"},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}},
+        },
+        {
+            "apiVersion": "slurm.slurmctl.io/v1",
+            "kind": "SlurmCluster",
+            "metadata": {"name": name},
+            "spec": {"jail": {"volume": {"claimName": f"{name}-jail"}}, "workers": [worker], **spec},
+        },
+    ]
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:

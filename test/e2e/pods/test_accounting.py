@@ -19,7 +19,8 @@ import pytest
 from slurmctl.api.v1 import IMAGE_TAG, default_image
 from test.e2e.harness import Node
 from test.e2e.pods.conftest import require_images
-from test.e2e.pods.slurm import Kube, identity, pod_ready, until
+from test.e2e.pods.slurm import Kube, identity, pod_ready, small_cluster
+from test.waiting import until
 
 pytestmark = pytest.mark.e2e
 NAME = "acct"
@@ -103,37 +104,8 @@ def database(password: str) -> list[dict[str, Any]]:
 
 def slurm_cluster() -> list[dict[str, Any]]:
     """One small worker and a login node; accounting into the test database."""
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": f"{NAME}-jail"},
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}},
-        },
-        {
-            "apiVersion": "slurm.slurmctl.io/v1",
-            "kind": "SlurmCluster",
-            "metadata": {"name": NAME},
-            "spec": {
-                "jail": {"volume": {"claimName": f"{NAME}-jail"}},
-                "workers": [
-                    {
-                        "name": "cpu",
-                        "size": 1,
-                        "resources": {"requests": {"cpu": "300m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
-                    }
-                ],
-                "accounting": {
-                    "enabled": True,
-                    "external": {
-                        "host": DB,
-                        "user": "slurm",
-                        "passwordSecretRef": {"name": DB_PASSWORD_SECRET, "key": "password"},
-                    },
-                },
-            },
-        },
-    ]
+    external = {"host": DB, "user": "slurm", "passwordSecretRef": {"name": DB_PASSWORD_SECRET, "key": "password"}}
+    return small_cluster(NAME, accounting={"enabled": True, "external": external})
 
 
 def apply(kube: Kube, objects: list[dict[str, Any]]) -> None:

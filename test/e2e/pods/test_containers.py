@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from test.e2e.harness import Node
-from test.e2e.pods.slurm import Kube, until
+from test.e2e.pods.slurm import Kube, small_cluster
+from test.waiting import until
 
 pytestmark = pytest.mark.e2e
 NAME = "ctr"
@@ -29,30 +30,7 @@ OS_RELEASE = 'NAME="slurmctl test container"\nID=slurmctl-test\nPRETTY_NAME="slu
 
 
 def slurm_cluster() -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": f"{NAME}-jail"},
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}},
-        },
-        {
-            "apiVersion": "slurm.slurmctl.io/v1",
-            "kind": "SlurmCluster",
-            "metadata": {"name": NAME},
-            "spec": {
-                "jail": {"volume": {"claimName": f"{NAME}-jail"}},
-                "workers": [
-                    {
-                        "name": "cpu",
-                        "size": 1,
-                        "resources": {"requests": {"cpu": "300m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
-                    }
-                ],
-                "containers": {"enabled": True},
-            },
-        },
-    ]
+    return small_cluster(NAME, containers={"enabled": True})
 
 
 def as_user(kube: Kube, command: str) -> str:

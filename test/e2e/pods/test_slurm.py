@@ -22,7 +22,8 @@ import pytest
 
 from slurmctl.render.rest import API_VERSION
 from test.e2e.harness import REPO
-from test.e2e.pods.slurm import Kube, identity, pod_ready, ssh, ssh_keypair, until
+from test.e2e.pods.slurm import Kube, identity, pod_ready, ssh, ssh_keypair
+from test.waiting import holds, until
 
 pytestmark = pytest.mark.e2e
 SAMPLE = REPO / "config" / "samples" / "slurmcluster_minimal.yaml"
@@ -232,13 +233,14 @@ def test_slurm_node_state_follows_drain_and_resume_and_an_idle_cluster_writes_no
     until(lambda: node_state_condition(kube, pod) == ("True", "Idle", "") or None, timeout=90, what="Idle on pod")
     status = kube.json("slurmcluster", NAME)["status"]
     assert status["slurmNodes"]["idle"] == 2, status
-    # Idle: two polls later (15 s each), not one write to a worker pod or to the cluster.
-    before = {p: kube.json("pod", p)["metadata"]["resourceVersion"] for p in worker_pods(kube)}
-    cluster_rv = kube.json("slurmcluster", NAME)["metadata"]["resourceVersion"]
-    time.sleep(35)  # the quiet period being measured, not a wait for a condition
-    after = {p: kube.json("pod", p)["metadata"]["resourceVersion"] for p in worker_pods(kube)}
-    assert after == before, "the operator wrote to idle worker pods"
-    assert kube.json("slurmcluster", NAME)["metadata"]["resourceVersion"] == cluster_rv
+
+    # Idle: over two polls (15 s each), not one write to a worker pod or to the cluster.
+    def versions() -> dict[str, str]:
+        pods = {p: kube.json("pod", p)["metadata"]["resourceVersion"] for p in worker_pods(kube)}
+        return {**pods, NAME: kube.json("slurmcluster", NAME)["metadata"]["resourceVersion"]}
+
+    before = versions()
+    holds(lambda: versions() == before, seconds=35, what="the operator wrote to an idle cluster or its worker pods")
     kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", f"nodename={pod}", "state=drain", "reason=e2e-maintenance")
     until(
         lambda: node_state_condition(kube, pod) == ("False", "Drained", "e2e-maintenance") or None,
@@ -336,9 +338,11 @@ def test_scale_in_drains_the_node_and_its_pod_goes_only_after_the_job(
     workers = next(c for c in cond if c["type"] == "WorkersReady")
     assert workers["reason"] == "Draining" and f"job {job}" in workers["message"], workers
     assert kube.json("slurmcluster", NAME)["status"]["phase"] != "Degraded"
-    while job_state(kube, job)["JobState"] == "RUNNING":
-        assert leaving in worker_pods(kube), "the pod went while its job was running"
-        time.sleep(2)  # sampling the pod while the job runs (the property under test), not waiting for a state
+    holds(
+        lambda: leaving in worker_pods(kube),
+        while_=lambda: job_state(kube, job)["JobState"] == "RUNNING",
+        what="the pod went while its job was running",
+    )
     seen(f"job {job} ended; pod still there: {leaving in worker_pods(kube)}")
     until(lambda: leaving not in worker_pods(kube), timeout=120, what=f"pod {leaving} to go")
     seen(f"pod {leaving} gone")
@@ -363,10 +367,7 @@ def test_scale_in_waits_while_slurm_cannot_be_asked(available: Kube) -> None:
 
     message = until(closed, timeout=60, what="WorkersReady to say Slurm cannot be asked")
     assert "slurmrestd" in message, message
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # watching that nothing goes: the property under test
-        assert leaving in worker_pods(kube), "a worker pod went while Slurm could not be asked"
-        time.sleep(2)
+    holds(lambda: leaving in worker_pods(kube), seconds=30, what="a worker pod went while Slurm could not be asked")
     patch_cluster(kube, '{"op":"replace","path":"/spec/rest/enabled","value":true}')
     until(lambda: leaving not in worker_pods(kube), timeout=240, what=f"pod {leaving} to go once Slurm answers")
     nodes = wait_for_nodes(kube, lambda n: len(n) == 1, timeout=120, what="one node left in Slurm")

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from slurmctl.slurm import Node, SlurmAuthError, SlurmClient, SlurmUnavailable, TokenSource, mint_token
+from test.e2e.harness import eventually
 from test.e2e.slurm.local_slurm import LocalSlurm, local_slurm_instance
 
 pytestmark = pytest.mark.slurm
@@ -41,17 +42,14 @@ async def client(rest_slurm: LocalSlurm) -> AsyncIterator[SlurmClient]:
         yield SlurmClient(session=session, base_url=rest_slurm.rest_url, token=token, user="root", timeout=10)
 
 
-async def eventually(read: Callable[[], Awaitable[T]], ok: Callable[[T], bool], *, what: str, timeout: float = 30) -> T:
-    """Read until `ok(value)`; fail with the last value when the deadline passes."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
+async def read_until(read: Callable[[], Awaitable[T]], ok: Callable[[T], bool], *, what: str, timeout: float = 30) -> T:
+    """Read until `ok(value)` (harness.eventually over a read and a predicate)."""
+
+    async def probe() -> T | None:
         value = await read()
-        if ok(value):
-            return value
-        if loop.time() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {value!r}")
-        await asyncio.sleep(0.2)
+        return value if ok(value) else None
+
+    return await eventually(probe, timeout=timeout, interval=0.2, what=what)
 
 
 async def the_node(client: SlurmClient, name: str) -> Node:
@@ -64,7 +62,7 @@ def sinfo_state(slurm: LocalSlurm) -> str:
 
 async def test_ping_and_the_node_as_slurm_sees_it(rest_slurm: LocalSlurm, client: SlurmClient) -> None:
     await client.ping()
-    node = await eventually(lambda: the_node(client, rest_slurm.node), lambda n: n.base == "IDLE", what="idle node")
+    node = await read_until(lambda: the_node(client, rest_slurm.node), lambda n: n.base == "IDLE", what="idle node")
     assert (node.display, node.drain, node.busy) == ("Idle", False, False)
     assert node.partitions == ("debug",)
     show = rest_slurm.run("scontrol", "show", "node", rest_slurm.node).stdout
@@ -79,14 +77,14 @@ async def test_drain_with_a_reason_then_resume(rest_slurm: LocalSlurm, client: S
     assert not before.drain and sinfo_state(rest_slurm) == "idle"
 
     await client.drain([name], reason="slurmctl: e2e drain")
-    node = await eventually(lambda: the_node(client, name), lambda n: n.drain, what="DRAIN")
+    node = await read_until(lambda: the_node(client, name), lambda n: n.drain, what="DRAIN")
     assert (node.display, node.drained, node.reason) == ("Drained", True, "slurmctl: e2e drain")
     assert node.reason_set_by == "root"
     assert sinfo_state(rest_slurm) == "drained"
     assert "Reason=slurmctl: e2e drain" in rest_slurm.run("scontrol", "show", "node", name).stdout
 
     await client.resume([name])
-    node = await eventually(lambda: the_node(client, name), lambda n: n.state == {"IDLE"}, what="the node back to idle")
+    node = await read_until(lambda: the_node(client, name), lambda n: n.state == {"IDLE"}, what="the node back to idle")
     assert node.display == "Idle" and sinfo_state(rest_slurm) == "idle"
     # Slurm keeps the old reason on the resumed node; the client shows none, as `sinfo -R` does.
     assert "Reason=slurmctl: e2e drain" in rest_slurm.run("scontrol", "show", "node", name).stdout
@@ -102,7 +100,7 @@ async def test_a_job_is_seen_on_its_node_and_a_drain_waits_for_it(rest_slurm: Lo
         .split(";")[0]
     )
     try:
-        jobs = await eventually(
+        jobs = await read_until(
             client.jobs,
             lambda js: any(j.job_id == job_id and j.state == "RUNNING" for j in js),
             what=f"job {job_id} running",
@@ -113,32 +111,32 @@ async def test_a_job_is_seen_on_its_node_and_a_drain_waits_for_it(rest_slurm: Lo
         assert squeue == ["RUNNING", name]
 
         await client.drain([name], reason="slurmctl: e2e scale-in")
-        node = await eventually(lambda: the_node(client, name), lambda n: n.drain, what="DRAIN on the busy node")
+        node = await read_until(lambda: the_node(client, name), lambda n: n.drain, what="DRAIN on the busy node")
         assert (node.display, node.busy, node.drained) == ("Draining", True, False)
         assert sinfo_state(rest_slurm) == "draining"
     finally:
         rest_slurm.run("scancel", str(job_id))
-    node = await eventually(lambda: the_node(client, name), lambda n: n.drained, what="drained once the job ended")
+    node = await read_until(lambda: the_node(client, name), lambda n: n.drained, what="drained once the job ended")
     assert node.display == "Drained"
-    finished = await eventually(
+    finished = await read_until(
         client.jobs,
         lambda js: any(j.job_id == job_id and j.state != "RUNNING" for j in js),
         what=f"job {job_id} to end",
     )
     assert next(j for j in finished if j.job_id == job_id).state == "CANCELLED"
     await client.resume([name])
-    await eventually(lambda: the_node(client, name), lambda n: n.state == {"IDLE"}, what="idle again")
+    await read_until(lambda: the_node(client, name), lambda n: n.state == {"IDLE"}, what="idle again")
 
 
 async def test_reconfigure_is_taken_and_slurm_answers_again(rest_slurm: LocalSlurm, client: SlurmClient) -> None:
     log_before = rest_slurm.log("slurmctld").count("Reconfigure")
     await client.reconfigure()
-    await eventually(
+    await read_until(
         lambda: asyncio.to_thread(rest_slurm.log, "slurmctld"),
         lambda log: log.count("Reconfigure") > log_before,
         what="slurmctld to log the reconfigure",
     )
-    await eventually(
+    await read_until(
         lambda: the_node(client, rest_slurm.node), lambda n: n.base == "IDLE", what="the node idle after reconfigure"
     )
     await client.ping()

@@ -10,12 +10,13 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from test.unit.images.conftest import SCRIPTS, run_script, write_exe
+from test.waiting import until
 
 RECORDER = '#!/bin/sh\necho "$(basename "$0") uid=$(id -u) args=$*" >> {log}\n'
 
@@ -122,13 +123,6 @@ def test_a_config_without_jwt_key_installs_none(pod: dict[str, str]) -> None:
     assert "names no jwt_key" in done.stderr
 
 
-def wait_for(probe: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controller(pod: dict[str, str]) -> None:
     """The kubelet swaps the mounted ConfigMap's ..data; the controller installs the new files and runs
     `scontrol reconfigure`, without restarting slurmctld."""
@@ -145,7 +139,7 @@ def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controlle
         [str(SCRIPTS / "entrypoint-controller")], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     try:
-        wait_for(lambda: "slurmctld" in log.read_text(), timeout=30, what="slurmctld to start")
+        until(lambda: "slurmctld" in log.read_text(), timeout=30, interval=0.1, what="slurmctld to start")
         installed = Path(pod["SLURM_CONF_DIR"]) / "slurm.conf"
         before = installed.read_text()
         configs = Path(pod["SLURM_CONFIGS_SOURCE"])
@@ -156,8 +150,9 @@ def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controlle
         # The kubelet swaps a ..data symlink to a new directory; the fixture's ..data is a directory.
         (configs / "..data").rename(configs / "..data_old")
         (configs / "..data").symlink_to("..data_new")
-        wait_for(lambda: "MaxJobCount=5000" in installed.read_text(), timeout=30, what="the new slurm.conf")
-        wait_for(lambda: "scontrol uid=0 args=reconfigure" in log.read_text(), timeout=30, what="reconfigure")
+        until(lambda: "MaxJobCount=5000" in installed.read_text(), timeout=30, interval=0.1, what="the new slurm.conf")
+        reconfigured = "scontrol uid=0 args=reconfigure"
+        until(lambda: reconfigured in log.read_text(), timeout=30, interval=0.1, what="reconfigure")
         assert log.read_text().count("slurmctld uid=") == 1, "slurmctld was not restarted"
     finally:
         stop.touch()

@@ -113,6 +113,16 @@ class Env:
     def writes_since(self, mark: int, *, events: bool = True) -> list[Write]:
         return [w for w in self.fake.writes[mark:] if events or w.kind != "Event"]
 
+    async def available(self, body_spec: dict[str, Any] | None = None, *, name: str = NAME) -> None:
+        """Create a cluster and play the rest of the world until it is Available: the jail Job succeeds, every pod
+        turns ready."""
+        self.create(spec() if body_spec is None else body_spec, name=name)
+        await self.converge(name=name)
+        self.job_succeeds(name=name)
+        await self.converge(name=name)
+        self.pods_ready()
+        await self.converge(name=name)
+
     # ---- the rest of the world ----------------------------------------------------------------------------------
     def job_succeeds(self, *, name: str = NAME) -> None:
         status = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}

@@ -83,13 +83,14 @@ class FakeSlurm:
 
 
 def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME) -> None:
-    """Give the cluster a ready slurmrestd pod and a JWT key, and route the operator's Slurm calls to `slurm`."""
+    """Give the cluster a ready slurmrestd pod and a JWT key, and route the operator's Slurm calls to `slurm` (the
+    pod's address, on loopback, is never connected to)."""
     env.fake.put(
         {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": f"{name}-rest-0", "namespace": NS, "labels": meta.labels(name, "rest")},
-            "status": {"podIP": "10.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]},
+            "status": {"podIP": "127.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]},
         }
     )
     env.secret(meta.jwt_key_secret(name), {JWT_KEY: b"k" * 32}, labels=meta.labels(name, "cluster"))

@@ -36,12 +36,7 @@ async def test_keys_and_configs_are_created_owned_by_the_cluster_and_never_rotat
 
 async def test_a_converged_cluster_costs_no_write_and_no_event() -> None:
     async with Env() as env:
-        env.create(spec())
-        await env.converge()
-        env.job_succeeds()
-        await env.converge()
-        env.pods_ready()
-        await env.converge()
+        await env.available()
         assert env.phase() == "Available"
         mark, events = env.mark(), env.events()
         await env.run()

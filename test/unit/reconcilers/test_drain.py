@@ -22,11 +22,7 @@ def node(i: int, group: str = "cpu") -> str:
 
 
 async def cluster_with_nodes(env: Env, slurm: FakeSlurm, size: int, body: dict[str, Any] | None = None) -> None:
-    env.create(body or spec(size=size))
-    await env.converge()
-    env.job_succeeds()
-    await env.converge()
-    env.pods_ready()
+    await env.available(body or spec(size=size))
     for i in range(size):
         slurm.add_node(node(i))
     connect(env, slurm)
@@ -190,7 +186,7 @@ def worker_pod(env: Env, i: int, revision: str) -> None:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": node(i), "namespace": NS, "labels": labels},
-            "status": {"podIP": f"10.0.0.{i + 10}", "conditions": [{"type": "Ready", "status": "True"}]},
+            "status": {"podIP": f"127.0.0.{i + 10}", "conditions": [{"type": "Ready", "status": "True"}]},
         }
     )
 
@@ -228,7 +224,7 @@ async def test_a_new_pod_template_re_creates_one_drained_node_at_a_time() -> Non
         worker_pod(env, 1, "new")
         pod = env.get(POD, node(1))
         assert pod is not None
-        env.fake.set_status("v1", "Pod", node(1), {"podIP": "10.0.0.20", "conditions": []}, namespace=NS)
+        env.fake.set_status("v1", "Pod", node(1), {"podIP": "127.0.0.20", "conditions": []}, namespace=NS)
         del slurm.table[node(1)]
         slurm.add_node(node(1))
         await env.run("workers")

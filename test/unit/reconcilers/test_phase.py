@@ -10,7 +10,7 @@ from slurmctl.api.v1 import SlurmCluster
 from slurmctl.reconcilers.cluster import aggregate_phase as aggregate
 from slurmctl.reconcilers.registry import COMPONENTS
 from slurmctl.render.kinds import DEPLOYMENT
-from test.unit.reconcilers.env import NAME, NS, Env, spec
+from test.unit.reconcilers.env import NAME, NS, Env
 
 
 def cluster(generation: int, conditions: dict[str, tuple[str, int]]) -> SlurmCluster:
@@ -100,12 +100,7 @@ def test_the_benchmark_does_not_decide_availability() -> None:
 
 async def test_phase_changes_are_announced_once_each_and_degraded_is_a_warning() -> None:
     async with Env() as env:
-        env.create(spec())
-        await env.converge()
-        env.job_succeeds()
-        await env.converge()
-        env.pods_ready()
-        await env.converge()
+        await env.available()
         assert env.phase() == "Available"
         env.fake.set_status(*DEPLOYMENT, f"{NAME}-rest", {"availableReplicas": 0}, namespace=NS)
         await env.converge()

@@ -200,11 +200,6 @@ async def test_a_new_component_needs_only_its_registry_entry(monkeypatch: pytest
 async def test_the_phase_counts_a_required_component_that_is_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
     never_ready = dataclasses.replace(NOTES, render=lambda inputs: [])
     async with Env(components=(*COMPONENTS, never_ready)) as env:
-        env.create(spec())
-        await env.converge()
-        env.job_succeeds()
-        await env.converge()
-        env.pods_ready()
-        await env.converge()
+        await env.available()
         assert env.reason("NotesReady") == ("False", "NotReady")
         assert env.phase() == "Reconciling"

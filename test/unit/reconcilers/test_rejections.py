@@ -29,12 +29,7 @@ def immutable_claims(body: Mapping[str, Any], live: Mapping[str, Any] | None) ->
 async def test_an_immutable_state_volume_change_ends_in_a_clear_condition_one_event_and_recovers() -> None:
     async with Env() as env:
         env.fake.admission.append(immutable_claims)
-        env.create(spec())
-        await env.converge()
-        env.job_succeeds()
-        await env.converge()
-        env.pods_ready()
-        await env.converge()
+        await env.available()
         assert env.phase() == "Available"
         env.edit(lambda s: s.setdefault("controller", {}).update(stateVolume={"size": "50Gi"}))
         for _ in range(3):  # retries (resyncs, child events) record nothing new

@@ -23,12 +23,7 @@ async def test_slurmrestd_is_served_by_default_and_ready_when_its_pod_is() -> No
 
 async def test_the_phase_waits_for_slurmrestd() -> None:
     async with Env() as env:
-        env.create(spec())
-        await env.converge()
-        env.job_succeeds()
-        await env.converge()
-        env.pods_ready()
-        await env.converge()
+        await env.available()
         assert env.phase() == "Available"
         env.fake.set_status(*DEPLOYMENT, f"{NAME}-rest", {"availableReplicas": 0}, namespace="hpc")
         await env.converge()
@@ -38,12 +33,7 @@ async def test_the_phase_waits_for_slurmrestd() -> None:
 
 async def test_disabling_rest_removes_slurmrestd_but_keeps_the_jwt_key() -> None:
     async with Env() as env:
-        env.create(spec())
-        await env.converge()
-        env.job_succeeds()
-        await env.converge()
-        env.pods_ready()
-        await env.converge()
+        await env.available()
         key = env.get(SECRET, f"{NAME}-jwt-key")
         assert key is not None
         env.edit(lambda s: s.update(rest={"enabled": False}))

@@ -22,7 +22,7 @@ def worker_pod(env: Env, name: str) -> None:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": NS, "labels": meta.labels(NAME, "workers")},
-            "status": {"podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]},
+            "status": {"podIP": "127.0.0.3", "conditions": [{"type": "Ready", "status": "True"}]},
         }
     )
 

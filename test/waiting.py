@@ -1,0 +1,47 @@
+"""Waiting in tests that run real processes: `until` waits for a change with a deadline, `holds` checks that nothing
+changes during a window (where the waiting itself is the behaviour under test)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def until(probe: Callable[[], T | None], *, timeout: float, what: str, interval: float = 1.0) -> T:
+    """Poll `probe` until it returns something truthy; fail naming `what` and the last value at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
+        time.sleep(interval)
+
+
+def holds(
+    invariant: Callable[[], bool],
+    *,
+    what: str,
+    seconds: float | None = None,
+    while_: Callable[[], bool] | None = None,
+    timeout: float = 300,
+    interval: float = 2.0,
+) -> None:
+    """Check that `invariant` stays true for `seconds`, or for as long as `while_()` is true (bounded by `timeout`),
+    sampling every `interval`; fail at the first sample where it is false. Here the waiting is the behaviour under
+    test (nothing may change during the window), unlike `until`, which waits for a change."""
+    deadline = time.monotonic() + (seconds if seconds is not None else timeout)
+    while True:
+        assert invariant(), what
+        if while_ is not None and not while_():
+            return
+        if time.monotonic() >= deadline:
+            if while_ is not None:
+                raise AssertionError(f"{what}: still waiting after {timeout:.0f}s")
+            return
+        time.sleep(interval)
