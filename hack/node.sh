@@ -10,6 +10,9 @@
 #   hack/node.sh down           delete pods (short grace), stop kubelet, scheduler, DNS, containerd by recorded PID,
 #                               unmount, delete the bridge and the DNS network namespace, remove the fixed host paths
 #                               (/var/lib/kubelet, /var/log/pods, ...) that did not exist before `up`
+#   hack/node.sh reclaim        remove what an abandoned node left (its processes are all gone: the run was killed,
+#                               the machine restarted): its mounts, host paths, bridge and DNS namespace; refuses while
+#                               any process of it runs. `up` does this itself.
 #   hack/node.sh status         say what runs
 #   hack/node.sh import FILE... import OCI or docker archives into the node's containerd image store (namespace k8s.io);
 #                               when no node is up, into a temporary containerd on the same persistent store
@@ -27,10 +30,12 @@
 #                          store, owner names the containerd using it ("PID SOCKET STATE_DIR")
 #   SLURMCTL_VENV          the repository's virtualenv, for the DNS watcher (default: <repo>/.venv)
 #   NODE_READY_TIMEOUT     seconds `up` waits for the Node to be Ready (default 120)
+#   SLURMCTL_NODE_BRIDGE, SLURMCTL_NODE_DNS_NS  the bridge and DNS namespace names (default slurmctl0, slurmctl-dns):
+#                          the tests of `reclaim` use their own, beside a running node
 #
 # Machine-wide: the bridge slurmctl0 (10.244.0.0/24, no gateway in pods), the DNS namespace slurmctl-dns (10.244.0.2)
 # and the containerd store are one per machine, so one node runs at a time; a second `up` from another state
-# directory fails and says which one owns them.
+# directory fails and says which one owns them, unless that node was abandoned (`reclaim`).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,10 +49,10 @@ LOG_PREFIX=node
 
 NODE=$STATE/node
 NODE_NAME=slurmctl-node
-BRIDGE=slurmctl0
+BRIDGE=${SLURMCTL_NODE_BRIDGE:-slurmctl0}
 NET=10.244.0
-DNS_NS=slurmctl-dns
-DNS_VETH=slurmctl-dns0
+DNS_NS=${SLURMCTL_NODE_DNS_NS:-slurmctl-dns}
+DNS_VETH=${DNS_NS}0
 DNS_IP=$NET.2
 CTR_DIR=${SLURMCTL_CONTAINERD_DIR:-$CACHE/containerd}
 CTR_ROOT=$CTR_DIR/root
@@ -310,17 +315,53 @@ bridge_owner() {
     cat "/sys/class/net/$BRIDGE/ifalias" 2>/dev/null || true
 }
 
+# A node whose recorded processes (node and control plane) are all gone was abandoned: its run was killed, or the
+# machine restarted under it. Only the bridge, the DNS namespace and mounts are left, and nothing would ever remove
+# them, so they must not keep every later node from starting.
+node_abandoned() {
+    local owner=$1 f
+    [ -n "$owner" ] || return 0
+    for f in "$owner"/pids/*; do
+        [ -f "$f" ] || continue
+        pid_alive "$(cat "$f" 2>/dev/null)" "$(match_of "$(basename "$f")")" && return 1
+    done
+    return 0
+}
+
+# Takes the machine back from an abandoned node: its own `down` (which stops nothing, as nothing of it runs, and
+# removes its mounts, host paths and network), then whatever a state directory that is gone can no longer name.
+reclaim_abandoned_node() {
+    local owner=$1
+    log "bridge $BRIDGE belongs to '${owner:-unknown}', whose processes are all gone; removing what that node left"
+    if [ -n "$owner" ] && [ -d "$owner/node" ]; then
+        SLURMCTL_CLUSTER_DIR=$owner "$ROOT/hack/node.sh" down >&2 || log "down for '$owner' failed; removing its network"
+    fi
+    if [ -e "/sys/class/net/$BRIDGE" ] && [ "$(bridge_owner)" = "$owner" ]; then
+        ip netns delete "$DNS_NS" 2>/dev/null || true
+        ip link delete "$DNS_VETH" 2>/dev/null || true
+        ip link delete "$BRIDGE" || die "could not delete the abandoned bridge $BRIDGE"
+    fi
+}
+
 # One node per machine: the bridge (its alias names the owning state directory), the DNS namespace and the
-# containerd store must be free or ours.
+# containerd store must be free, ours, or left by an abandoned node (which `check_machine_free reclaim`, run under the
+# machine lock, removes).
 check_machine_free() {
     local owner
     if [ -e "/sys/class/net/$BRIDGE" ]; then
         owner=$(bridge_owner)
-        [ "$owner" = "$STATE" ] ||
-            die "another node is up on this machine: bridge $BRIDGE belongs to state directory '${owner:-unknown}'" \
-                "(stop it with: SLURMCTL_CLUSTER_DIR=$owner hack/node.sh down)"
+        if [ "$owner" != "$STATE" ]; then
+            node_abandoned "$owner" ||
+                die "another node is up on this machine: bridge $BRIDGE belongs to state directory '${owner:-unknown}'" \
+                    "(stop it with: SLURMCTL_CLUSTER_DIR=$owner hack/node.sh down)"
+            [ "${1:-}" != reclaim ] || reclaim_abandoned_node "$owner"
+        fi
     elif [ -e "/run/netns/$DNS_NS" ]; then
-        die "network namespace $DNS_NS exists without bridge $BRIDGE (left over?); remove it with: ip netns delete $DNS_NS"
+        # No node runs without the bridge: a namespace without it was left by a node that died while going down.
+        [ "${1:-}" = reclaim ] ||
+            die "network namespace $DNS_NS exists without bridge $BRIDGE (left over?); remove it with: ip netns delete $DNS_NS"
+        log "network namespace $DNS_NS exists without bridge $BRIDGE; removing it"
+        ip netns delete "$DNS_NS"
     fi
     local o pid sock ostate
     if o=$(store_owner); then
@@ -333,11 +374,12 @@ check_machine_free() {
 # The bridge, created with our state directory as its alias, is the claim on the machine; checking and creating it
 # happen under a lock, so two `up`s at once cannot both think the machine is free.
 claim_machine() {
+    local claim=${1:-bridge}
     mkdir -p "$CACHE"
     (
         flock -w 60 9 || die "timed out waiting for $CACHE/node.lock"
-        check_machine_free
-        if [ ! -e "/sys/class/net/$BRIDGE" ]; then
+        check_machine_free reclaim
+        if [ "$claim" = bridge ] && [ ! -e "/sys/class/net/$BRIDGE" ]; then
             ip link add "$BRIDGE" type bridge
             ip link set "$BRIDGE" alias "$STATE"
         fi
@@ -713,6 +755,7 @@ case "${1:-}" in
 build) cmd_build ;;
 up) cmd_up ;;
 down) cmd_down ;;
+reclaim) claim_machine nothing ;;
 status) cmd_status ;;
 import)
     shift
@@ -724,7 +767,7 @@ build-image)
     cmd_build_image "$@"
     ;;
 *)
-    printf 'usage: %s build|up|down|status|import FILE...|images|build-image TAG CONTEXT [DOCKERFILE]\n' "$0" >&2
+    printf 'usage: %s build|up|down|reclaim|status|import FILE...|images|build-image TAG CONTEXT [DOCKERFILE]\n' "$0" >&2
     exit 2
     ;;
 esac

@@ -59,9 +59,11 @@ NODE_SCRIPT = REPO / "hack" / "node.sh"
 NODE_NAME = "slurmctl-node"
 
 
-def node_script(command: str, state_dir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def node_script(
+    command: str, state_dir: Path, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """hack/node.sh COMMAND on the cluster in `state_dir` (a node runs on top of that state's control plane)."""
-    env = {**os.environ, "SLURMCTL_CLUSTER_DIR": str(state_dir)}
+    env = {**os.environ, **(env or {}), "SLURMCTL_CLUSTER_DIR": str(state_dir)}
     return subprocess.run(
         ["bash", str(NODE_SCRIPT), command, *args],
         env=env,

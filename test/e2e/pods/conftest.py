@@ -121,11 +121,17 @@ def bridge_owner() -> str | None:
         return None
 
 
+def abandoned(state: Path) -> bool:
+    """No recorded process of that cluster runs any more (its session was killed): `node.sh up` reclaims its node."""
+    return not any(cmdline(pid) for pid in recorded_pids(state).values())
+
+
 def wait_for_other_test_sessions(timeout: float = 240.0) -> None:
-    """Another pytest session's node (a parallel run on a shared machine) is waited for; anything else fails at up."""
+    """Another pytest session's live node (a parallel run on a shared machine) is waited for; an abandoned one is
+    reclaimed by `up`, anything else fails there."""
     end = time.monotonic() + timeout
     while (owner := bridge_owner()) and owner.startswith(tempfile.gettempdir() + "/pytest-of-"):
-        if time.monotonic() >= end:
+        if abandoned(Path(owner)) or time.monotonic() >= end:
             return
         time.sleep(1)
 

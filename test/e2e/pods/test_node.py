@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -91,6 +92,68 @@ async def test_node_is_ready_and_up_is_idempotent(node: Node, tmp_path: Path) ->
     assert other.returncode != 0
     assert "another node is up" in other.stderr and str(node.state_dir) in other.stderr, other.stderr
     assert not (tmp_path / "other" / "node").exists()
+    refused = node_script("reclaim", tmp_path / "other", timeout=30)
+    assert refused.returncode != 0 and "another node is up" in refused.stderr, refused.stderr
+    assert node_script("status", node.state_dir).returncode == 0
+
+
+# What a node killed with its machine leaves (a bridge naming its state directory, the DNS namespace, mounts), made
+# with names (and an image store) of their own so that the node the other tests use stays up beside it.
+RECLAIM_NAMES = {
+    "SLURMCTL_NODE_BRIDGE": "slurmctlt0",
+    "SLURMCTL_NODE_DNS_NS": "slurmctl-dnst",
+    "SLURMCTL_CONTAINERD_DIR": "/nonexistent/slurmctl-reclaim-test",
+}
+
+
+def link_exists(name: str) -> bool:
+    return Path(f"/sys/class/net/{name}").exists()
+
+
+def mounted(path: Path) -> bool:
+    return any(line.split()[4] == str(path) for line in Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+@pytest.fixture
+def abandoned_node(tmp_path: Path) -> Iterator[Path]:
+    bridge, netns = RECLAIM_NAMES["SLURMCTL_NODE_BRIDGE"], RECLAIM_NAMES["SLURMCTL_NODE_DNS_NS"]
+    owner = tmp_path / "abandoned"
+    volume = owner / "node" / "kubelet" / "pods" / "volume"
+    volume.mkdir(parents=True)
+    (owner / "pids").mkdir()
+    subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "link", "set", bridge, "alias", str(owner)], check=True)
+        subprocess.run(["ip", "netns", "add", netns], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(volume)], check=True)
+        yield owner
+    finally:
+        if mounted(volume):
+            subprocess.run(["umount", str(volume)], check=False)
+        subprocess.run(["ip", "netns", "delete", netns], check=False, capture_output=True)
+        if link_exists(bridge):
+            subprocess.run(["ip", "link", "delete", bridge], check=False)
+
+
+def test_a_node_whose_processes_are_gone_is_reclaimed_and_a_live_one_never(
+    abandoned_node: Path, tmp_path: Path
+) -> None:
+    bridge, netns = RECLAIM_NAMES["SLURMCTL_NODE_BRIDGE"], RECLAIM_NAMES["SLURMCTL_NODE_DNS_NS"]
+    volume = abandoned_node / "node" / "kubelet" / "pods" / "volume"
+    # While one of its recorded processes runs, the node is someone's: nothing of it is touched.
+    with subprocess.Popen(["bash", "-c", "read -r _", "kubelet"], stdin=subprocess.PIPE) as kubelet:
+        (abandoned_node / "pids" / "kubelet").write_text(f"{kubelet.pid}\n")
+        refused = node_script("reclaim", tmp_path / "next", timeout=60, env=RECLAIM_NAMES)
+        assert refused.returncode != 0 and str(abandoned_node) in refused.stderr, refused.stderr
+        assert link_exists(bridge) and Path(f"/run/netns/{netns}").exists() and mounted(volume)
+        kubelet.kill()
+    # Its last process gone (as after a machine restart), the next node takes the machine back.
+    reclaimed = node_script("reclaim", tmp_path / "next", timeout=60, env=RECLAIM_NAMES)
+    assert reclaimed.returncode == 0, reclaimed.stderr
+    assert "processes are all gone" in reclaimed.stderr
+    assert not link_exists(bridge)
+    assert not Path(f"/run/netns/{netns}").exists()
+    assert not mounted(volume) and not (abandoned_node / "node").exists()
 
 
 async def test_pod_runs_a_command_with_no_route_out(node: Node, ns: str) -> None:
