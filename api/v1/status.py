@@ -27,6 +27,9 @@ JAIL_POPULATED: Final = "JailPopulated"
 ACCOUNTING_READY: Final = "AccountingReady"
 REST_READY: Final = "RestReady"
 BENCHMARK_SCHEDULED: Final = "BenchmarkScheduled"
+# Not a component's: the accounting reconciler's second condition, whether Slurm holds the accounts and QOS that
+# spec.accounting declares. It does not count for the phase (jobs run without it), it says why limits do not bite.
+LIMITS_APPLIED: Final = "LimitsApplied"
 
 
 class Reason(StrEnum):
@@ -57,6 +60,8 @@ class Reason(StrEnum):
     APPLY_REJECTED = "ApplyRejected"  # the API server refused a child the spec renders (named in the message)
     DRAINING = "Draining"  # nodes that must go wait in Slurm for their jobs (named in the message)
     SLURM_UNREACHABLE = "SlurmUnreachable"  # Slurm cannot be asked whether nodes may go: nothing goes
+    APPLIED = "Applied"  # Slurm holds what the spec declares (LimitsApplied)
+    LIMITS_REFUSED = "LimitsRefused"  # Slurm refused a record of spec.accounting (the field is in the message)
 
     @property
     def in_progress(self) -> bool:

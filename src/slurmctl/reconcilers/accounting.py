@@ -13,9 +13,11 @@ import binascii
 import secrets
 from typing import Any
 
-from slurmctl.api.v1 import Reason, SlurmClusterStatus
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded
-from slurmctl.reconcilers.observed import available_replicas, resource_version
+from slurmctl.api.v1 import LIMITS_APPLIED, Condition, Reason, SlurmClusterStatus
+from slurmctl.reconcilers.base import Component, ComponentReconciler, Context, Loaded, component_is
+from slurmctl.reconcilers.limits import LimitsRefusedError, apply_limits
+from slurmctl.reconcilers.observed import available_replicas, cluster_of_pod, resource_version
+from slurmctl.reconcilers.slurm_access import REST_COMPONENT
 from slurmctl.render import meta
 from slurmctl.render.accounting import (
     MARIADB_API_VERSION,
@@ -26,8 +28,11 @@ from slurmctl.render.accounting import (
     render_mariadb_secret,
     uses_mariadb,
 )
-from slurmctl.render.kinds import DEPLOYMENT, MARIADB, SECRET, SERVICE
+from slurmctl.render.kinds import DEPLOYMENT, MARIADB, POD, SECRET, SERVICE
 from slurmctl.runtime import NotFound, Result
+from slurmctl.runtime.handlers import enqueue_mapped
+from slurmctl.runtime.manager import ControllerBuilder
+from slurmctl.slurm import SlurmError, SlurmUnavailable
 
 # mariadb-operator may be installed later: look again this often while it is missing.
 MARIADB_RECHECK_SECONDS = 15.0
@@ -38,7 +43,21 @@ PASSWORD_RECHECK_SECONDS = 5.0
 PASSWORD_REFRESH_SECONDS = 60.0
 
 
+# While Slurm cannot be asked (slurmrestd starting, slurmdbd restarting), try the limits again this often; once they
+# are applied (or refused), look again this often.
+LIMITS_RETRY_SECONDS = 10.0
+LIMITS_RELEVEL_SECONDS = 60.0
+
+
 class AccountingReconciler(ComponentReconciler):
+    def __init__(self, ctx: Context, component: Component) -> None:
+        super().__init__(ctx, component)
+        self._limits_warned: dict[tuple[str, str], str] = {}  # the last refusal or outage said, per cluster
+
+    def watch(self, builder: ControllerBuilder) -> None:
+        """slurmrestd turning ready is when limits can first be applied."""
+        builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(REST_COMPONENT)])
+
     async def reconcile_valid(self, loaded: Loaded) -> Result | None:
         cluster = loaded.cluster
         c = loaded.name
@@ -79,8 +98,13 @@ class AccountingReconciler(ComponentReconciler):
         )
         await self.apply(loaded, self.desired(inputs))
         deployment = self.live(DEPLOYMENT, meta.accounting(c), loaded.namespace)
+        again = None if uses_mariadb(cluster) else PASSWORD_REFRESH_SECONDS
+        conditions = []
         if available_replicas(deployment) >= 1:
             cond = self.condition(loaded, ok=True, reason=Reason.READY, message=f"slurmdbd is available ({db.host})")
+            limits, limits_again = await self._limits(loaded)
+            conditions += [limits] if limits is not None else []
+            again = min(filter(None, (again, limits_again)), default=None)
         else:
             # The operator cannot see why (it reads no pods and reaches no database); slurmdbd's own log and its
             # readiness probe's events do. What it can say is where slurmdbd keeps trying to store.
@@ -90,8 +114,48 @@ class AccountingReconciler(ComponentReconciler):
                 f" credentials work (kubectl logs deployment/{meta.accounting(c)} -c slurmdbd)"
             )
             cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message=message)
-        await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
-        return None if uses_mariadb(cluster) else Result(requeue_after=PASSWORD_REFRESH_SECONDS)
+        await self.write_status(loaded, SlurmClusterStatus(conditions=[cond, *conditions]))
+        return None if again is None else Result(requeue_after=again)
+
+    async def _limits(self, loaded: Loaded) -> tuple[Condition | None, float | None]:
+        """LimitsApplied, and when to look again: the accounts and QOS spec.accounting declares, made so in Slurm
+        through slurmrestd (reconcilers/limits.py). Looked at again every LIMITS_RELEVEL_SECONDS, so that a limit
+        changed by hand with sacctmgr goes back to what the spec says (that costs reads, and writes only the record
+        that drifted)."""
+        accounting = loaded.cluster.spec.accounting
+        key = (loaded.namespace, loaded.name)
+        if not accounting.declares_limits:
+            self._limits_warned.pop(key, None)
+            if loaded.condition(LIMITS_APPLIED) is None:
+                return None, None
+            message = "spec.accounting declares no accounts or QOS (what it declared before is left in Slurm as is)"
+            return self.condition(loaded, ok=True, reason=Reason.APPLIED, message=message, type_=LIMITS_APPLIED), None
+        reason, retry = Reason.SLURM_UNREACHABLE, LIMITS_RETRY_SECONDS
+        try:
+            if not loaded.cluster.spec.rest.enabled:
+                raise SlurmUnavailable("spec.rest.enabled is false, and limits are applied through slurmrestd")
+            written = await apply_limits(self.ctx.slurm.client(loaded.name, loaded.namespace), loaded.cluster)
+        except LimitsRefusedError as exc:
+            reason, retry, message = Reason.LIMITS_REFUSED, LIMITS_RELEVEL_SECONDS, f"Slurm refused {exc}"
+        except SlurmError as exc:
+            message = f"the accounts and QOS of spec.accounting cannot be applied yet: {exc}"
+        else:
+            self._limits_warned.pop(key, None)
+            if written:
+                self.event(loaded, "Normal", "LimitsApplied", f"wrote {written} accounting records to Slurm")
+            declared = f"{len(accounting.accounts)} accounts and {len(accounting.qos)} QOS"
+            cond = self.condition(
+                loaded,
+                ok=True,
+                reason=Reason.APPLIED,
+                message=f"Slurm holds the {declared} of spec.accounting",
+                type_=LIMITS_APPLIED,
+            )
+            return cond, LIMITS_RELEVEL_SECONDS
+        if self._limits_warned.get(key) != message:  # one Event and one log line per new refusal or outage
+            self.warn(loaded, reason.value, message)
+        self._limits_warned[key] = message
+        return self.condition(loaded, ok=False, reason=reason, message=message, type_=LIMITS_APPLIED), retry
 
     async def _mariadb_operator_installed(self) -> bool:
         if await self.manager.is_served(*MARIADB):

@@ -391,11 +391,13 @@ class ComponentReconciler:
         self.event(loaded, WARNING, reason, message)
 
     # ---- status -----------------------------------------------------------------------------------------------
-    def condition(self, loaded: Loaded, *, ok: bool, reason: Reason, message: str) -> Condition:
-        """This component's condition, its transition time kept from the status as the writer will leave it (the
-        cache can lag a write that is pending or just made)."""
+    def condition(
+        self, loaded: Loaded, *, ok: bool, reason: Reason, message: str, type_: str | None = None
+    ) -> Condition:
+        """This component's condition (or another it owns, `type_`), its transition time kept from the status as the
+        writer will leave it (the cache can lag a write that is pending or just made)."""
         current = {"metadata": loaded.obj.get("metadata") or {}, "status": self.ctx.status.view(loaded.obj)}
-        return make_condition(current, self.condition_type, ok=ok, reason=reason, message=message)
+        return make_condition(current, type_ or self.condition_type, ok=ok, reason=reason, message=message)
 
     async def write_status(self, loaded: Loaded | Invalid, status: SlurmClusterStatus) -> None:
         """Hand this component's part of the status to the writer: written with the other components' parts that

@@ -13,8 +13,9 @@ import logging
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.render.accounting_limits import changes, desired_state
-from slurmctl.slurm import ACCOUNTING_KINDS, AccountingKind, SlurmApiError, SlurmClient
+from slurmctl.slurm import ACCOUNTING_KINDS, AccountingKind, SlurmApiError
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def spec_field(cluster: SlurmCluster, kind: AccountingKind, record: dict[str, An
     return f"{base}.accounts[{index}]"
 
 
-async def apply_limits(client: SlurmClient, cluster: SlurmCluster) -> int:
+async def apply_limits(client: SlurmApi, cluster: SlurmCluster) -> int:
     """Bring Slurm's records to the spec; returns how many records were written (0 when converged). Raises
     LimitsRefusedError when Slurm refuses one, and the client's SlurmError when Slurm cannot be asked."""
     desired = desired_state(cluster)

@@ -19,7 +19,7 @@ from slurmctl.render import meta
 from slurmctl.render.cluster import JWT_KEY
 from slurmctl.render.kinds import POD, SECRET
 from slurmctl.runtime.cache import Cache
-from slurmctl.slurm import Job, Node, Partition, SlurmClient, SlurmUnavailable, TokenSource
+from slurmctl.slurm import AccountingKind, Job, Node, Partition, SlurmClient, SlurmUnavailable, TokenSource
 
 REST_COMPONENT = "rest"
 TOKEN_USER = "slurm"  # noqa: S105 - a user name: tokens are minted for SlurmUser
@@ -37,6 +37,10 @@ class SlurmApi(Protocol):
     async def drain(self, names: Sequence[str], *, reason: str) -> None: ...
 
     async def resume(self, names: Sequence[str]) -> None: ...
+
+    async def accounting_records(self, kind: AccountingKind) -> list[dict[str, Any]]: ...
+
+    async def update_accounting_records(self, kind: AccountingKind, records: Sequence[dict[str, Any]]) -> None: ...
 
 
 Connect = Callable[[str, Callable[[], str]], SlurmApi]  # (base URL, token source) -> client

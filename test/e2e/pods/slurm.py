@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from test.e2e.harness import REPO, ControlPlane
+from test.waiting import until
 
 SLURMCTL = REPO / ".venv" / "bin" / "slurmctl"
 
@@ -55,6 +56,18 @@ class Kube:
     def pods(self, selector: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.json("pods", "-l", selector)["items"]
         return items
+
+    def delete(self, kind: str, name: str, *, timeout: float = 180) -> None:
+        """Delete an object and wait until that one (by uid: a controller may make a new one of the same name) is
+        gone. Waited for here rather than by `kubectl --wait`, whose own deadline would race kubectl's."""
+        uid = self.json(kind, name)["metadata"]["uid"]
+        self.run("delete", kind, name, "--wait=false")
+
+        def gone() -> bool:
+            found = self.cp.kubectl("-n", self.ns, "get", kind, name, "-o", "jsonpath={.metadata.uid}", check=False)
+            return found.returncode != 0 or found.stdout != uid
+
+        until(gone, timeout=timeout, interval=1, what=f"{kind} {name} to be deleted")
 
 
 def small_cluster(name: str, **spec: Any) -> list[dict[str, Any]]:

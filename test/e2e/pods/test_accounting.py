@@ -209,7 +209,7 @@ def test_jobs_finish_while_slurmdbd_is_away_and_are_all_recorded_when_it_is_back
     until(lambda: login(kube, "squeue", "-h", "-t", "R", "-o", "%i").split(), timeout=60, what="a job running")
     old = slurmdbd_pod(kube)
     assert old is not None
-    kube.run("delete", "pod", old["metadata"]["name"], "--wait=true", "--timeout=60s")
+    kube.delete("pod", old["metadata"]["name"])
     during = [sbatch(kube, "true")]  # submitted while slurmdbd is away
     jobs = running + during
     until(lambda: not queued(kube, jobs), timeout=120, interval=2, what="every job of the window to finish")
@@ -230,7 +230,7 @@ def test_the_database_pod_recreated_on_its_claim_loses_nothing(cluster: Kube) ->
     ids = [row.split("|")[0] for row in all_jobs]
     before = sacct(kube, ids)
     uid = kube.json("pod", DB_POD)["metadata"]["uid"]
-    kube.run("delete", "pod", DB_POD, "--wait=true", "--timeout=90s")
+    kube.delete("pod", DB_POD)
 
     def recreated() -> bool:
         pods = kube.pods(f"app={DB}")
@@ -246,7 +246,7 @@ def test_an_unreachable_database_is_named_in_the_condition_and_jobs_still_run(cl
     until(lambda: not kube.pods(f"app={DB}"), timeout=120, interval=2, what="the database pod to go")
     old = slurmdbd_pod(kube)
     assert old is not None
-    kube.run("delete", "pod", old["metadata"]["name"], "--wait=true", "--timeout=60s")
+    kube.delete("pod", old["metadata"]["name"])
 
     def names_the_host() -> dict[str, Any] | None:
         c = condition(kube, "AccountingReady")

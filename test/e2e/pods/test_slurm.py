@@ -230,9 +230,13 @@ class Timeline:
 def test_slurm_node_state_follows_drain_and_resume_and_an_idle_cluster_writes_nothing(available: Kube) -> None:
     kube = available
     pod = f"{NAME}-worker-cpu-1"
+    # The pod conditions and the cluster's counts are written by the same poll, one after the other.
     until(lambda: node_state_condition(kube, pod) == ("True", "Idle", "") or None, timeout=90, what="Idle on pod")
-    status = kube.json("slurmcluster", NAME)["status"]
-    assert status["slurmNodes"]["idle"] == 2, status
+    until(
+        lambda: kube.json("slurmcluster", NAME)["status"].get("slurmNodes", {}).get("idle") == 2,
+        timeout=30,
+        what="2 idle nodes in the cluster's status",
+    )
 
     # Idle: over two polls (15 s each), not one write to a worker pod or to the cluster.
     def versions() -> dict[str, str]:
@@ -384,7 +388,7 @@ def test_deleting_the_cluster_removes_every_child_but_keeps_the_jail(available: 
     kube = available
     jail = jail_host_path(kube)
     assert (jail / "etc" / "slurmctl-test-marker").read_text() == f"jail-of-{NAME}\n"
-    kube.run("delete", "slurmcluster", NAME, "--wait=true", "--timeout=120s")
+    kube.delete("slurmcluster", NAME)
 
     def leftovers() -> str:
         out = kube.run(

@@ -1,16 +1,20 @@
 """An in-memory Slurm for the reconcilers' tests: nodes, jobs and partitions that drain, resume and fail as the real
-slurmctld does behind slurmrestd (the client itself is tested against recorded answers in test/unit/slurm)."""
+slurmctld does behind slurmrestd, and accounting records kept as slurmdbd keeps them (the client itself is tested
+against recorded answers in test/unit/slurm)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.render import meta
+from slurmctl.render.accounting_limits import record_key
 from slurmctl.render.cluster import JWT_KEY
-from slurmctl.slurm import ExitCode, Job, Node, Partition, SlurmUnavailable
+from slurmctl.slurm import AccountingKind, ExitCode, Job, Node, Partition, SlurmApiError, SlurmUnavailable
 from test.unit.reconcilers.env import NAME, NS, Env
 
 
@@ -21,6 +25,15 @@ class FakeSlurm:
         self.parts: list[Partition] = []
         self.down = ""  # when set, every call fails with this as the reason
         self.calls: list[tuple[str, tuple[str, ...], str]] = []  # (verb, nodes, reason) of every change
+        # Accounting records by kind and key; what a fresh slurmdbd has, and an account an administrator made.
+        self.records: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {
+            "qos": {("normal",): {"name": "normal", "id": 1}},
+            "accounts": {("admins",): {"name": "admins", "description": "by hand", "organization": "it"}},
+            "users": {},
+            "associations": {},
+        }
+        self.posts: list[tuple[str, dict[str, Any]]] = []  # every accounting record written
+        self.refuse: str | None = None  # a record whose text contains this is refused, as slurmdbd refuses a bad TRES
 
     # ---- the world ----------------------------------------------------------------------------------------------
     def add_node(self, name: str, *state: str, reason: str = "", since: datetime | None = None) -> None:
@@ -80,6 +93,32 @@ class FakeSlurm:
         self.calls.append(("resume", tuple(names), ""))
         for name in names:
             self._set(name, self.table[name].state - {"DRAIN"}, reason="", reason_changed_at=None)
+
+    async def accounting_records(self, kind: AccountingKind) -> list[dict[str, Any]]:
+        self._check()
+        return copy.deepcopy(list(self.records[kind].values()))
+
+    async def update_accounting_records(self, kind: AccountingKind, records: Sequence[dict[str, Any]]) -> None:
+        """A POST adds a record or overwrites the fields it carries, as slurmrestd's does."""
+        self._check()
+        for record in records:
+            if self.refuse and self.refuse in str(record):
+                raise SlurmApiError("Slurm refused (HTTP 500): Invalid TRES", status=500, errors=["Invalid TRES"])
+            if kind == "associations" and record.get("parent_account") not in (None, "root", *self._accounts()):
+                raise AssertionError(f"parent {record['parent_account']} written after its child")
+            self.posts.append((kind, copy.deepcopy(record)))
+            key = record_key(kind, record)
+            self.records[kind][key] = _merge(self.records[kind].get(key, {}), record)
+
+    def _accounts(self) -> set[str]:
+        return {a["account"] for a in self.records["associations"].values() if not a.get("user")}
+
+
+def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(old)
+    for key, value in new.items():
+        out[key] = _merge(out.get(key, {}), value) if isinstance(value, dict) and "set" not in value else value
+    return out
 
 
 def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME) -> None:
