@@ -2,7 +2,8 @@
 slurmrestd (the Slurm client), level-based.
 
 Each reconcile reads the live records of every kind, compares them with the desired ones (render/accounting_limits),
-and sends only the records that are missing or differ: a converged cluster costs the reads and no write. Records are
+and sends only the records that are missing or differ: a converged cluster costs the reads and no write. A missing
+association is made the way sacctmgr makes it (see SlurmClient.add_associations), then its limits are set. Records are
 sent one at a time, parents first, so that when Slurm refuses one its error can be tied to one field of the spec.
 Nothing is ever deleted: records the spec does not name (an account made with sacctmgr) are not even looked at twice.
 """
@@ -10,11 +11,12 @@ Nothing is ever deleted: records the spec does not name (an account made with sa
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.reconcilers.slurm_access import SlurmApi
-from slurmctl.render.accounting_limits import changes, desired_state
+from slurmctl.render.accounting_limits import changes, desired_state, new_associations
 from slurmctl.slurm import ACCOUNTING_KINDS, AccountingKind, SlurmApiError
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,13 @@ def spec_field(cluster: SlurmCluster, kind: AccountingKind, record: dict[str, An
     return f"{base}.accounts[{index}]"
 
 
+async def _send(call: Awaitable[None], cluster: SlurmCluster, kind: AccountingKind, record: dict[str, Any]) -> None:
+    try:
+        await call
+    except SlurmApiError as exc:
+        raise LimitsRefusedError(spec_field(cluster, kind, record), str(exc)) from None
+
+
 async def apply_limits(client: SlurmApi, cluster: SlurmCluster) -> int:
     """Bring Slurm's records to the spec; returns how many records were written (0 when converged). Raises
     LimitsRefusedError when Slurm refuses one, and the client's SlurmError when Slurm cannot be asked."""
@@ -55,11 +64,14 @@ async def apply_limits(client: SlurmApi, cluster: SlurmCluster) -> int:
     for kind in ACCOUNTING_KINDS:
         if not desired[kind]:
             continue
-        for record in changes(kind, desired[kind], await client.accounting_records(kind)):
-            try:
-                await client.update_accounting_records(kind, [record])
-            except SlurmApiError as exc:
-                raise LimitsRefusedError(spec_field(cluster, kind, record), str(exc)) from None
+        live = await client.accounting_records(kind)
+        if kind == "associations" and (missing := new_associations(desired[kind], live)):
+            for condition, record in missing:
+                await _send(client.add_associations(condition), cluster, kind, record)
+                written += 1
+            live = await client.accounting_records(kind)  # their limits are compared with what was just made
+        for record in changes(kind, desired[kind], live):
+            await _send(client.update_accounting_records(kind, [record]), cluster, kind, record)
             written += 1
     if written:
         ns, name = cluster.key

@@ -42,6 +42,8 @@ class SlurmApi(Protocol):
 
     async def update_accounting_records(self, kind: AccountingKind, records: Sequence[dict[str, Any]]) -> None: ...
 
+    async def add_associations(self, condition: dict[str, Any]) -> None: ...
+
 
 Connect = Callable[[str, Callable[[], str]], SlurmApi]  # (base URL, token source) -> client
 

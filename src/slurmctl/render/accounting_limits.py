@@ -44,7 +44,9 @@ def desired_qos(qos: QosSpec) -> dict[str, Any]:
     return {
         "name": qos.name,
         "description": qos.description or qos.name,
-        "priority": limit(qos.priority),
+        # A priority is a number, not a limit: Slurm keeps "none" as 0 (an infinite one reads back as 0 and would be
+        # sent again on every pass).
+        "priority": limit(qos.priority or 0),
         "limits": {
             "max": {
                 "active_jobs": {"count": limit(qos.grp_jobs)},
@@ -184,6 +186,25 @@ def record_key(endpoint: str, record: Mapping[str, Any]) -> tuple[str, ...]:
     if endpoint == "associations":
         return tuple(str(record.get(k) or "") for k in ("cluster", "account", "user", "partition"))
     return (str(record.get("name", "")),)
+
+
+def new_associations(
+    desired: list[dict[str, Any]], live: list[dict[str, Any]]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The desired associations Slurm does not have yet, in order (parents first), each as the association_condition
+    that creates it the way sacctmgr does (an account's under its parent, a user's in its account), with the record
+    it stands for. Their limits are set afterwards, as changes to associations that exist."""
+    have = {record_key("associations", r) for r in live}
+    out = []
+    for record in desired:
+        if record_key("associations", record) in have:
+            continue
+        where: dict[str, Any] = {"accounts": [record["account"]], "clusters": [record["cluster"]]}
+        if record["user"]:
+            out.append(({**where, "users": [record["user"]]}, record))
+        else:
+            out.append(({**where, "association": {"parent": record["parent_account"]}}, record))
+    return out
 
 
 def changes(endpoint: str, desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -67,8 +67,11 @@ NODES_QUERY: Query = [("flags", "MIXED"), ("flags", "FUTURE"), ("flags", "ALL")]
 JOBS_QUERY: Query = [("flags", "DETAIL"), ("flags", "ALL")]
 PARTITIONS_QUERY: Query = [("flags", "ALL")]
 # The accounting records the operator keeps (/slurmdb/v0.0.42/<kind>/), in the order they depend on each other.
-AccountingKind = Literal["qos", "accounts", "users", "associations"]
-ACCOUNTING_KINDS: tuple[AccountingKind, ...] = ("qos", "accounts", "users", "associations")
+AccountingKind = Literal["qos", "accounts", "associations", "users"]
+ACCOUNTING_KINDS: tuple[AccountingKind, ...] = ("qos", "accounts", "associations", "users")
+# A user's default account is filled in only when their associations are asked for too. `with_assocs` is a bare
+# flag: slurmrestd 24.11 reads "with_assocs=" as false and warns about "with_assocs=1" (checked against it).
+_ACCOUNTING_QUERIES: dict[AccountingKind, str] = {"users": "?with_assocs"}
 
 
 def _is_auth(errno: int) -> bool:
@@ -160,7 +163,7 @@ class SlurmClient:
         compares with what it wants, field by field."""
         if kind not in ACCOUNTING_KINDS:
             raise ValueError(f"not an accounting record kind: {kind!r}")
-        data = await self._request("GET", f"{kind}/", plugin="slurmdb")
+        data = await self._request("GET", f"{kind}/{_ACCOUNTING_QUERIES.get(kind, '')}", plugin="slurmdb")
         records = data.get(kind)
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise SlurmProtocolError(f"slurmrestd GET {self._path(f'{kind}/', 'slurmdb')}: no list of {kind}")
@@ -172,6 +175,22 @@ class SlurmClient:
             raise ValueError(f"not an accounting record kind: {kind!r}")
         if records:
             await self._request("POST", f"{kind}/", body={kind: list(records)}, plugin="slurmdb")
+
+    async def add_associations(self, condition: dict[str, Any]) -> None:
+        """Create associations (and the accounts or users they need) as sacctmgr's `add account ... parent=` and
+        `add user ... account=` do: users' when `condition` (an association_condition: accounts, users, clusters,
+        the association's parent and limits) names users, else accounts'.
+
+        These endpoints place a new association in slurmdbd's hierarchy. One created through /associations/ reads
+        back like any other, but slurmdbd 24.11 does not know it as a parent, and under a parent other than root it
+        gets a user association's lineage (checked against it): /associations/ is for changing associations that
+        exist."""
+        body: dict[str, Any] = {"association_condition": condition}
+        if condition.get("users"):
+            # Required, and left empty: a user who exists keeps their default account (the caller sets it).
+            await self._request("POST", "users_association/", body={**body, "user": {}}, plugin="slurmdb")
+        else:
+            await self._request("POST", "accounts_association/", body=body, plugin="slurmdb")
 
     # --- plumbing ----------------------------------------------------------------------------------------------
 
@@ -274,4 +293,11 @@ def _classify(where: str, *, status: int, reason: str, raw: bytes) -> dict[str, 
     return data
 
 
-__all__ = ["ACCOUNTING_KINDS", "API_VERSION", "DEFAULT_TIMEOUT", "AccountingKind", "SlurmClient", "SlurmError"]
+__all__ = [
+    "ACCOUNTING_KINDS",
+    "API_VERSION",
+    "DEFAULT_TIMEOUT",
+    "AccountingKind",
+    "SlurmClient",
+    "SlurmError",
+]

@@ -3,14 +3,17 @@
 `spec.accounting.external` points at.
 
 One cluster is shared by the tests of this module, in order: registered → jobs recorded with state and exit code →
-slurmdbd deleted while jobs run → the database pod re-created on its claim → the database unreachable.
+slurmdbd deleted while jobs run → the database pod re-created on its claim → a limit declared in the cluster that
+bites, follows edits and goes → the database unreachable.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,9 @@ LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
 CONTROLLER_POD = f"{NAME}-controller-0"
 WORKER_POD = f"{NAME}-worker-cpu-0"
 SLURMDBD = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=accounting"
+JAIL = "/mnt/jail"
+USER, UID, ACCOUNT = "carol", 1700, "physics"
+LIMIT_REASON = "AssocMaxJobsLimit"  # Slurm's reason for a job held by its association's MaxJobs
 
 
 def database(password: str) -> list[dict[str, Any]]:
@@ -238,6 +244,74 @@ def test_the_database_pod_recreated_on_its_claim_loses_nothing(cluster: Kube) ->
 
     until(recreated, timeout=180, interval=2, what="the database pod re-created and ready")
     recorded(kube, before, timeout=120, what="every job recorded before, after the database came back")
+
+
+def as_user(kube: Kube, command: str) -> str:
+    """A shell command as the jail's user, inside the jail on the login node (what an ssh session gets)."""
+    env = ["env", f"HOME=/home/{USER}", f"USER={USER}", "PATH=/usr/local/bin:/usr/bin:/bin"]
+    return login(kube, "chroot", f"--userspec={UID}:{UID}", JAIL, *env, "sh", "-c", f"cd && {command}")
+
+
+def patch_accounts(kube: Kube, accounts: list[dict[str, Any]]) -> None:
+    patch = [{"op": "add", "path": "/spec/accounting/accounts", "value": accounts}]
+    kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", json.dumps(patch))
+
+
+def ctld_max_jobs(kube: Kube) -> str:
+    """MaxJobs of the user's association as slurmctld enforces it ("" when unlimited), from its association cache."""
+    out = login(kube, "scontrol", "show", "assoc_mgr", f"users={USER}", f"accounts={ACCOUNT}", "flags=assoc")
+    block = out.split(f"UserName={USER}(", 1)[1]
+    return block.split("MaxJobs=", 1)[1].split(None, 1)[0].split("(", 1)[0]
+
+
+def enforce(kube: Kube) -> str:
+    """slurmctld's AccountingStorageEnforce."""
+    lines = login(kube, "scontrol", "show", "config").splitlines()
+    return next((line.split("=", 1)[1].strip() for line in lines if line.startswith("AccountingStorageEnforce")), "")
+
+
+def job_states(kube: Kube, job_ids: list[str]) -> dict[str, tuple[str, str]]:
+    out = login(kube, "squeue", "-h", "-o", "%i|%T|%r", "-j", ",".join(job_ids))
+    return {row.split("|")[0]: (row.split("|")[1], row.split("|")[2]) for row in out.split()}
+
+
+def test_a_limit_declared_in_the_cluster_bites_follows_edits_and_is_lifted_when_removed(cluster: Kube) -> None:
+    kube = cluster
+    login(kube, "chroot", JAIL, "useradd", "-m", "-u", str(UID), "-s", "/bin/bash", USER)
+    login(kube, "sacctmgr", "-i", "add", "account", "byhand", "description=made-by-an-admin")
+    assert condition(kube, "LimitsApplied") == {}, "no limits declared yet"
+    patch_accounts(kube, [{"name": ACCOUNT, "users": [USER], "maxJobsPerUser": 1}])
+    until(lambda: condition(kube, "LimitsApplied").get("status") == "True", timeout=180, what="LimitsApplied")
+    assert login(kube, "sacctmgr", "-n", "-P", "show", "user", USER, "format=defaultaccount").strip() == ACCOUNT
+    until(
+        lambda: "limits" in enforce(kube),
+        timeout=180,
+        interval=2,
+        what="AccountingStorageEnforce with limits in slurmctld",
+    )
+    until(lambda: ctld_max_jobs(kube) == "1", timeout=60, what="MaxJobs=1 in slurmctld")
+
+    # Two jobs of one user: the second waits for the limit, and runs once the first is done.
+    first, second = (as_user(kube, "sbatch --parsable -o /dev/null --wrap 'sleep 8'").strip() for _ in range(2))
+    until(
+        lambda: job_states(kube, [first, second]) == {first: ("RUNNING", "None"), second: ("PENDING", LIMIT_REASON)},
+        timeout=60,
+        what=f"job {first} running and {second} held by the limit",
+    )
+    until(lambda: first not in queued(kube, [first]), timeout=60, what=f"job {first} to end")
+    until(lambda: second not in queued(kube, [second]), timeout=60, what=f"job {second} to run and end")
+    recorded(kube, {first: ("COMPLETED", "0:0"), second: ("COMPLETED", "0:0")}, timeout=60, what="both jobs")
+
+    # An edit reaches slurmctld; removing the limit from the spec lifts it.
+    for value, expected in ((2, "2"), (None, "")):
+        start = time.monotonic()
+        account = {"name": ACCOUNT, "users": [USER]} | ({"maxJobsPerUser": value} if value else {})
+        patch_accounts(kube, [account])
+        until(partial(lambda want: ctld_max_jobs(kube) == want, expected), timeout=90, what=f"MaxJobs={expected!r}")
+        print(f"maxJobsPerUser {value}: in slurmctld after {time.monotonic() - start:.1f}s")
+    # What the spec never named is left as it was.
+    accounts = login(kube, "sacctmgr", "-n", "-P", "show", "account", "format=account,description").split()
+    assert "byhand|made-by-an-admin" in accounts, accounts
 
 
 def test_an_unreachable_database_is_named_in_the_condition_and_jobs_still_run(cluster: Kube) -> None:

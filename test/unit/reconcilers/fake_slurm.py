@@ -99,16 +99,39 @@ class FakeSlurm:
         return copy.deepcopy(list(self.records[kind].values()))
 
     async def update_accounting_records(self, kind: AccountingKind, records: Sequence[dict[str, Any]]) -> None:
-        """A POST adds a record or overwrites the fields it carries, as slurmrestd's does."""
+        """A POST adds a record or overwrites the fields it carries, as slurmrestd's does; associations must exist
+        (one made here would be outside slurmdbd's hierarchy: add_associations makes them)."""
         self._check()
         for record in records:
-            if self.refuse and self.refuse in str(record):
-                raise SlurmApiError("Slurm refused (HTTP 500): Invalid TRES", status=500, errors=["Invalid TRES"])
-            if kind == "associations" and record.get("parent_account") not in (None, "root", *self._accounts()):
-                raise AssertionError(f"parent {record['parent_account']} written after its child")
-            self.posts.append((kind, copy.deepcopy(record)))
+            self._refused(record)
             key = record_key(kind, record)
+            if kind == "associations" and key not in self.records[kind]:
+                raise AssertionError(f"association {key} created through /associations/")
+            self.posts.append((kind, copy.deepcopy(record)))
             self.records[kind][key] = _merge(self.records[kind].get(key, {}), record)
+
+    async def add_associations(self, condition: dict[str, Any]) -> None:
+        """sacctmgr's `add account A parent=P` (the parent must exist) and `add user U account=A`."""
+        self._check()
+        self._refused(condition)
+        self.posts.append(("add", copy.deepcopy(condition)))
+        ((cluster,), (account,)) = condition["clusters"], condition["accounts"]
+        users = condition.get("users") or [""]
+        parent = (condition.get("association") or {}).get("parent", "root")
+        if parent not in ("root", *self._accounts()) or (users != [""] and account not in self._accounts()):
+            raise SlurmApiError("Slurm refused (HTTP 500): Invalid parent account", status=500, errors=["parent"])
+        for user in users:
+            record = {"cluster": cluster, "account": account, "user": user, "partition": ""}
+            if not user:
+                record["parent_account"] = parent
+            self.records["associations"][record_key("associations", record)] = record
+            self.records["accounts"].setdefault((account,), {"name": account})
+            if user:
+                self.records["users"].setdefault((user,), {"name": user, "default": {"account": account}})
+
+    def _refused(self, record: dict[str, Any]) -> None:
+        if self.refuse and self.refuse in str(record):
+            raise SlurmApiError("Slurm refused (HTTP 500): Invalid TRES", status=500, errors=["Invalid TRES"])
 
     def _accounts(self) -> set[str]:
         return {a["account"] for a in self.records["associations"].values() if not a.get("user")}

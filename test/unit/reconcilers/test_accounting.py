@@ -133,9 +133,9 @@ async def test_declared_limits_reach_slurm_once_and_a_converged_cluster_writes_n
         slurm = FakeSlurm()
         await accounting_available(env, slurm, LIMITS)
         results = await env.run("accounting")
-        assert [kind for kind, _ in slurm.posts] == ["qos", "accounts", "users", "associations", "associations"]
+        assert [kind for kind, _ in slurm.posts] == ["qos", "accounts", "add", "add", "associations", "associations"]
         assert env.reason("LimitsApplied") == ("True", "Applied")
-        assert ("Normal", "LimitsApplied", "wrote 5 accounting records to Slurm") in env.events()
+        assert ("Normal", "LimitsApplied", "wrote 6 accounting records to Slurm") in env.events()
         relevel = results["accounting"]
         assert relevel is not None and relevel.requeue_after == 60.0, "a limit changed by hand is put back"
         slurm.posts.clear()
@@ -183,8 +183,8 @@ async def test_a_record_slurm_refuses_is_named_by_its_spec_field_in_the_conditio
         assert cond is not None and (cond["status"], cond["reason"]) == ("False", "LimitsRefused")
         assert "spec.accounting.accounts[0]" in cond["message"] and "Invalid TRES" in cond["message"]
         assert [e[1] for e in env.events()].count("LimitsRefused") == 1
-        # The QOS before it was written; what Slurm refused was not.
-        assert [kind for kind, _ in slurm.posts] == ["qos", "accounts", "users"]
+        # The QOS and the account before it were written; what Slurm refused was not.
+        assert [kind for kind, _ in slurm.posts] == ["qos", "accounts", "add", "add"]
 
 
 async def test_without_slurmrestd_limits_say_that_they_need_it() -> None:

@@ -41,8 +41,14 @@ def cluster(accounting: dict[str, Any]) -> SlurmCluster:
 async def test_first_apply_writes_everything_then_nothing_while_the_spec_is_unchanged() -> None:
     fake = FakeSlurm()
     written = await apply_limits(fake, cluster(SPEC))
-    assert written == len(fake.posts) == 1 + 2 + 2 + 5  # qos, accounts, users, associations
-    assert [k for k, _ in fake.posts] == ["qos", "accounts", "accounts", "users", "users", *["associations"] * 5]
+    # The QOS and both accounts; five associations made as sacctmgr makes them, parents first; the limits of the
+    # three that carry some; alice's default account (the first account listing her, not the first one made).
+    assert written == len(fake.posts) == 1 + 2 + 5 + 3 + 1
+    assert [k for k, _ in fake.posts] == ["qos", *["accounts"] * 2, *["add"] * 5, *["associations"] * 3, "users"]
+    adds = [condition for kind, condition in fake.posts if kind == "add"]
+    assert adds[0] == {"accounts": ["physics"], "clusters": ["hpc"], "association": {"parent": "root"}}
+    assert adds[3] == {"accounts": ["theory"], "clusters": ["hpc"], "association": {"parent": "physics"}}
+    assert fake.posts[-1] == ("users", {"name": "alice", "default": {"account": "theory"}})
     fake.posts.clear()
     assert await apply_limits(fake, cluster(SPEC)) == 0
     assert fake.posts == []

@@ -66,3 +66,30 @@ async def test_an_answer_without_the_list_is_a_protocol_error(session: aiohttp.C
 async def test_only_the_kinds_the_operator_keeps(session: aiohttp.ClientSession) -> None:
     with pytest.raises(ValueError, match="not an accounting record kind"):
         await client(session, "http://127.0.0.1:9").accounting_records("clusters")  # type: ignore[arg-type]
+
+
+async def test_users_are_read_with_their_associations_so_that_the_default_account_is_filled_in(
+    session: aiohttp.ClientSession,
+) -> None:
+    carol = {"name": "carol", "default": {"account": "physics", "wckey": ""}}
+    routes = {("GET", f"{DB}/users/?with_assocs"): answer({"users": [carol], "errors": []})}
+    async with serve(routes) as (url, seen):
+        assert await client(session, url).accounting_records("users") == [carol]
+    assert [r["path"] for r in seen.requests] == [f"{DB}/users/?with_assocs"]
+
+
+async def test_new_associations_go_where_sacctmgr_makes_them(session: aiohttp.ClientSession) -> None:
+    routes = {
+        ("POST", f"{DB}/accounts_association/"): answer({"added_accounts": "", "errors": []}),
+        ("POST", f"{DB}/users_association/"): answer({"added_users": "", "errors": []}),
+    }
+    account = {"accounts": ["theory"], "clusters": ["hpc"], "association": {"parent": "physics"}}
+    user = {"accounts": ["theory"], "clusters": ["hpc"], "users": ["alice"]}
+    async with serve(routes) as (url, seen):
+        c = client(session, url)
+        await c.add_associations(account)
+        await c.add_associations(user)
+    assert [(r["path"], r["json"]) for r in seen.requests] == [
+        (f"{DB}/accounts_association/", {"association_condition": account}),
+        (f"{DB}/users_association/", {"association_condition": user, "user": {}}),
+    ]
