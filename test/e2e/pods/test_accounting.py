@@ -10,6 +10,7 @@ bites, follows edits and goes → the database unreachable.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -260,8 +261,9 @@ def patch_accounts(kube: Kube, accounts: list[dict[str, Any]]) -> None:
 def ctld_max_jobs(kube: Kube) -> str:
     """MaxJobs of the user's association as slurmctld enforces it ("" when unlimited), from its association cache."""
     out = login(kube, "scontrol", "show", "assoc_mgr", f"users={USER}", f"accounts={ACCOUNT}", "flags=assoc")
-    block = out.split(f"UserName={USER}(", 1)[1]
-    return block.split("MaxJobs=", 1)[1].split(None, 1)[0].split("(", 1)[0]
+    found = re.search(r"\bMaxJobs=([^\s(]*)", out.split(f"UserName={USER}(", 1)[1])  # "MaxJobs=2(1)", "MaxJobs= "
+    assert found is not None, out
+    return found.group(1)
 
 
 def enforce(kube: Kube) -> str:
