@@ -35,13 +35,10 @@ def holds(
     """Check that `invariant` stays true for `seconds`, or for as long as `while_()` is true (bounded by `timeout`),
     sampling every `interval`; fail at the first sample where it is false. Here the waiting is the behaviour under
     test (nothing may change during the window), unlike `until`, which waits for a change."""
-    deadline = time.monotonic() + (seconds if seconds is not None else timeout)
-    while True:
+    window_end = time.monotonic() + (seconds or 0.0)
+
+    def window_over() -> bool:
         assert invariant(), what
-        if while_ is not None and not while_():
-            return
-        if time.monotonic() >= deadline:
-            if while_ is not None:
-                raise AssertionError(f"{what}: still waiting after {timeout:.0f}s")
-            return
-        time.sleep(interval)
+        return not while_() if while_ is not None else time.monotonic() >= window_end
+
+    until(window_over, timeout=timeout if while_ is not None else (seconds or 0.0), what=what, interval=interval)

@@ -57,6 +57,27 @@ class Kube:
         items: list[dict[str, Any]] = self.json("pods", "-l", selector)["items"]
         return items
 
+    def apply(self, objects: list[dict[str, Any]]) -> None:
+        """Server-side apply, as one List."""
+        items = {"apiVersion": "v1", "kind": "List", "items": objects}
+        self.run("apply", "--server-side", "-f", "-", input=json.dumps(items))
+
+    def phase(self, cluster: str) -> str:
+        return str(self.json("slurmcluster", cluster).get("status", {}).get("phase", ""))
+
+    def until_available(self, cluster: str, operator_log: Path, *, timeout: float, logs: tuple[str, ...] = ()) -> None:
+        """Wait for the SlurmCluster to be Available; on timeout print what explains why: pods, their events, the
+        `logs` (kubectl logs arguments, e.g. "deployment/x -c c") and the operator's log."""
+        try:
+            until(lambda: self.phase(cluster) == "Available", timeout=timeout, interval=3, what=f"{cluster} Available")
+        except AssertionError:
+            print(self.run("get", "pods,jobs,pvc", "-o", "wide", check=False))
+            print(self.run("describe", "pods", check=False)[-8000:])
+            for args in logs:
+                print(self.run("logs", *args.split(), "--tail=40", check=False))
+            print(operator_log.read_text()[-4000:])
+            raise
+
     def delete(self, kind: str, name: str, *, timeout: float = 180) -> None:
         """Delete an object and wait until that one (by uid: a controller may make a new one of the same name) is
         gone. Waited for here rather than by `kubectl --wait`, whose own deadline would race kubectl's."""

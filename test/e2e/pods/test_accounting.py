@@ -115,18 +115,9 @@ def slurm_cluster() -> list[dict[str, Any]]:
     return small_cluster(NAME, accounting={"enabled": True, "external": external})
 
 
-def apply(kube: Kube, objects: list[dict[str, Any]]) -> None:
-    items = {"apiVersion": "v1", "kind": "List", "items": objects}
-    kube.run("apply", "--server-side", "-f", "-", input=json.dumps(items))
-
-
 def condition(kube: Kube, type_: str) -> dict[str, Any]:
     conditions = kube.json("slurmcluster", NAME).get("status", {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == type_), {})
-
-
-def phase(kube: Kube) -> str:
-    return str(kube.json("slurmcluster", NAME).get("status", {}).get("phase", ""))
 
 
 def login(kube: Kube, *command: str) -> str:
@@ -175,16 +166,9 @@ def others(kube: Kube) -> dict[str, tuple[str, int]]:
 @pytest.fixture(scope="module")
 def cluster(node: Node, kube: Kube, operator: Path) -> Iterator[Kube]:
     require_images(node, [DB_IMAGE, default_image("accounting")])
-    apply(kube, database(secrets.token_urlsafe(18)))
-    apply(kube, slurm_cluster())
-    try:
-        until(lambda: phase(kube) == "Available", timeout=600, interval=3, what=f"{NAME} to be Available")
-    except AssertionError:
-        print(kube.run("get", "pods,jobs,pvc", "-o", "wide", check=False))
-        print(kube.run("describe", "pods", check=False)[-8000:])
-        print(kube.run("logs", "deployment/" + NAME + "-accounting", "-c", "slurmdbd", "--tail=40", check=False))
-        print(operator.read_text()[-4000:])
-        raise
+    kube.apply(database(secrets.token_urlsafe(18)))
+    kube.apply(slurm_cluster())
+    kube.until_available(NAME, operator, timeout=600, logs=(f"deployment/{NAME}-accounting -c slurmdbd",))
     yield kube
 
 

@@ -8,7 +8,6 @@ config.json `crun spec --rootless` writes, both in the user's home in the jail.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -60,20 +59,8 @@ def jail_host_path(kube: Kube) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(node: Node, kube: Kube, operator: Path) -> Kube:
-    items = {"apiVersion": "v1", "kind": "List", "items": slurm_cluster()}
-    kube.run("apply", "--server-side", "-f", "-", input=json.dumps(items))
-    try:
-        until(
-            lambda: kube.json("slurmcluster", NAME).get("status", {}).get("phase") == "Available",
-            timeout=600,
-            interval=3,
-            what=f"{NAME} to be Available",
-        )
-    except AssertionError:
-        print(kube.run("get", "pods,jobs,pvc", "-o", "wide", check=False))
-        print(kube.run("describe", "pods", check=False)[-6000:])
-        print(operator.read_text()[-4000:])
-        raise
+    kube.apply(slurm_cluster())
+    kube.until_available(NAME, operator, timeout=600)
     return kube
 
 

@@ -37,10 +37,6 @@ REST = f"http://{NAME}-rest:6820"
 REST_PODS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest"
 
 
-def cluster_phase(kube: Kube) -> str:
-    return str(kube.json("slurmcluster", NAME).get("status", {}).get("phase", ""))
-
-
 def sinfo_nodes(kube: Kube) -> dict[str, str]:
     """Slurm's node list as the login node sees it: node name -> state (e.g. idle, alloc, down*)."""
     out = kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-N", "-o", "%N %t")
@@ -67,13 +63,7 @@ def worker_pods(kube: Kube) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def available(kube: Kube, operator: Path) -> Kube:
     kube.run("apply", "--server-side", "-f", str(SAMPLE))
-    try:
-        until(lambda: cluster_phase(kube) == "Available", timeout=900, interval=3, what=f"{NAME} to be Available")
-    except AssertionError:
-        print(kube.run("get", "pods,jobs,pvc", "-o", "wide", check=False))
-        print(kube.run("describe", "pods", check=False)[-6000:])
-        print(operator.read_text()[-4000:])
-        raise
+    kube.until_available(NAME, operator, timeout=900)
     return kube
 
 

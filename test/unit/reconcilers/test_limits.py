@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from slurmctl.api.v1 import SlurmCluster
 from slurmctl.reconcilers.limits import LimitsRefusedError, apply_limits
 from test.unit.reconcilers.fake_slurm import FakeSlurm
+from test.unit.render.test_accounting_limits import cluster
 
-EXTERNAL = {"host": "db", "user": "slurm", "passwordSecretRef": {"name": "db", "key": "password"}}
 SPEC: dict[str, Any] = {
     "qos": [{"name": "small", "maxJobsPerUser": 1}],
     "accounts": [
@@ -23,24 +22,9 @@ SPEC: dict[str, Any] = {
 }
 
 
-def cluster(accounting: dict[str, Any]) -> SlurmCluster:
-    return SlurmCluster.model_validate(
-        {
-            "apiVersion": "slurm.slurmctl.io/v1",
-            "kind": "SlurmCluster",
-            "metadata": {"name": "hpc", "namespace": "ns"},
-            "spec": {
-                "jail": {"volume": {"claimName": "jail"}},
-                "workers": [{"name": "cpu"}],
-                "accounting": {"enabled": True, "external": EXTERNAL, **accounting},
-            },
-        }
-    )
-
-
 async def test_first_apply_writes_everything_then_nothing_while_the_spec_is_unchanged() -> None:
     fake = FakeSlurm()
-    written = await apply_limits(fake, cluster(SPEC))
+    written = await apply_limits(fake, cluster(**SPEC))
     # The QOS and both accounts; five associations made as sacctmgr makes them, parents first; the limits of the
     # three that carry some; alice's default account (the first account listing her, not the first one made).
     assert written == len(fake.posts) == 1 + 2 + 5 + 3 + 1
@@ -50,7 +34,7 @@ async def test_first_apply_writes_everything_then_nothing_while_the_spec_is_unch
     assert adds[3] == {"accounts": ["theory"], "clusters": ["hpc"], "association": {"parent": "physics"}}
     assert fake.posts[-1] == ("users", {"name": "alice", "default": {"account": "theory"}})
     fake.posts.clear()
-    assert await apply_limits(fake, cluster(SPEC)) == 0
+    assert await apply_limits(fake, cluster(**SPEC)) == 0
     assert fake.posts == []
     # What was there before and is not the spec's is neither changed nor deleted.
     assert fake.records["accounts"][("admins",)] == {"name": "admins", "description": "by hand", "organization": "it"}
@@ -58,11 +42,11 @@ async def test_first_apply_writes_everything_then_nothing_while_the_spec_is_unch
 
 async def test_a_changed_limit_writes_only_that_record() -> None:
     fake = FakeSlurm()
-    await apply_limits(fake, cluster(SPEC))
+    await apply_limits(fake, cluster(**SPEC))
     fake.posts.clear()
     spec = copy.deepcopy(SPEC)
     spec["qos"][0]["maxJobsPerUser"] = 2
-    assert await apply_limits(fake, cluster(spec)) == 1
+    assert await apply_limits(fake, cluster(**spec)) == 1
     ((kind, record),) = fake.posts
     assert kind == "qos" and record["limits"]["max"]["jobs"]["active_jobs"]["per"]["user"]["number"] == 2
 
@@ -73,6 +57,6 @@ async def test_a_refused_record_names_its_spec_field() -> None:
     spec["accounts"][1]["grpTRES"] = {"billing": 5}
     fake.refuse = "billing"
     with pytest.raises(LimitsRefusedError) as refused:
-        await apply_limits(fake, cluster(spec))
+        await apply_limits(fake, cluster(**spec))
     assert refused.value.field == "spec.accounting.accounts[1]"
     assert "Invalid TRES" in str(refused.value)

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import signal
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,6 +26,7 @@ from typing import Any
 from slurmctl.slurm import API_VERSION, mint_token
 from slurmctl.slurm.client import JOBS_QUERY, NODES_QUERY, PARTITIONS_QUERY
 from test.e2e.slurm.local_slurm import LocalSlurm, local_slurm_instance
+from test.waiting import until
 
 HERE = Path(__file__).resolve().parent
 PREFIX = f"/slurm/{API_VERSION}"
@@ -81,12 +81,11 @@ class Recorder:
         return record
 
     def wait(self, probe: Callable[[], bool], what: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while not probe():
-            if time.monotonic() > deadline:
-                squeue = self.slurm.run("squeue", "--all", check=False).stdout
-                raise SystemExit(f"timed out waiting for {what}; node: {self.node()}\n{squeue}")
-            time.sleep(0.2)
+        try:
+            until(probe, timeout=timeout, what=what, interval=0.2)
+        except AssertionError as exc:
+            squeue = self.slurm.run("squeue", "--all", check=False).stdout
+            raise SystemExit(f"{exc}; node: {self.node()}\n{squeue}") from None
 
     def node(self) -> dict[str, Any]:
         nodes = self.call("GET", NODES)["json"]["nodes"]
