@@ -20,7 +20,9 @@
 #   hack/local-slurm.sh status   say whether it is up and where
 #
 # Inside the root filesystem these host paths are visible at the same path: /tmp, the repository, the state
-# directory, the jail, /proc, /sys, /dev and /etc/hosts. An instance also gets a private tmpfs /run (munge's socket),
+# directory, the jail, /proc, /sys, /dev and /etc/hosts. With the plugin loaded, `up` completes the jail it built with
+# the images' own complement-jail (what slurmstepd needs inside it: SlurmdSpoolDir, the munge socket, configs, /dev,
+# /sys, /proc), as the worker containers do. An instance also gets a private tmpfs /run (munge's socket),
 # /etc/slurm (= $LOCAL_SLURM_DIR/etc: slurm.conf, cgroup.conf, plugstack.conf) and /etc/passwd + /etc/group with the
 # LOCAL_SLURM_JAIL_USERS added, so a non-root user can reach munge and read slurm.conf. The rest of the root
 # filesystem is read-only there.
@@ -31,6 +33,8 @@
 #                            `none` loads no plugin
 #   LOCAL_SLURM_JAIL         the jail= argument (default: $LOCAL_SLURM_DIR/jail, the busybox jail `up` builds)
 #   LOCAL_SLURM_PLUGIN_ARGS  extra plugin arguments after jail=... (e.g. old_root=.old)
+#   LOCAL_SLURM_JOB_CONTAINER  1 (default): JobContainerType=job_container/jail (native/spank_chroot), as on the
+#                            workers: what Slurm starts for a job outside a step (sbcast) enters the jail too; 0: none
 #   LOCAL_SLURM_JAIL_USERS   host users (besides root) known to the daemons and copied into the jail's /etc/passwd
 #   LOCAL_SLURM_EXTRA_CONF   lines appended to slurm.conf (e.g. GresTypes=gpu)
 #   LOCAL_SLURM_PROCTRACK    ProctrackType (default: proctrack/linuxproc)
@@ -70,6 +74,9 @@ CACHE=${LOCAL_SLURM_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" 
 # Inside an instance's namespace.
 NS_CONF_DIR=/etc/slurm
 NS_MUNGE_SOCKET=/run/munge/munge.socket
+# On the instance's private /run: slurmstepd runs batch scripts from here inside the jail, as the job's user, who must
+# be able to reach it (a state directory under pytest's 0700 temporary directory would not do).
+NS_SPOOL=/run/slurmd-spool
 
 LOG_PREFIX=local-slurm
 PID_MATCH_STATE=1
@@ -272,7 +279,7 @@ CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/spool
+SlurmdSpoolDir=$NS_SPOOL
 SlurmctldPidFile=$STATE/run/slurmctld.pid
 SlurmdPidFile=$STATE/run/slurmd.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
@@ -307,6 +314,11 @@ IgnoreSystemd=yes}" >"$STATE/etc/cgroup.conf"
     if [ "$plugin" = none ]; then
         : >"$STATE/etc/plugstack.conf"
     else
+        if job_container; then
+            # As render/slurm_conf.py renders it for the workers; the plugin comes from the same build as chroot.so.
+            printf 'JobContainerType=job_container/jail\nPluginDir=%s:%s\n' "$(rootfs_plugin_dir)" "$PLUGIN_DIR" \
+                >>"$STATE/etc/slurm.conf"
+        fi
         printf 'required %s jail=%s %s\n' "$plugin" "$jail" "${LOCAL_SLURM_PLUGIN_ARGS:-}" >"$STATE/etc/plugstack.conf"
     fi
     printf 'SLURM_CONF=%s\nLOCAL_SLURM_NODE=%s\nLOCAL_SLURM_JAIL=%s\nLOCAL_SLURM_DIR=%s\n' \
@@ -315,6 +327,31 @@ IgnoreSystemd=yes}" >"$STATE/etc/cgroup.conf"
         printf 'SLURMRESTD_URL=http://127.0.0.1:%s\nLOCAL_SLURM_JWT_KEY=%s\n' "$rest_port" "$STATE/jwt/jwt_hs256.key" \
             >>"$STATE/env"
     fi
+}
+
+job_container() {
+    [ "${LOCAL_SLURM_JOB_CONTAINER:-1}" = 1 ] && [ "${LOCAL_SLURM_PLUGIN:-}" != none ]
+}
+
+# What the workers' entrypoint does before slurmd starts: the images' complement-jail binds into the jail what
+# slurmstepd needs there once the plugin moved it in (the spool directory, munge, configs, /dev, /sys, /proc). Only for
+# the jail `up` built: a test's own jail (LOCAL_SLURM_JAIL) is taken as it is.
+complete_jail() {
+    [ "${LOCAL_SLURM_PLUGIN:-}" != none ] && [ -z "${LOCAL_SLURM_JAIL:-}" ] || return 0
+    in_instance mkdir -p "$NS_SPOOL"
+    in_instance env JAIL_DIR="$STATE/jail" MUNGE_SOCKET="$NS_MUNGE_SOCKET" SLURM_CONF_DIR="$NS_CONF_DIR" \
+        COMPLEMENT_JAIL_BINDS="$NS_SPOOL $(rootfs_plugin_dir)" COMPLEMENT_JAIL_HOOKS=/nonexistent \
+        PROG=complement-jail "$ROOT/images/scripts/complement-jail" >>"$STATE/log/complement-jail.log" 2>&1 ||
+        show_logs_and_fail "complement-jail failed (log: $STATE/log/complement-jail.log)"
+}
+
+# Slurm's plugin directory as seen inside the root filesystem.
+rootfs_plugin_dir() {
+    local d r
+    r=$(rootfs_dir)
+    for d in "$r"/usr/lib/*-linux-gnu/slurm-wlm; do
+        printf '%s' "${d#"$r"}"
+    done
 }
 
 print_export() {
@@ -443,6 +480,7 @@ cmd_up() {
         --log-file "$STATE/log/munged.log" --seed-file "$STATE/munge/munged.seed"
     # `unshare` and the entering script exec into munged, so the recorded PID is munged's.
     wait_for "munged's socket" in_instance test -S "$NS_MUNGE_SOCKET"
+    complete_jail
     start_bg slurmctld "$SELF" run -- slurmctld -D -i -f "$NS_CONF_DIR/slurm.conf" -L "$STATE/log/slurmctld.log"
     wait_for "slurmctld to answer" scontrol_ ping
     start_bg slurmd "$SELF" run -- slurmd -D -f "$NS_CONF_DIR/slurm.conf" -L "$STATE/log/slurmd.log"

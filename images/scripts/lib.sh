@@ -36,7 +36,9 @@ is_true() {
 }
 
 # Copies every file of the Slurm configs ConfigMap into SLURM_CONF_DIR. ConfigMap volumes present files as symlinks
-# into a hidden ..data directory, hence -L; the hidden entries themselves are skipped.
+# into a hidden ..data directory, hence -L; the hidden entries themselves are skipped. Each file is written beside its
+# place and renamed over it: a daemon or a starting step (slurmstepd reads plugstack.conf for every step) sees the old
+# file or the new one, never a missing or half-written one.
 install_slurm_configs() {
     [ -f "$SLURM_CONFIGS_SOURCE/slurm.conf" ] \
         || die "no slurm.conf in $SLURM_CONFIGS_SOURCE (is the Slurm configs ConfigMap mounted there?)"
@@ -45,18 +47,32 @@ install_slurm_configs() {
     for f in "$SLURM_CONFIGS_SOURCE"/*; do
         name=$(basename "$f")
         [ -f "$f" ] || continue
-        install -m 0644 "$f" "$SLURM_CONF_DIR/$name"
+        install -m 0644 "$f" "$SLURM_CONF_DIR/.$name.new"
+        mv -f "$SLURM_CONF_DIR/.$name.new" "$SLURM_CONF_DIR/$name"
         log "installed $SLURM_CONF_DIR/$name"
+    done
+}
+
+# The settings of SLURMCTL_RESTART_KEYS (comma-separated; the operator sets it from render/slurm_conf.py RESTART_KEYS:
+# what a running daemon cannot take from a reconfigure) in a slurm.conf, one KEY=VALUE a line.
+restart_settings() {
+    local file=$1 key
+    for key in ${SLURMCTL_RESTART_KEYS//,/ }; do
+        printf '%s=%s\n' "$key" "$(conf_value "$file" "$key" "")"
     done
 }
 
 # Keeps SLURM_CONF_DIR equal to the mounted ConfigMap while the daemon runs, in the background: the kubelet updates
 # the mount in place when the operator changes a file; each change is installed, then the command given runs (the
 # controller: `scontrol reconfigure`; a worker: a SIGHUP to its own slurmd, which catches up if it reconfigured
-# before its own copy changed). Scaling changes no file; only what reconfigure cannot change restarts pods.
+# before its own copy changed). Scaling changes no file. A change to a setting of SLURMCTL_RESTART_KEYS is not
+# installed at all: the running daemon keeps the configs it started with, consistent with itself and with the jobs it
+# runs, until the operator re-creates the pod (workers one drained node at a time; the controller after saving its
+# state), and then starts with the new ones.
 follow_slurm_configs() {
     local interval=${SLURM_CONFIGS_POLL_SECONDS:-5} daemon=$$
     (
+        held=
         # Ends with the daemon, which keeps this shell's PID: once it exits, this loop has another parent.
         while sleep "$interval"; do
             read -r _ _ _ parent _ <"/proc/$BASHPID/stat"
@@ -67,6 +83,14 @@ follow_slurm_configs() {
                 cmp -s "$f" "$SLURM_CONF_DIR/$(basename "$f")" || changed=yes
             done
             [ -n "$changed" ] || continue
+            if [ -n "${SLURMCTL_RESTART_KEYS:-}" ] && [ "$(restart_settings "$SLURM_CONFIGS_SOURCE/slurm.conf")" \
+                != "$(restart_settings "$SLURM_CONF_DIR/slurm.conf")" ]; then
+                [ -n "$held" ] || log "configs changed in a setting only a restart applies;" \
+                    "keeping the running ones until this pod is re-created"
+                held=yes
+                continue
+            fi
+            held=
             install_slurm_configs
             if out=$("$@" 2>&1); then
                 log "configs changed; ran: $*"

@@ -1,5 +1,8 @@
 #include "args.h"
 
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -106,4 +109,43 @@ int chroot_args_parse(int argc, char *const argv[], struct chroot_args *out, cha
 	if (!seen_jail)
 		return fail(err, errlen, "jail=<path> is required");
 	return 0;
+}
+
+#define MAX_WORDS 32
+
+int chroot_args_from_plugstack(const char *plugstack, struct chroot_args *out, char *plugin, char *err, size_t errlen)
+{
+	char line[4096];
+	FILE *f = fopen(plugstack, "re");
+
+	if (f == NULL)
+		return fail(err, errlen, "cannot read %.*s: %s", PATH_MAX, plugstack, strerror(errno));
+	while (fgets(line, (int)sizeof(line), f) != NULL) {
+		char *words[MAX_WORDS], *save = NULL, *w = strtok_r(line, " \t\n", &save);
+		int n = 0, rc;
+
+		if (w == NULL || (strcmp(w, "required") != 0 && strcmp(w, "optional") != 0))
+			continue;
+		w = strtok_r(NULL, " \t\n", &save);
+		if (w == NULL || strcmp(basename(w), "chroot.so") != 0)
+			continue;
+		if (strlen(w) >= PATH_MAX) {
+			(void)fclose(f);
+			return fail(err, errlen, "the chroot.so path in %.*s is too long", PATH_MAX, plugstack);
+		}
+		memcpy(plugin, w, strlen(w) + 1);
+		while ((w = strtok_r(NULL, " \t\n", &save)) != NULL && w[0] != '#') {
+			if (n == MAX_WORDS) {
+				(void)fclose(f);
+				return fail(err, errlen, "more than %d arguments to chroot.so in %.*s", MAX_WORDS, PATH_MAX,
+					    plugstack);
+			}
+			words[n++] = w;
+		}
+		(void)fclose(f);
+		rc = chroot_args_parse(n, words, out, err, errlen);
+		return rc;
+	}
+	(void)fclose(f);
+	return fail(err, errlen, "no line loading chroot.so in %.*s", PATH_MAX, plugstack);
 }

@@ -22,4 +22,11 @@ struct chroot_args {
  */
 int chroot_args_parse(int argc, char *const argv[], struct chroot_args *out, char *err, size_t errlen);
 
+/*
+ * The same, from the first active line of a plugstack.conf that loads chroot.so (`required|optional <path>/chroot.so
+ * key=value...`): how job_container/jail finds the jail the SPANK plugin uses, so the two can never disagree. The
+ * plugin's path goes to `plugin` (PATH_MAX bytes). Returns 0, or -1 with a message in `err`.
+ */
+int chroot_args_from_plugstack(const char *plugstack, struct chroot_args *out, char *plugin, char *err, size_t errlen);
+
 #endif

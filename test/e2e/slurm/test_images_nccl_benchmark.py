@@ -19,7 +19,7 @@ SCRIPT = Path(__file__).resolve().parents[3] / "images" / "scripts" / "nccl_benc
 # A busybox-sh all_reduce_perf printing what nccl-tests prints (header, per-size table, summary). The mode and the
 # bandwidth come from the environment, which srun propagates to the task.
 STUB = r"""#!/bin/sh
-echo "$@" > /tmp/all_reduce_perf.args
+echo "$@" > /data/all_reduce_perf.args
 case "${STUB_NCCL_MODE:-good}" in
     hang) sleep 120; exit 0 ;;
     garbage) echo "cuda runtime says hello"; echo "bandwidth: excellent"; exit 0 ;;
@@ -55,7 +55,7 @@ def slurm(local_slurm: LocalSlurm) -> Iterator[LocalSlurm]:
     stub = local_slurm.jail / "bin" / "all_reduce_perf"
     stub.write_text(STUB)
     stub.chmod(0o755)
-    (local_slurm.jail / "tmp" / "all_reduce_perf.args").unlink(missing_ok=True)
+    (local_slurm.jail / "data" / "all_reduce_perf.args").unlink(missing_ok=True)
     local_slurm.wait_until(lambda: local_slurm.node_state() == "idle", timeout=30, what="node idle before the test")
     yield local_slurm
     local_slurm.run("scancel", "--name=slurmctl-nccl-benchmark", check=False)
@@ -87,7 +87,7 @@ def drain_reasons(slurm: LocalSlurm) -> list[str]:
 
 
 def stub_args(slurm: LocalSlurm) -> list[str]:
-    return (slurm.jail / "tmp" / "all_reduce_perf.args").read_text().split()
+    return (slurm.jail / "data" / "all_reduce_perf.args").read_text().split()
 
 
 def test_good_bandwidth_passes_and_leaves_the_node_up(slurm: LocalSlurm) -> None:
@@ -151,7 +151,7 @@ def test_admin_drained_node_is_not_benchmarked(slurm: LocalSlurm) -> None:
 
     assert done.returncode == 0, done.stderr
     assert "no idle node to benchmark" in done.stderr
-    assert not (slurm.jail / "tmp" / "all_reduce_perf.args").exists()
+    assert not (slurm.jail / "data" / "all_reduce_perf.args").exists()
     assert drain_reasons(slurm) == ["cable swap"]
 
 
@@ -160,5 +160,5 @@ def test_bad_settings_exit_2_without_running_anything(slurm: LocalSlurm) -> None
 
     assert done.returncode == 2
     assert "NCCL_MIN_BUS_BANDWIDTH_GBPS='fast' is not a float" in done.stderr
-    assert not (slurm.jail / "tmp" / "all_reduce_perf.args").exists()
+    assert not (slurm.jail / "data" / "all_reduce_perf.args").exists()
     assert drain_reasons(slurm) == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test.e2e.slurm.local_slurm import LocalSlurm
+from test.e2e.slurm.local_slurm import REPO, LocalSlurm
 
 pytestmark = pytest.mark.slurm
 
@@ -53,15 +53,28 @@ def test_srun_lists_the_jail_root_not_the_hosts(local_slurm: LocalSlurm) -> None
     assert listed == jail_root
 
 
-def test_proc_is_fresh_and_no_host_mount_is_visible(local_slurm: LocalSlurm) -> None:
+def jail_view(slurm: LocalSlurm) -> set[str]:
+    """The mount points a process whose root is the jail can have: "/" and what complement-jail mounted inside it
+    (as seen by slurmd), at their paths inside the jail."""
+    jail = str(slurm.jail)
+    points = {point for point, _ in mounts(slurm.pid("slurmd"))}
+    return {"/"} | {point[len(jail) :] for point in points if point.startswith(jail + "/")}
+
+
+def test_steps_see_the_jail_and_nothing_of_the_node(local_slurm: LocalSlurm) -> None:
     out = local_slurm.run("srun", "cat", "/proc/self/mountinfo").stdout
     seen: Counter[tuple[str, str]] = Counter()
     for line in out.splitlines():
         fields, _, tail = line.partition(" - ")
         seen[(fields.split()[4], tail.split()[0])] += 1
-    assert len(mounts("self")) > 2, "the host has more than two mounts, or this proves nothing"
-    assert sorted(point for point, _ in seen) == ["/", "/proc"], out
-    assert seen[("/proc", "proc")] == 1, out
+    points = {point for point, _ in seen}
+    # The node's own mounts (here the repository, bound into Slurm's root filesystem) are not reachable ...
+    node_only = {point for point, _ in mounts(local_slurm.pid("slurmd"))} - {str(local_slurm.jail)}
+    assert str(REPO) in node_only, "slurmd sees the repository, or this proves nothing"
+    assert str(REPO) not in points, out
+    # ... only the jail and what complement-jail put into it, with a proc of this PID namespace at /proc.
+    assert points <= jail_view(local_slurm), points - jail_view(local_slurm)
+    assert ("/proc", "proc") in seen, out
 
 
 def test_step_starts_in_its_working_directory_inside_the_jail(local_slurm: LocalSlurm) -> None:
@@ -69,15 +82,14 @@ def test_step_starts_in_its_working_directory_inside_the_jail(local_slurm: Local
     assert local_slurm.run("srun", "--chdir=/data", "pwd").stdout.strip() == "/data"
 
 
-def test_working_directory_missing_from_the_jail_fails_the_step(local_slurm: LocalSlurm) -> None:
-    # The state directory exists on the host only; a step started there must not run anywhere.
-    host_only = local_slurm.state_dir
-    ran = host_only / f"ran-{uuid.uuid4().hex[:8]}"
-    proc = local_slurm.run("srun", f"--chdir={host_only}", "touch", str(ran), check=False)
-    assert proc.returncode != 0
-    expected = f"step 'chdir-workdir' failed: job working directory {host_only}: No such file or directory"
-    assert expected in proc.stderr, proc.stderr
-    assert not ran.exists()
+def test_a_working_directory_only_the_node_has_is_not_entered(local_slurm: LocalSlurm) -> None:
+    # The repository exists in Slurm's root filesystem, not in the jail: slurmstepd, already inside the jail, cannot
+    # enter it and starts the step in the jail's /tmp instead (Slurm's own fallback, with its message).
+    assert (REPO / "hack").is_dir()
+    proc = local_slurm.run("srun", f"--chdir={REPO}", "sh", "-c", "pwd; cat /etc/slurmctl-jail; ls hack", check=False)
+    assert proc.stdout.splitlines()[:2] == ["/tmp", marker(local_slurm).strip()], proc.stdout + proc.stderr
+    assert f"couldn't chdir to `{REPO}'" in proc.stderr, proc.stderr
+    assert proc.returncode != 0, "ls found the node's directory from inside the jail"
 
 
 def test_sbatch_writes_land_in_the_jail_directory_on_the_host(local_slurm: LocalSlurm) -> None:
@@ -117,8 +129,9 @@ def test_hundred_sruns_leak_no_mounts_and_slurmd_stays_healthy(local_slurm: Loca
     for i in range(100):
         local_slurm.run("srun", "--quiet", "--job-name", f"leak-{i}", "true")
     after = mounts(slurmd)
+    # Every step entered the jail in a namespace of its own: slurmd's mounts (the jail's completion included) are
+    # exactly what they were.
     assert after == before, f"mounts added: {after - before}, removed: {before - after}"
-    assert not [point for point, _ in after if point.startswith(str(local_slurm.jail))]
     assert local_slurm.pid("slurmd") == slurmd and Path(f"/proc/{slurmd}").exists()
     local_slurm.wait_until(lambda: local_slurm.node_state() == "idle", what="node idle after 100 steps")
     assert local_slurm.run("srun", "cat", "/etc/slurmctl-jail").stdout == marker(local_slurm)
@@ -154,23 +167,33 @@ def test_srun_as_a_non_root_user_runs_in_the_jail_as_that_user(local_slurm: Loca
     assert (local_slurm.jail / "home" / user.pw_name / name).stat().st_uid == user.pw_uid
 
 
-def test_batch_output_file_is_opened_by_slurmstepd_outside_the_jail(local_slurm: LocalSlurm) -> None:
-    """Documents Slurm 24.11 with the plugin as it is: slurmstepd opens (and creates the directories of) `sbatch -o`
-    in its own root, the node's, before the task enters the jail. Output meant for the jail must name a path that is
-    the jail's on the node too."""
+def test_batch_output_files_and_working_directory_are_the_jails(local_slurm: LocalSlurm) -> None:
+    """slurmstepd opens `sbatch -o/-e`, creates their directories and enters `--chdir` inside the jail: a directory
+    only the jail has works, and nothing appears at those paths on the node."""
+    user = pwd.getpwnam(local_slurm.user)
     name = uuid.uuid4().hex[:8]
-    # A host path: the file is written there, not at that path in the jail.
-    on_host = local_slurm.state_dir / f"{name}.out"
-    local_slurm.run("sbatch", "--wait", f"--output={on_host}", input="#!/bin/sh\ncat /etc/slurmctl-jail\n")
-    assert on_host.read_text() == marker(local_slurm)
-    assert not (local_slurm.jail / str(on_host).lstrip("/")).exists()
-    # A directory that exists only in the jail: slurmstepd tries to create it on the node (read-only here), cannot
-    # open the file, and the job fails before the script runs; nothing appears in the jail.
-    ran = local_slurm.jail / "data" / f"{name}.ran"
-    proc = local_slurm.run(
-        "sbatch", "--wait", f"--output=/data/{name}/job.out", input=f"#!/bin/sh\ntouch /data/{name}.ran\n", check=False
-    )
-    assert proc.returncode != 0
-    assert f"Could not open stdout file /data/{name}/job.out" in local_slurm.log("slurmd")
-    assert not ran.exists()
-    assert not (local_slurm.jail / "data" / name).exists()
+    run = local_slurm.jail / "data" / name
+    run.mkdir()
+    os.chown(run, user.pw_uid, user.pw_gid)  # a directory the user made in the jail
+    assert not Path("/data").exists(), "the node must not have /data, or this proves nothing"
+    local_slurm.run(
+        "sbatch", "--wait", f"--uid={user.pw_name}", f"--chdir=/data/{name}", f"--output=/data/{name}/out/%j.out",
+        "--error=err.txt", input="#!/bin/sh\npwd; cat /etc/slurmctl-jail; echo oops >&2\n",
+    )  # fmt: skip
+    (out,) = (run / "out").iterdir()
+    assert out.read_text() == f"/data/{name}\n{marker(local_slurm)}"
+    assert out.stat().st_uid == user.pw_uid
+    assert (run / "err.txt").read_text() == "oops\n"
+    assert not Path("/data").exists()
+
+
+def test_sbcast_writes_into_the_jail(local_slurm: LocalSlurm, tmp_path: Path) -> None:
+    """sbcast's files are written by slurmd itself, outside any step: job_container/jail moves the writer into the
+    jail, so the file is where the job will look for it."""
+    name = uuid.uuid4().hex[:8]
+    source = tmp_path / "payload"
+    source.write_text(f"payload {name}\n")
+    source.chmod(0o644)
+    local_slurm.run("salloc", "-N1", "sbcast", str(source), f"/data/{name}.bcast")
+    assert (local_slurm.jail / "data" / f"{name}.bcast").read_text() == f"payload {name}\n"
+    assert not Path(f"/data/{name}.bcast").exists()

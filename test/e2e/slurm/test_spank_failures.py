@@ -1,4 +1,5 @@
-"""The chroot plugin fails closed: a bad jail or plugstack.conf ends the step, names the failed step, runs nothing.
+"""The chroot plugin fails closed: a bad jail or plugstack.conf ends the step before slurmstepd opens any file or starts
+a task, names the failed step in slurmd's log, and runs nothing.
 
 These tests rewrite plugstack.conf, which slurmstepd reads afresh for every step, so they use an instance of their own.
 """
@@ -82,25 +83,36 @@ def test_bad_jail_fails_the_step_and_runs_nothing(
     ran = tmp_path / "ran-on-the-host"
     proc = spare_slurm.run("srun", "/bin/touch", str(ran), check=False)
     assert proc.returncode != 0
-    message = f"cannot enter jail {jail}: step '{step}' failed"
-    assert message in proc.stderr and reason in proc.stderr, proc.stderr
-    assert message in spare_slurm.log("slurmd")
+    assert "Plugin initialization failed" in proc.stderr, proc.stderr
+    line = next((x for x in spare_slurm.log("slurmd").splitlines() if f"cannot enter jail {jail}:" in x), "")
+    assert f"step '{step}' failed" in line and reason in line, spare_slurm.log_tail("slurmd")
     assert not ran.exists(), "the user's program ran on the host"
 
 
-def test_batch_step_with_a_missing_jail_fails_and_runs_nothing(
+def test_batch_step_with_a_missing_jail_runs_nothing_and_slurm_requeues_it(
     spare_slurm: LocalSlurm, plugstack: SetPlugstack, tmp_path: Path
 ) -> None:
+    """A batch step that cannot enter the jail is a launch failure of the node: Slurm drains the node and puts the job
+    back in the queue (it is not lost), and nothing ran or was written on the node."""
     jail = tmp_path / "gone"
     plugstack(f"jail={jail}")
     ran = tmp_path / "ran-on-the-host"
     out = tmp_path / "job.out"
-    proc = spare_slurm.run("sbatch", "--wait", f"--output={out}", input=f"#!/bin/sh\ntouch {ran}\n", check=False)
-    assert proc.returncode != 0
-    assert f"cannot enter jail {jail}: step 'check-jail' failed" in out.read_text()
-    assert not ran.exists(), "the batch script ran on the host"
-    # A failed step is the job's failure, not the node's: the node takes the next job.
-    spare_slurm.wait_until(lambda: spare_slurm.node_state() == "idle", what="node idle after the failed job")
+    job = spare_slurm.run("sbatch", "--parsable", f"--output={out}", input=f"#!/bin/sh\ntouch {ran}\n").stdout.strip()
+    try:
+        spare_slurm.wait_until(
+            lambda: f"cannot enter jail {jail}: step 'check-jail' failed" in spare_slurm.log("slurmd"),
+            what="the plugin's message in slurmd's log",
+        )
+        spare_slurm.wait_until(lambda: spare_slurm.node_state().startswith("drain"), what="the node drained by Slurm")
+        state = spare_slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+        assert state == "PENDING", f"job {job} is {state!r}, not back in the queue"
+        assert not ran.exists(), "the batch script ran on the host"
+        assert not out.exists(), "slurmstepd opened the output file outside the jail"
+    finally:
+        spare_slurm.run("scancel", job, check=False)
+        spare_slurm.run("scontrol", "update", f"NodeName={spare_slurm.node}", "State=RESUME", check=False)
+    spare_slurm.wait_until(lambda: spare_slurm.node_state() == "idle", what="node idle after the resume")
 
 
 def test_unknown_plugin_argument_fails_the_step(
@@ -110,7 +122,7 @@ def test_unknown_plugin_argument_fails_the_step(
     ran = tmp_path / f"ran-{uuid.uuid4().hex[:8]}"
     proc = spare_slurm.run("srun", "/bin/touch", str(ran), check=False)
     assert proc.returncode != 0
-    assert "step 'parse-args' failed: plugstack.conf: unknown argument 'colour'" in proc.stderr, proc.stderr
+    assert "step 'parse-args' failed: plugstack.conf: unknown argument 'colour'" in spare_slurm.log("slurmd")
     assert not ran.exists()
 
 
@@ -126,7 +138,8 @@ def test_custom_old_root_directory_is_created_and_used(spare_slurm: LocalSlurm, 
 def test_plugin_marked_optional_still_fails_closed(
     spare_slurm: LocalSlurm, plugstack: SetPlugstack, tmp_path: Path
 ) -> None:
-    # slurmstepd ignores errors of "optional" plugins; the plugin must stop the task itself.
+    # slurmstepd ignores errors of "optional" plugins: it goes on outside the jail, and job_container/jail (reading the
+    # same line) and the plugin's task hook stop the task before the program runs.
     jail = tmp_path / "absent"
     plugstack(f"jail={jail}", keyword="optional")
     ran = tmp_path / "ran-on-the-host"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from test.unit.images.conftest import SCRIPTS, run_script, write_exe
-from test.waiting import until
+from test.waiting import holds, until
 
 RECORDER = '#!/bin/sh\necho "$(basename "$0") uid=$(id -u) args=$*" >> {log}\n'
 
@@ -123,6 +123,16 @@ def test_a_config_without_jwt_key_installs_none(pod: dict[str, str]) -> None:
     assert "names no jwt_key" in done.stderr
 
 
+def swap_configmap(configs: Path, slurm_conf: str) -> None:
+    """What the kubelet does when the ConfigMap changes: a new ..data directory, and the ..data symlink swapped."""
+    new = configs / "..data_new"
+    new.mkdir()
+    (new / "slurm.conf").write_text(slurm_conf)
+    (new / "cgroup.conf").write_text((configs / "cgroup.conf").read_text())
+    (configs / "..data").rename(configs / "..data_old")
+    (configs / "..data").symlink_to("..data_new")
+
+
 def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controller(pod: dict[str, str]) -> None:
     """The kubelet swaps the mounted ConfigMap's ..data; the controller installs the new files and runs
     `scontrol reconfigure`, without restarting slurmctld."""
@@ -142,14 +152,7 @@ def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controlle
         until(lambda: "slurmctld" in log.read_text(), timeout=30, interval=0.1, what="slurmctld to start")
         installed = Path(pod["SLURM_CONF_DIR"]) / "slurm.conf"
         before = installed.read_text()
-        configs = Path(pod["SLURM_CONFIGS_SOURCE"])
-        new = configs / "..data_new"
-        new.mkdir()
-        (new / "slurm.conf").write_text(before + "MaxJobCount=5000\n")
-        (new / "cgroup.conf").write_text((configs / "cgroup.conf").read_text())
-        # The kubelet swaps a ..data symlink to a new directory; the fixture's ..data is a directory.
-        (configs / "..data").rename(configs / "..data_old")
-        (configs / "..data").symlink_to("..data_new")
+        swap_configmap(Path(pod["SLURM_CONFIGS_SOURCE"]), before + "MaxJobCount=5000\n")
         until(lambda: "MaxJobCount=5000" in installed.read_text(), timeout=30, interval=0.1, what="the new slurm.conf")
         reconfigured = "scontrol uid=0 args=reconfigure"
         until(lambda: reconfigured in log.read_text(), timeout=30, interval=0.1, what="reconfigure")
@@ -158,6 +161,34 @@ def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controlle
         stop.touch()
         proc.wait(timeout=30)
     assert proc.returncode == 0
+
+
+def test_a_change_only_a_restart_applies_is_left_to_the_pod_s_re_creation(pod: dict[str, str]) -> None:
+    """A restart-requiring setting (SLURMCTL_RESTART_KEYS, from the operator) is not installed into the running
+    daemon and no reconfigure runs: it keeps the configs it started with until the operator re-creates its pod."""
+    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
+    stop = root / "stop"
+    write_exe(
+        root / "bin" / "slurmctld",
+        RECORDER.format(log=log) + f"while [ ! -e {stop} ]; do sleep 0.05; done\n",
+    )
+    write_exe(root / "bin" / "scontrol", RECORDER.format(log=log))
+    full_env = {"LC_ALL": "C.UTF-8", **pod, "SLURMCTL_RESTART_KEYS": "SlurmctldPort,SlurmdPidFile"}
+    proc = subprocess.Popen(
+        [str(SCRIPTS / "entrypoint-controller")], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        until(lambda: "slurmctld" in log.read_text(), timeout=30, interval=0.1, what="slurmctld to start")
+        installed = Path(pod["SLURM_CONF_DIR"]) / "slurm.conf"
+        before = installed.read_text()
+        swap_configmap(Path(pod["SLURM_CONFIGS_SOURCE"]), before + "MaxJobCount=5000\nSlurmctldPort=7000\n")
+        # Several polls of the follower (0.2 s each) pass without a change.
+        holds(lambda: installed.read_text() == before, seconds=2, what="the running configs kept")
+        assert "scontrol" not in log.read_text()
+    finally:
+        stop.touch()
+        out, _ = proc.communicate(timeout=30)
+    assert "keeping the running ones until this pod is re-created" in out.decode()
 
 
 def test_munge_wait_has_a_deadline_and_says_what_is_missing(pod: dict[str, str]) -> None:
@@ -260,21 +291,26 @@ def test_worker_completes_the_jail_then_runs_slurmd(pod: dict[str, str]) -> None
     assert Path(pod["LOG"]).read_text() == "slurmd uid=0 args=-D\n"
 
 
-def test_worker_registers_a_dynamic_node_knows_jail_users_and_mirrors_homes(pod: dict[str, str]) -> None:
+def test_worker_registers_a_dynamic_node_knows_jail_users_and_puts_its_spool_in_the_jail(pod: dict[str, str]) -> None:
     env = {**jail_env(pod), "SLURMD_CONF": "Feature=cpu CPUs=1 RealMemory=1024", "SLURMD_NODENAME": "c-worker-cpu-0"}
+    spool = Path(pod["ROOT"]) / "spool"
+    conf = Path(pod["SLURM_CONFIGS_SOURCE"]) / "..data" / "slurm.conf"
+    conf.write_text(conf.read_text() + f"SlurmdSpoolDir={spool}\n")
     jail = Path(env["JAIL_DIR"])
     (jail / "etc" / "passwd").write_text("alice:x:1500:1500::/home/alice:/bin/bash\n")
     (jail / "home" / "alice").mkdir(parents=True)
-    (jail / "home" / "alice" / "written-in-the-jail").write_text("yes\n")
-    # Inside the entrypoint's mount namespace, /home is the jail's: what slurmstepd opens there lands in the jail.
-    probe = '"$0" && cat /home/alice/written-in-the-jail'
+    # Inside the entrypoint's mount namespace: the spool directory (slurmstepd runs batch scripts from it once the
+    # chroot plugin moved it into the jail) is the same directory at its own path in the jail, and nothing of the
+    # jail is mounted outside it any more (no mirrored /home).
+    probe = f'"$0" && touch {spool}/seen && ls {jail}{spool} && findmnt -n -o TARGET --target /home'
     done = run_script(
         "entrypoint-worker", env=env, wrapper=("unshare", "--mount", "--propagation", "private", "bash", "-c", probe)
     )
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "yes\n"
-    assert not Path("/home/alice/written-in-the-jail").exists()  # the host's /home was never touched
+    listed, home_mount = done.stdout.split()
+    assert listed == "seen"
+    assert home_mount != "/home"
     assert Path(pod["LOG"]).read_text() == (
         "slurmd uid=0 args=-D -Z --conf Feature=cpu CPUs=1 RealMemory=1024 -N c-worker-cpu-0\n"
     )

@@ -1,0 +1,168 @@
+/*
+ * job_container/jail (job_container_jail.so in Slurm's PluginDir; slurm.conf JobContainerType=job_container/jail):
+ * every process Slurm moves into a job's "container" enters the jail instead. Slurm calls the join in the processes
+ * it forks on behalf of a job: in slurmd, the writer of `sbcast` files (which otherwise writes them into the worker
+ * container, where no job can see them); in slurmstepd, each task, TaskProlog/TaskEpilog and the SPANK user
+ * callbacks' children. The chroot SPANK plugin has normally moved slurmstepd into the jail already, and then a join
+ * finds its root is the jail and does nothing; otherwise it pivots the process into the jail itself (in a mount
+ * namespace of its own, as chroot.so does), so a step whose slurmstepd somehow stayed outside still runs nothing
+ * there.
+ *
+ * The jail is the one on chroot.so's line of plugstack.conf (slurm.conf PlugStackConfig), read at each join, so the
+ * two can never disagree. Fail closed: when it cannot be read or entered, the join fails and Slurm runs nothing
+ * (the task exits, the sbcast file is not written).
+ *
+ * Built against Slurm's public headers only: the plugin interface (plugin_name/type/version and the seven
+ * container_p_* functions of src/interfaces/job_container.c) is Slurm 24.11's, re-checked for every release.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+#include <slurm/slurm_version.h>
+#include <slurm/spank.h>
+
+#include "args.h"
+#include "jail.h"
+
+#if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(24, 11, 0) || SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 12, 0)
+#error "job_container/jail is built for Slurm 24.11; re-check the job_container interface for another release"
+#endif
+
+const char plugin_name[] = "job_container jail plugin (slurmctl)";
+const char plugin_type[] = "job_container/jail";
+const uint32_t plugin_version = SLURM_VERSION_NUMBER;
+
+/* Slurm's parsed slurm.conf (libslurmfull exports it; its type is the public slurm_conf_t). */
+extern slurm_conf_t slurm_conf;
+
+#define PLUGSTACK_DEFAULT "/etc/slurm/plugstack.conf"
+
+int init(void)
+{
+	return SLURM_SUCCESS;
+}
+
+int fini(void)
+{
+	return SLURM_SUCCESS;
+}
+
+/* Whether chroot.so, loaded in this process, moved it into the jail and "/" is still that jail (see chroot.c). */
+static int jailed_by_chroot_so(const char *plugin)
+{
+	const struct jail_ident *(*jail)(void);
+	const struct jail_ident *id;
+	void *h = dlopen(plugin, RTLD_LAZY | RTLD_NOLOAD);
+	int inside;
+
+	if (h == NULL)
+		return 0;
+	*(void **)&jail = dlsym(h, "slurmctl_chroot_jail");
+	id = jail ? jail() : NULL;
+	inside = id != NULL && jail_is_root(id);
+	(void)dlclose(h);
+	return inside;
+}
+
+static int refuse(uint32_t job_id, const char *what, const char *detail)
+{
+	slurm_error("job_container/jail: job %u: %s: %s; not running it outside the jail", job_id, what, detail);
+	return SLURM_ERROR;
+}
+
+/* The same words as chroot.so's, so one message names a broken jail whichever plugin met it. */
+static int cannot_enter(uint32_t job_id, const char *jail, const struct jail_error *e)
+{
+	slurm_error("job_container/jail: job %u: cannot enter jail %s: step '%s' failed: %s: %s; not running it outside"
+		    " the jail", job_id, jail, e->step, e->what, strerror(e->err));
+	return SLURM_ERROR;
+}
+
+int container_p_join(slurm_step_id_t *step_id, uid_t uid, bool step_create)
+{
+	const char *plugstack = slurm_conf.plugstack ? slurm_conf.plugstack : PLUGSTACK_DEFAULT;
+	struct chroot_args args;
+	char plugin[PATH_MAX];
+	struct jail_ident jail;
+	struct jail_error e;
+	char err[256];
+
+	(void)uid;
+	/*
+	 * slurmd joins before it executes slurmstepd (step_create): slurmstepd runs from the node's root and enters the
+	 * jail itself (chroot.so). Job 0 is not a job. The extern step stays on the node, as chroot.so leaves it.
+	 */
+	if (step_create || step_id == NULL || step_id->job_id == 0 || step_id->step_id == SLURM_EXTERN_CONT)
+		return SLURM_SUCCESS;
+	if (chroot_args_from_plugstack(plugstack, &args, plugin, err, sizeof(err)) < 0)
+		return refuse(step_id->job_id, "cannot tell the jail", err);
+	/* A child of a slurmstepd that chroot.so moved into the jail: there already. */
+	if (jailed_by_chroot_so(plugin))
+		return SLURM_SUCCESS;
+	memset(&e, 0, sizeof(e));
+	if (jail_identify(args.jail, &jail, &e) < 0)
+		return cannot_enter(step_id->job_id, args.jail, &e);
+	if (jail_is_root(&jail))
+		return SLURM_SUCCESS;
+	/* A forked child of slurmd or slurmstepd: single-threaded, so the namespace is the whole process's. */
+	if (unshare(CLONE_NEWNS) < 0) {
+		e.step = "unshare";
+		e.err = errno;
+		(void)snprintf(e.what, sizeof(e.what), "new mount namespace");
+		return cannot_enter(step_id->job_id, args.jail, &e);
+	}
+	if (jail_pivot(args.jail, args.old_root, &e) < 0)
+		return cannot_enter(step_id->job_id, args.jail, &e);
+	if (jail_detach(args.old_root, &e) < 0) {
+		jail_undo(args.old_root);
+		return cannot_enter(step_id->job_id, args.jail, &e);
+	}
+	return SLURM_SUCCESS;
+}
+
+int container_p_join_external(uint32_t job_id)
+{
+	(void)job_id;
+	return -1; /* no namespace file to hand out: pam_slurm_adopt and the like get none */
+}
+
+int container_p_restore(char *dir_name, bool recover)
+{
+	(void)dir_name;
+	(void)recover;
+	return SLURM_SUCCESS;
+}
+
+int container_p_stepd_create(uint32_t job_id, void *step)
+{
+	(void)job_id;
+	(void)step;
+	return SLURM_SUCCESS;
+}
+
+int container_p_stepd_delete(uint32_t job_id)
+{
+	(void)job_id;
+	return SLURM_SUCCESS;
+}
+
+int container_p_send_stepd(int fd)
+{
+	(void)fd;
+	return SLURM_SUCCESS;
+}
+
+int container_p_recv_stepd(int fd)
+{
+	(void)fd;
+	return SLURM_SUCCESS;
+}
