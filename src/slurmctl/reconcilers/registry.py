@@ -45,6 +45,7 @@ from slurmctl.render.kinds import (
     DEPLOYMENT,
     FALLBACKS,
     JOB,
+    PDB,
     POD,
     SECRET,
     SERVICE,
@@ -53,6 +54,7 @@ from slurmctl.render.kinds import (
     Kind,
 )
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES, HOST_KEY_TYPES
+from slurmctl.render.workers import FORMER_COMPONENTS
 from slurmctl.runtime import Event, Manager, any_of, generation_changed
 from slurmctl.runtime.handlers import enqueue_mapped
 
@@ -76,8 +78,8 @@ COMPONENTS: Final[tuple[Component, ...]] = (
     Component("controller", CONTROLLER_READY, reconciler=ControllerReconciler, render=manifests.controller_objects,
               owns=(STATEFULSET, SERVICE), image="controller", after=("cluster",)),
     Component("workers", WORKERS_READY, reconciler=WorkersReconciler, render=manifests.workers_objects,
-              owns=(STATEFULSET, SERVICE), image="worker", after=("cluster", "populate-jail"),
-              former_names=("worker",)),  # the label of releases before 0.2; see reconcilers/workers.py
+              owns=(STATEFULSET, SERVICE, PDB), image="worker", after=("cluster", "populate-jail"),
+              former_names=FORMER_COMPONENTS),
     Component("login", LOGIN_READY, reconciler=LoginReconciler, render=manifests.login_objects,
               owns=(STATEFULSET, SERVICE, CONFIGMAP), image="login", after=("cluster", "populate-jail")),
     Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, render=manifests.accounting_objects,

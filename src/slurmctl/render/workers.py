@@ -10,7 +10,10 @@ from slurmctl.render import meta, pods
 from slurmctl.render.slurm_conf import dynamic_node_conf, restart_settings
 
 COMPONENT = "workers"
+# The component label of worker children made by releases before 0.2 (see reconcilers/workers.py).
+FORMER_COMPONENTS = ("worker",)
 WORKER_PRESTOP = "/usr/lib/slurmctl/worker-prestop"
+DAEMON_CONTAINER = "slurmd"
 
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
@@ -37,7 +40,7 @@ def render_worker_statefulset(
     image = spec.image_for("worker", group.image)
     group_label = {meta.LABEL_WORKER_GROUP: group.name}
     slurmd = {
-        "name": "slurmd",
+        "name": DAEMON_CONTAINER,
         "image": image,
         "env": [
             pods.node_name_env(),
