@@ -57,8 +57,9 @@ def render_worker_statefulset(
             {"name": "dev-shm", "mountPath": "/dev/shm"},  # noqa: S108 - the pod's own memory-backed shm
         ],
         "readinessProbe": pods.slurm_readiness("worker"),
-        # A pod that goes (scale-in, re-creation) takes its node out of Slurm's node list; a re-created pod registers
-        # again. Draining first is the operator's job, before it lets a pod go.
+        # A pod that goes drains its node, lets its jobs finish for a bounded while (or sets it DOWN so that Slurm
+        # requeues them), then takes it out of Slurm's node list; a re-created pod registers again. The operator
+        # drains before it lets a pod go, so its own deletions find the node idle.
         "lifecycle": {"preStop": {"exec": {"command": [WORKER_PRESTOP]}}},
         "resources": pods.resources(
             group.resources, extra_limits={"nvidia.com/gpu": group.gpus} if group.gpus else None
