@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from slurmctl.reconcilers.drain import evictable
-from slurmctl.reconcilers.observed import WorkerPod
+from slurmctl.reconcilers.observed import WorkerPod, trimmed_node, unschedulable
 from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, worker_pod_changed
 from slurmctl.render import meta
 from slurmctl.render.kinds import NODE, PDB, PDB_V1BETA1, POD, STATEFULSET
@@ -253,3 +253,20 @@ async def test_the_disruption_budget_is_applied_in_the_version_the_api_server_se
         assert budget["spec"]["maxUnavailable"] == 0
         other = PDB_V1BETA1 if expected == PDB else PDB
         assert tuple(other) not in served or env.fake.of_kind(*other) == []
+
+
+def test_of_a_node_the_operator_keeps_only_its_name_and_whether_it_is_cordoned() -> None:
+    """Nodes are watched cluster-wide; their status (image lists) is most of their size and is never read."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-a", "uid": "u1", "resourceVersion": "7", "labels": {"zone": "a"}},
+        "spec": {"unschedulable": True, "podCIDR": "10.244.0.0/24"},
+        "status": {"images": [{"names": ["x"], "sizeBytes": 1}] * 50},
+    }
+    kept = trimmed_node(node)
+    assert kept == {
+        "metadata": {"name": "node-a", "uid": "u1", "resourceVersion": "7"},
+        "spec": {"unschedulable": True},
+    }
+    assert unschedulable(kept) and not unschedulable(trimmed_node({"metadata": {"name": "node-b"}}))
