@@ -2,8 +2,9 @@
 the operator applies the workers' budget in the version discovery finds, and once kube-controller-manager's
 disruption controller has computed it, the eviction API (what `kubectl drain` calls) refuses with 429 to evict a
 running worker pod that is not labelled evictable, and lets one labelled evictable go. Which pods the operator labels
-is unit-tested (test/unit/reconcilers/test_evictions.py); that the label has this effect is what only a real API
-server shows.
+is unit-tested (test/unit/reconcilers/test_evictions.py); that the label has this effect, and that the operator's
+server-side applies set and take off that label beside the SlurmNodeState condition without touching anything else,
+is what only a real API server shows.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
+from slurmctl.reconcilers.slurm_nodes import EVICTABLE_FIELD_MANAGER, FIELD_MANAGER
 from slurmctl.render import meta
+from slurmctl.runtime import Applier, Client
 from test.e2e.clusters import NAME, Cluster, T, absent_on_404, spec
 from test.e2e.harness import eventually
 from test.e2e.operator import RunningOperator
@@ -88,3 +91,40 @@ async def test_a_worker_pod_is_evicted_only_once_labelled_evictable(
 
     await eventually(evicted, timeout=30, what=f"{WORKERS[1]} evicted (deleted, or re-created by its StatefulSet)")
     assert await evict(WORKERS[0]) == 429, "the other one is still protected"
+
+
+async def test_the_evictable_label_is_set_and_taken_off_by_server_side_apply_beside_the_condition(
+    api: client.ApiClient, namespace: str
+) -> None:
+    """The two field managers the Slurm node loop writes a worker pod with: the label on the pod, the condition on
+    its /status. API servers before 1.22 keep one managedFields entry per manager whatever the subresource, so the
+    two must not share one, or each apply would drop the other's field."""
+    core = client.CoreV1Api(api)
+    name = f"{NAME}-worker-cpu-0"
+    labels = {meta.LABEL_INSTANCE: NAME, meta.LABEL_COMPONENT: "workers"}
+    container = {"name": "slurmd", "image": "registry.invalid/worker:1"}
+    body = {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [container]}}
+    await core.create_namespaced_pod(namespace, body, _request_timeout=T)
+    applier = Applier(Client(api, timeout=10))
+    ref = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
+    evictable = {**ref, "metadata": {**ref["metadata"], "labels": {meta.LABEL_EVICTABLE: "true"}}}
+    condition = {"type": "SlurmNodeState", "status": "False", "reason": "Drained", "message": "bad DIMM"}
+
+    async def read() -> tuple[dict[str, str], list[str]]:
+        pod = await core.read_namespaced_pod(name, namespace, _request_timeout=T)
+        return dict(pod.metadata.labels or {}), [c.type for c in pod.status.conditions or []]
+
+    await applier.apply(evictable, field_manager=EVICTABLE_FIELD_MANAGER)
+    await applier.apply_status({**ref, "status": {"conditions": [condition]}}, field_manager=FIELD_MANAGER)
+    found, conditions = await read()
+    assert found == {**labels, meta.LABEL_EVICTABLE: "true"} and "SlurmNodeState" in conditions
+    await applier.apply(ref, field_manager=EVICTABLE_FIELD_MANAGER)
+    found, conditions = await read()
+    assert found == labels, "taken off, and only it"
+    assert "SlurmNodeState" in conditions, "the condition stays"
+    await applier.apply(evictable, field_manager=EVICTABLE_FIELD_MANAGER)
+    await applier.apply_status(
+        {**ref, "status": {"conditions": [{**condition, "reason": "Idle"}]}}, field_manager=FIELD_MANAGER
+    )
+    found, _ = await read()
+    assert found.get(meta.LABEL_EVICTABLE) == "true", "a condition write leaves the label alone"
