@@ -182,7 +182,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="BOOL",
         help="render as an operator started with --allow-host-path would (default: hostPath volumes are refused)",
     )
-    rbac = sub.add_parser("rbac", help="print the Roles and RoleBindings of the namespaced mode")
+    rbac = sub.add_parser(
+        "rbac", help="print the Roles and RoleBindings of the namespaced mode (and the ClusterRole reading Nodes)"
+    )
     rbac.add_argument(
         "--watch-namespace",
         required=True,

@@ -152,11 +152,13 @@ def test_watch_namespace_takes_a_list_and_the_namespaced_rbac_matches_it(capsys:
     assert (single.namespace, single.namespaces) == ("team-a", ())
     assert main(["rbac", "--watch-namespace", "team-a,team-b"]) == 0
     objects = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [(o["kind"], o["metadata"]["namespace"]) for o in objects] == [
+    assert [(o["kind"], o["metadata"].get("namespace")) for o in objects] == [
         ("Role", "team-a"),
         ("RoleBinding", "team-a"),
         ("Role", "team-b"),
         ("RoleBinding", "team-b"),
+        ("ClusterRole", None),  # reading Nodes, which no Role can grant
+        ("ClusterRoleBinding", None),
     ]
     with pytest.raises(SystemExit):
         _parser().parse_args(["run", "--watch-namespace", "Not_A_Namespace"])

@@ -29,7 +29,7 @@ from slurmctl.reconcilers.observed import uid
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.reconcilers.status import StatusWriter
 from slurmctl.render import meta
-from slurmctl.render.kinds import CRONJOB, SECRET, SLURM_CLUSTER, Kind
+from slurmctl.render.kinds import CRONJOB, PDB, SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
@@ -310,6 +310,7 @@ class ComponentReconciler:
             cluster=loaded.cluster,
             configs=loaded.configs,
             cronjob_api_version=self.ctx.kind(CRONJOB).api_version,
+            pdb_api_version=self.ctx.kind(PDB).api_version,
             **known,
         )
 

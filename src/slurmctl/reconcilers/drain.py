@@ -6,15 +6,22 @@ new jobs, running ones finish) with a reason starting with `slurmctl:`, and the 
 no job, or once the group's `drainTimeout` has passed since the drain began. Everything here is decided from what
 Slurm says now (level-based): nothing is remembered between passes, so an operator restart resumes where it was.
 A node drained by someone else (another reason) is never re-drained or resumed: its reason is theirs.
+
+Two more drains are slurmctl's, both kept by the same rule as the gate's (`upkeep`): a worker pod's Kubernetes node
+being cordoned drains its Slurm node (running jobs finish, no new job lands) until it is uncordoned, and a worker
+pod's preStop (images/scripts/worker-prestop) drains its node before it leaves Slurm. And one question is answered
+here for evictions (`evictable`): whether Slurm says no job can run on a worker pod's node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from slurmctl.api.v1 import WorkerGroup
+from slurmctl.reconcilers.observed import WorkerPod
 from slurmctl.render import meta
 from slurmctl.slurm import Job, Node
 
@@ -38,16 +45,27 @@ class Leaving:
 
 
 def leaving_nodes(c: str, groups: Sequence[WorkerGroup], live_replicas: Mapping[str, int]) -> list[Leaving]:
-    """The nodes of each shrinking group above its new size, and every node of a group that left the spec.
+    """The nodes of each shrinking group above its new size, and every node of a StatefulSet no group of the spec
+    has (a removed group's).
 
-    `live_replicas` is each live worker StatefulSet's replicas, by group name (removed groups included)."""
-    sizes = {g.name: g.size for g in groups}
+    `live_replicas` is each live worker StatefulSet's replicas, by its name (`<c>-worker-<group>` for a group's)."""
+    sizes = {meta.worker_group(c, g.name): (g.name, g.size) for g in groups}
+    prefix = meta.worker_group(c, "")
     out: list[Leaving] = []
-    for group, live in sorted(live_replicas.items()):
-        size = sizes.get(group)
-        why = f"worker group {group} removed" if size is None else f"scale-in of worker group {group} to {size}"
-        out.extend(Leaving(f"{meta.worker_group(c, group)}-{i}", group, why) for i in range(size or 0, live))
+    for statefulset, live in sorted(live_replicas.items()):
+        group, size = sizes.get(statefulset, (statefulset.removeprefix(prefix), 0))
+        why = (
+            f"worker group {group} removed"
+            if statefulset not in sizes
+            else f"scale-in of worker group {group} to {size}"
+        )
+        out.extend(Leaving(f"{statefulset}-{i}", group, why) for i in range(size, live))
     return out
+
+
+def statefulset_of(node: str) -> str:
+    """The StatefulSet a worker pod (and its Slurm node, which has the pod's name) belongs to: `<sts>-<ordinal>`."""
+    return node.rpartition("-")[0]
 
 
 def drained_by_us(node: Node) -> bool:
@@ -128,3 +146,55 @@ def replicas_after(size: int, live: int, *, c: str, group: str, released: frozen
     while replicas > size and f"{meta.worker_group(c, group)}-{replicas - 1}" in released:
         replicas -= 1
     return replicas
+
+
+def cordon_reason(k8s_node: str) -> str:
+    return f"{DRAIN_PREFIX} Kubernetes node {k8s_node} is cordoned"
+
+
+@dataclass(frozen=True)
+class Upkeep:
+    """What the Slurm node loop changes in Slurm this pass (the drain gate drains the nodes that must go)."""
+
+    drain: Mapping[str, tuple[str, ...]]  # reason -> nodes to drain now: their Kubernetes node is cordoned
+    resume: tuple[str, ...]  # nodes slurmctl drained for a reason that no longer holds
+
+
+def upkeep(
+    pods: Iterable[WorkerPod], nodes: Mapping[str, Node], *, cordoned: Collection[str], leaving: Collection[str]
+) -> Upkeep:
+    """The one rule for slurmctl's drains. A drain with a `slurmctl:` reason holds while its node must go
+    (`leaving`: the gate's), its pod is terminating (the preStop's), or its pod's Kubernetes node is cordoned
+    (`cordoned`: pod names); once none holds it is resumed, whichever of them set it. A node whose pod is gone is
+    left as it is (nothing would run there). A cordoned node is drained unless it is drained already (any reason:
+    an administrator's stays theirs, and is never resumed) or must go (the gate drains it, with that reason).
+    Nodes Slurm does not know are neither drained nor resumed."""
+    drain: dict[str, list[str]] = defaultdict(list)
+    resume: list[str] = []
+    for pod in pods:
+        node = nodes.get(pod.name)
+        if node is None:
+            continue
+        must_go = pod.name in leaving or pod.terminating
+        if pod.name in cordoned and not must_go and not node.drain:
+            drain[cordon_reason(pod.node_name)].append(pod.name)
+        elif not must_go and pod.name not in cordoned and drained_by_us(node):
+            resume.append(pod.name)
+    return Upkeep({reason: tuple(names) for reason, names in sorted(drain.items())}, tuple(sorted(resume)))
+
+
+def evictable(pod: WorkerPod, node: Node | None, running: Mapping[str, tuple[int, ...]]) -> bool:
+    """Whether Slurm says no job can run on this worker pod's node now, so an eviction of the pod kills nothing.
+
+    - Slurm knows the node: it is drained (the DRAIN flag, whoever set it) and runs no job (not ALLOCATED, MIXED or
+      COMPLETING, and no active job lists it). A drained node takes no new job until someone resumes it.
+    - Slurm does not know the node: no active job lists it, the pod is not ready and its slurmd container is not
+      running (crash-looping, or not started). slurmd registers only after its container starts, and a container
+      start is a pod update that wakes the Slurm node loop, which then reads Slurm again.
+    `running` is `jobs_by_node` of the same read of Slurm. Whoever asks must have asked Slurm just now: when Slurm
+    cannot be asked, no pod is evictable."""
+    if pod.name in running:
+        return False
+    if node is None:
+        return not pod.ready and not pod.slurmd_running
+    return node.drain and not node.busy

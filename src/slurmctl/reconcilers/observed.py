@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
-from slurmctl.render.meta import LABEL_INSTANCE, LABEL_WORKER_GROUP
+from slurmctl.render.meta import LABEL_EVICTABLE, LABEL_INSTANCE
 from slurmctl.render.populate_jail import GENERATION_ANNOTATION
+from slurmctl.render.workers import DAEMON_CONTAINER
 from slurmctl.runtime import Request
 
 Live = Mapping[str, Any]
@@ -50,15 +51,22 @@ def match_labels(obj: Live | None) -> dict[str, str]:
 
 
 def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
-    """Replicas of each live worker StatefulSet by its group label (groups no longer in the spec included); those
-    being deleted are left out."""
+    """Replicas of each live worker StatefulSet by its name (groups no longer in the spec, and StatefulSets whose name
+    is not their group's, included); those being deleted are left out."""
     out: dict[str, int] = {}
     for sts in statefulsets:
-        group = ((sts.get("metadata") or {}).get("labels") or {}).get(LABEL_WORKER_GROUP)
+        name = (sts.get("metadata") or {}).get("name")
         replicas = spec_replicas(sts)
-        if group and replicas is not None and not deleting(sts):
-            out[group] = replicas
+        if name and replicas is not None and not deleting(sts):
+            out[name] = replicas
     return out
+
+
+def selects(workload: Live | None, pod: Live) -> bool:
+    """Whether a live workload's selector (its matchLabels) selects the pod."""
+    wanted = match_labels(workload)
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
 
 
 REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller on each pod
@@ -83,6 +91,47 @@ def outdated_pods(statefulset: Live | None, pods: Iterable[Live]) -> list[str] |
 
 def pod_ready(pod: Live) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in _status(pod).get("conditions") or [])
+
+
+def unschedulable(node: Live | None) -> bool:
+    """A cordoned Kubernetes node (`kubectl cordon`, the first step of `kubectl drain`): no new pod lands there."""
+    return bool(((node or {}).get("spec") or {}).get("unschedulable"))
+
+
+def trimmed_node(node: Live) -> dict[str, Any]:
+    """What the operator keeps of a Node in its cache: its identity and whether it is cordoned (a Node's status, with
+    its image list, is most of its size, and nothing here reads it)."""
+    md = node.get("metadata") or {}
+    kept = {k: md[k] for k in ("name", "uid", "resourceVersion") if k in md}
+    return {"metadata": kept, "spec": {"unschedulable": unschedulable(node)}}
+
+
+@dataclass(frozen=True)
+class WorkerPod:
+    """What the Slurm node loop needs of a worker pod (its Slurm node has the pod's name)."""
+
+    name: str
+    node_name: str  # the Kubernetes node it runs on; "" while unscheduled
+    has_address: bool  # its sandbox is up (a podIP): slurmd may run
+    ready: bool
+    slurmd_running: bool  # the slurmd container is running (only then can it register with slurmctld)
+    terminating: bool
+    evictable: bool  # carries the evictable label (see render/disruption.py)
+
+    @classmethod
+    def of(cls, pod: Live) -> WorkerPod:
+        md = pod.get("metadata") or {}
+        statuses = _status(pod).get("containerStatuses") or []
+        slurmd: Mapping[str, Any] = next((c for c in statuses if c.get("name") == DAEMON_CONTAINER), {})
+        return cls(
+            name=str(md.get("name", "")),
+            node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
+            has_address=bool(_status(pod).get("podIP")),
+            ready=pod_ready(pod),
+            slurmd_running="running" in (slurmd.get("state") or {}),
+            terminating=deleting(pod),
+            evictable=((md.get("labels") or {}).get(LABEL_EVICTABLE)) == "true",
+        )
 
 
 def cluster_of_pod(pod: Live) -> list[Request]:

@@ -32,11 +32,11 @@ from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.controller import ControllerReconciler
 from slurmctl.reconcilers.login import LoginReconciler
-from slurmctl.reconcilers.observed import cluster_of_pod
+from slurmctl.reconcilers.observed import cluster_of_pod, trimmed_node
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
 from slurmctl.reconcilers.rest import RestReconciler
 from slurmctl.reconcilers.slurm_access import REST_COMPONENT
-from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler
+from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, worker_pod_changed
 from slurmctl.reconcilers.workers import WorkersReconciler
 from slurmctl.render import manifests, meta
 from slurmctl.render.kinds import (
@@ -45,6 +45,8 @@ from slurmctl.render.kinds import (
     DEPLOYMENT,
     FALLBACKS,
     JOB,
+    NODE,
+    PDB,
     POD,
     SECRET,
     SERVICE,
@@ -53,7 +55,8 @@ from slurmctl.render.kinds import (
     Kind,
 )
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES, HOST_KEY_TYPES
-from slurmctl.runtime import Event, Manager, any_of, generation_changed
+from slurmctl.render.workers import FORMER_COMPONENTS
+from slurmctl.runtime import Event, Manager, all_of, any_of, generation_changed
 from slurmctl.runtime.handlers import enqueue_mapped
 
 
@@ -76,8 +79,8 @@ COMPONENTS: Final[tuple[Component, ...]] = (
     Component("controller", CONTROLLER_READY, reconciler=ControllerReconciler, render=manifests.controller_objects,
               owns=(STATEFULSET, SERVICE), image="controller", after=("cluster",)),
     Component("workers", WORKERS_READY, reconciler=WorkersReconciler, render=manifests.workers_objects,
-              owns=(STATEFULSET, SERVICE), image="worker", after=("cluster", "populate-jail"),
-              former_names=("worker",)),  # the label of releases before 0.2; see reconcilers/workers.py
+              owns=(STATEFULSET, SERVICE, PDB), image="worker", after=("cluster", "populate-jail"),
+              former_names=FORMER_COMPONENTS),
     Component("login", LOGIN_READY, reconciler=LoginReconciler, render=manifests.login_objects,
               owns=(STATEFULSET, SERVICE, CONFIGMAP), image="login", after=("cluster", "populate-jail")),
     Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, render=manifests.accounting_objects,
@@ -154,9 +157,15 @@ async def register(
 
 def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
     """Slurm's view on the pods: polls each cluster's slurmrestd (it sends no events); the slurmrestd pod turning
-    ready starts the first poll at once. Pods are listed through the owned-children selector only."""
+    ready starts the first poll at once, as does a worker pod turning ready or not, or its Kubernetes node being
+    cordoned or uncordoned. Pods are listed through the owned-children selector only; of Nodes (read cluster-wide)
+    only their names and whether they are cordoned are kept."""
     loop = ctx.loops["slurm-nodes"] = SlurmNodesReconciler(ctx)
+    manager.trim(*NODE, trimmed_node)
     builder = manager.controller(
         "slurm-nodes", loop, for_=SLURM_CLUSTER, predicates=[any_of(generation_changed, resync)]
     )
     builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(REST_COMPONENT)])
+    workers = component_is(*next(c for c in ctx.components if c.name == "workers").labels)
+    builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[all_of(workers, worker_pod_changed)])
+    builder.watches(*NODE, enqueue_mapped(loop.clusters_on), predicates=[cordon_changed])

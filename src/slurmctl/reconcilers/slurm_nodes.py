@@ -1,30 +1,39 @@
-"""Slurm's view on Kubernetes, read from each cluster's slurmrestd every `POLL_SECONDS`:
+"""Slurm's view on Kubernetes, read from each cluster's slurmrestd every `POLL_SECONDS` (and when a worker pod's
+Kubernetes node is cordoned or uncordoned, or a worker pod's readiness changes):
 
 - each worker pod's `SlurmNodeState` condition (reason: the Slurm state, e.g. Idle, Allocated, Drained; message:
   Slurm's reason), applied to pods/status only when it differs from what the pod carries;
+- each worker pod's evictable label (`slurm.slurmctl.io/evictable=true`), set while Slurm says no job can run on its
+  node (drain.evictable) and taken off otherwise; the workers' PodDisruptionBudget protects every pod without it
+  from evictions. When Slurm cannot be asked (slurmrestd disabled, not ready or failing), every such label is taken
+  off: a stale "evictable" could let an eviction kill a job. Written only when it changes;
 - the node counts in the cluster status (the IDLE, ALLOC and DRAIN columns), written only when they change;
 - the `slurm_*` metrics (reconcilers/slurm_metrics.py);
-- nodes slurmctl drained that no longer must go (the group grew back before they went) are resumed. A drain with
-  another reason is an administrator's and is left alone.
+- slurmctl's drains outside the drain gate (drain.upkeep): a worker whose Kubernetes node is cordoned is drained
+  (`slurmctl: Kubernetes node N is cordoned`) so that its jobs finish, no new one lands, and it becomes evictable;
+  a node slurmctl drained for a reason that no longer holds (uncordoned, or the group grew back before it went) is
+  resumed. A drain with another reason is an administrator's and is left alone.
 
-Draining itself is the workers reconciler's (the drain gate): this loop only reads, except for that resume.
+Draining the nodes that must go is the workers reconciler's (the drain gate).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
 from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_part
-from slurmctl.reconcilers.drain import drained_by_us
+from slurmctl.reconcilers.drain import Upkeep, evictable, jobs_by_node, upkeep
+from slurmctl.reconcilers.observed import WorkerPod, unschedulable
 from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.reconcilers.slurm_metrics import Snapshot, collector_for
-from slurmctl.reconcilers.workers import WorkersReconciler
+from slurmctl.reconcilers.workers import DRAIN_POLL_SECONDS, WorkersReconciler
 from slurmctl.render import meta
-from slurmctl.render.kinds import POD, SLURM_CLUSTER
-from slurmctl.runtime import Request, Result
+from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
+from slurmctl.runtime import Event, EventType, NotFound, Request, Result
+from slurmctl.runtime.errors import Invalid as InvalidObject
 from slurmctl.runtime.logs import kv
 from slurmctl.slurm import Node, SlurmError
 
@@ -33,6 +42,9 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 15.0
 CONDITION = "SlurmNodeState"
 FIELD_MANAGER = "slurmctl-slurm-nodes"
+# The evictable label is applied to the pod itself, not /status: a field manager of its own, so that neither apply
+# drops the other's fields (API servers before 1.22 do not tell a manager's /status fields from its others).
+EVICTABLE_FIELD_MANAGER = "slurmctl-evictable"
 WORKERS = "workers"
 _USABLE = frozenset({"Idle", "Allocated", "Mixed"})
 
@@ -70,6 +82,25 @@ def node_counts(nodes: list[Node]) -> SlurmNodeCounts:
     return SlurmNodeCounts(total=len(nodes), **counts)
 
 
+def cordon_changed(event: Event) -> bool:
+    """A Kubernetes node cordoned or uncordoned (`kubectl cordon`, `kubectl drain`, `kubectl uncordon`)."""
+    old = event.old
+    return event.type is EventType.UPDATED and old is not None and unschedulable(old) != unschedulable(event.obj)
+
+
+def _drain_inputs(pod: Mapping[str, Any]) -> tuple[object, ...]:
+    worker = WorkerPod.of(pod)
+    return worker.ready, worker.slurmd_running, worker.terminating, worker.node_name, worker.has_address
+
+
+def worker_pod_changed(event: Event) -> bool:
+    """A new worker pod, or one whose readiness, slurmd container, deletion or Kubernetes node changed: what decides
+    whether it is evictable or its node cordoned. An initial list or a resync is the poll's."""
+    if event.type is EventType.DELETED or event.low_priority:
+        return False
+    return event.old is None or _drain_inputs(event.old) != _drain_inputs(event.obj)
+
+
 class SlurmNodesReconciler:
     """Keyed by SlurmCluster; each pass reads Slurm once and requeues itself (Slurm sends no events)."""
 
@@ -79,6 +110,12 @@ class SlurmNodesReconciler:
         self.metrics = collector_for(ctx.manager.metrics.registry)
         self._warned: dict[tuple[str, str], str] = {}
 
+    @property
+    def workers(self) -> WorkersReconciler:
+        workers = self.ctx.reconcilers[WORKERS]
+        assert isinstance(workers, WorkersReconciler)
+        return workers
+
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
@@ -86,46 +123,78 @@ class SlurmNodesReconciler:
             self.ctx.slurm.forget(req.name, req.namespace)
             self._warned.pop((req.namespace, req.name), None)
             return None
+        pods = self.workers.pods(req.name, req.namespace)
         loaded = self.ctx.loader.load(obj)
         if isinstance(loaded, Invalid):
+            await self._evictable(req.namespace, pods, set())  # Slurm was not asked: nothing is evictable
             return None
         if not loaded.cluster.spec.rest.enabled or self.ctx.slurm.address(loaded.name, loaded.namespace) is None:
             # Nothing to ask: no polling until slurmrestd is enabled (a spec change) and its pod is ready (a pod
             # event); both wake this loop.
             self.metrics.set(req.namespace, req.name, Snapshot(up=False))
+            await self._evictable(req.namespace, pods, set())
             return None
         try:
             api = self.ctx.slurm.client(loaded.name, loaded.namespace)
             nodes = await api.nodes()
             jobs = await api.jobs()
             partitions = await api.partitions()
+            self._warned.pop((req.namespace, req.name), None)
+            self.metrics.set(req.namespace, req.name, Snapshot(True, nodes, jobs, partitions))
+            mine = {n.name: n for n in nodes if n.name.startswith(meta.worker_group(loaded.name, ""))}
+            workers = [WorkerPod.of(pod) for pod in pods]
+            cordoned = {pod.name for pod in workers if self._cordoned(pod)}
+            leaving = {going.node for going in self.workers.leaving(loaded)}
+            plan = upkeep(workers, mine, cordoned=cordoned, leaving=leaving)
+            await self._upkeep(loaded, plan, mine, api)
         except SlurmError as exc:
             self.metrics.set(req.namespace, req.name, Snapshot(up=False))
             if self._warned.get((req.namespace, req.name)) != str(exc):
                 log.warning("cannot read Slurm %s", kv(namespace=req.namespace, name=req.name, error=exc))
             self._warned[(req.namespace, req.name)] = str(exc)
+            await self._evictable(req.namespace, pods, set())
             return Result(requeue_after=POLL_SECONDS)
-        self._warned.pop((req.namespace, req.name), None)
-        self.metrics.set(req.namespace, req.name, Snapshot(True, nodes, jobs, partitions))
-        mine = [n for n in nodes if n.name.startswith(meta.worker_group(loaded.name, ""))]
-        await self._resume(loaded, mine, api)
-        await self._pod_conditions(loaded, {n.name: n for n in mine})
-        counts = node_counts(mine)
+        await self._pod_conditions(loaded, pods, mine)
+        # From this read of Slurm; a node drained or resumed just now is judged again on the next pass.
+        running = jobs_by_node(jobs)
+        changed = {*plan.resume, *(name for names in plan.drain.values() for name in names)}
+        may_go = {w.name for w in workers if w.name not in changed and evictable(w, mine.get(w.name), running)}
+        await self._evictable(req.namespace, pods, may_go)
         # Through the one status writer (it owns the whole status; it writes only a change).
+        counts = node_counts(list(mine.values()))
         self.ctx.status.submit(loaded.obj, status_part(SlurmClusterStatus(slurm_nodes=counts)))
-        return Result(requeue_after=POLL_SECONDS)
+        # A node drained for a cordon is often idle at once: look again soon, so that `kubectl drain` waits little.
+        return Result(requeue_after=DRAIN_POLL_SECONDS if plan.drain else POLL_SECONDS)
 
-    async def _resume(self, loaded: Loaded, nodes: list[Node], api: SlurmApi) -> None:
-        workers = self.ctx.reconcilers[WORKERS]
-        assert isinstance(workers, WorkersReconciler)
-        leaving = {going.node for going in workers.leaving(loaded)}
-        ours = sorted(n.name for n in nodes if drained_by_us(n) and n.name not in leaving)
-        if ours:
-            await api.resume(ours)
-            workers.event(loaded, "Normal", "Resumed", f"resumed {', '.join(ours)} in Slurm: they no longer must go")
+    def clusters_on(self, node: Mapping[str, Any]) -> list[Request]:
+        """The clusters with a worker pod on a Kubernetes node (from the pod cache): those a cordon concerns."""
+        name = (node.get("metadata") or {}).get("name")
+        found = set()
+        for label in self.workers.decl.labels:
+            for pod in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: label}):
+                if (pod.get("spec") or {}).get("nodeName") == name:
+                    md = pod.get("metadata") or {}
+                    if instance := (md.get("labels") or {}).get(meta.LABEL_INSTANCE):
+                        found.add(Request(md.get("namespace") or "", instance))
+        return sorted(found)
 
-    async def _pod_conditions(self, loaded: Loaded, nodes: Mapping[str, Node]) -> None:
-        pods = self.cache.list(*POD, namespace=loaded.namespace, labels=meta.selector(loaded.name, WORKERS))
+    def _cordoned(self, pod: WorkerPod) -> bool:
+        return bool(pod.node_name) and not pod.terminating and unschedulable(self.cache.get(*NODE, pod.node_name))
+
+    async def _upkeep(self, loaded: Loaded, plan: Upkeep, nodes: Mapping[str, Node], api: SlurmApi) -> None:
+        for reason, names in plan.drain.items():
+            await api.drain(names, reason=reason)
+            self.workers.event(loaded, "Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
+        if plan.resume:
+            await api.resume(plan.resume)
+            for name in plan.resume:
+                why = nodes[name].reason.removeprefix("slurmctl:").strip()
+                message = f"resumed {name} in Slurm: its drain ({why}) no longer holds"
+                self.workers.event(loaded, "Normal", "Resumed", message)
+
+    async def _pod_conditions(
+        self, loaded: Loaded, pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node]
+    ) -> None:
         for pod in pods:
             md = pod.get("metadata") or {}
             if md.get("deletionTimestamp") or not (pod.get("status") or {}).get("podIP"):
@@ -143,3 +212,28 @@ class SlurmNodesReconciler:
                 "status": {"conditions": [cond]},
             }
             await self.ctx.manager.apply_status(body, field_manager=FIELD_MANAGER)
+
+    async def _evictable(self, namespace: str, pods: Iterable[Mapping[str, Any]], may_go: Collection[str]) -> None:
+        """Label the pods in `may_go` evictable and take the label off every other one, writing only a change. A pod
+        without an address (not started: an eviction does not wait for a pending pod) is not labelled; a pod being
+        deleted is left as it is (it is going: an eviction changes nothing)."""
+        for pod in pods:
+            worker = WorkerPod.of(pod)
+            wanted = worker.name in may_go and worker.has_address
+            if worker.terminating or wanted == worker.evictable:
+                continue
+            labels = {meta.LABEL_EVICTABLE: "true"} if wanted else {}
+            body: dict[str, Any] = {
+                "apiVersion": POD.api_version,
+                "kind": POD.kind,
+                "metadata": {"name": worker.name, "namespace": namespace, **({"labels": labels} if labels else {})},
+            }
+            try:
+                await self.ctx.manager.apply(body, field_manager=EVICTABLE_FIELD_MANAGER)
+            except (NotFound, InvalidObject) as exc:
+                # Gone since the cache saw it (an apply to a missing pod is refused: it has no spec).
+                log.debug(
+                    "pod gone before its label was written %s", kv(namespace=namespace, pod=worker.name, error=exc)
+                )
+                continue
+            log.info("pod evictability %s", kv(namespace=namespace, pod=worker.name, evictable=wanted))

@@ -5,10 +5,17 @@ removed group its StatefulSet, until Slurm says the nodes that must go are drain
 drainTimeout passed). When Slurm cannot be asked, nothing goes (fail closed) and WorkersReady says why. Growing
 and creating never wait for Slurm.
 
+Every deletion of a worker pod or StatefulSet goes through that gate: scale-in (the StatefulSet loses its highest
+ordinals only once they are released), a removed group (its StatefulSet is pruned once all its nodes are), a pod
+re-created for a new template (deleted by the operator, one node at a time), and the pods a re-created StatefulSet
+left behind (below).
+
 A StatefulSet's selector is immutable. Releases before 0.2 labelled worker children `component: worker`; the
 component is now `workers` everywhere (controller, label, field manager). A live StatefulSet whose selector differs
-from the rendered one is therefore deleted with foreground propagation (its pods go first, so the new pods cannot
-clash with old ones of the same name) and applied anew once it is gone: its deletion event wakes this reconciler.
+from the rendered one is therefore deleted with orphan propagation (its pods keep running their jobs) and applied anew
+once it is gone (its deletion event wakes this reconciler). The pods it left behind, which the new StatefulSet does
+not select, then leave like a roll: one at a time, drained, deleted by the operator once Slurm says their node runs
+no job (or its drainTimeout passed), and the new StatefulSet creates a pod of the same name once the name is free.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from slurmctl.api.v1 import (
     ready_summary,
 )
 from slurmctl.reconcilers.base import ComponentReconciler, Loaded, Obj, component_is, now
-from slurmctl.reconcilers.drain import Leaving, Verdict, judge, leaving_nodes, replicas_after
+from slurmctl.reconcilers.drain import Leaving, Verdict, judge, leaving_nodes, replicas_after, statefulset_of
 from slurmctl.reconcilers.observed import (
     cluster_of_pod,
     deleting,
@@ -36,6 +43,7 @@ from slurmctl.reconcilers.observed import (
     outdated_pods,
     pod_ready,
     ready_replicas,
+    selects,
     worker_replicas,
 )
 from slurmctl.reconcilers.populate_jail import jail_gate_open
@@ -82,7 +90,7 @@ class WorkersReconciler(ComponentReconciler):
         gate = await self._gate(loaded, leaving)
         replicas: dict[str, int] = {}
         for group in groups:
-            current = live.get(group.name)
+            current = live.get(meta.worker_group(c, group.name))
             if current is None or group.size >= current:
                 replicas[group.name] = group.size
             else:
@@ -97,10 +105,9 @@ class WorkersReconciler(ComponentReconciler):
             if await self._selector_holds(loaded, obj)
         ]
         await self.apply(loaded, intents)
-        # A removed group's StatefulSet goes once all its nodes may go.
-        held = {going.group for going in leaving if going.node not in gate.released}
-        keep = [meta.worker_group(c, name) for name in {*(g.name for g in groups), *(held & set(live))}]
-        await self.prune(loaded, STATEFULSET, keep=keep)
+        # A StatefulSet no group has (a removed group's) goes once all its nodes may go.
+        held = {statefulset_of(going.node) for going in leaving if going.node not in gate.released}
+        await self.prune(loaded, STATEFULSET, keep={*(meta.worker_group(c, g.name) for g in groups), *held})
         for going in leaving:
             if going.recreate and going.node in gate.released:
                 await self.delete(loaded, POD, going.node, why=f"{going.why}; its node is drained and runs no job")
@@ -113,28 +120,86 @@ class WorkersReconciler(ComponentReconciler):
         return self._leaving(loaded, worker_replicas(self.owned(loaded, STATEFULSET)))
 
     def _leaving(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
-        return [*leaving_nodes(loaded.name, loaded.cluster.spec.workers, live), *self._roll(loaded, live)]
+        found: dict[str, Leaving] = {}
+        everything = (
+            *leaving_nodes(loaded.name, loaded.cluster.spec.workers, live),
+            *self._left_behind(loaded, live),
+            *self._roll(loaded, live),
+        )
+        for going in everything:
+            if going.node not in found or going.recreate:  # a pod no StatefulSet selects is the operator's to delete
+                found[going.node] = going
+        return list(found.values())
+
+    def pods(self, c: str, namespace: str, group: str | None = None) -> list[Obj]:
+        """A cluster's worker pods (also those labelled by releases before the component rename), of one group or
+        all, by name."""
+        extra = {meta.LABEL_WORKER_GROUP: group} if group else {}
+        found: dict[str, Obj] = {}
+        for label in self.decl.labels:
+            selector = meta.selector(c, label, **extra)
+            for pod in self.cache.list(*self.ctx.kind(POD), namespace=namespace, labels=selector):
+                found[pod["metadata"]["name"]] = pod
+        return [found[name] for name in sorted(found)]
+
+    def _unselected(self, loaded: Loaded) -> dict[str, list[Obj]]:
+        """Worker pods that no live StatefulSet selects, by the StatefulSet name in theirs: left behind (orphaned)
+        when a StatefulSet whose selector changed was deleted."""
+        sets = {sts["metadata"]["name"]: sts for sts in self.owned(loaded, STATEFULSET) if not deleting(sts)}
+        out: dict[str, list[Obj]] = defaultdict(list)
+        for pod in self.pods(loaded.name, loaded.namespace):
+            owner = statefulset_of(pod["metadata"]["name"])
+            if not deleting(pod) and not selects(sets.get(owner), pod):
+                out[owner].append(pod)
+        return out
+
+    def _left_behind(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
+        """Left-behind pods no StatefulSet will re-create (a removed group's, or past its group's size): all leave
+        at once, as in a scale-in. Those it will re-create leave one at a time (`_roll`); none leaves while its
+        group's new StatefulSet is not there yet."""
+        sizes = {meta.worker_group(loaded.name, g.name): g.name for g in loaded.cluster.spec.workers}
+        out = []
+        for owner, pods in sorted(self._unselected(loaded).items()):
+            if owner in sizes and owner not in live:
+                continue
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                if owner in sizes and _ordinal(name) < live[owner]:
+                    continue
+                group = sizes.get(owner, owner.removeprefix(meta.worker_group(loaded.name, "")))
+                why = f"left behind by the re-created StatefulSet {owner} (worker group {group})"
+                out.append(Leaving(name, group, why, recreate=True))
+        return out
 
     def _roll(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
-        """The one worker to re-create next for a new pod template (OnDelete StatefulSets: only the operator deletes
-        worker pods): the highest outdated ordinal of the first group, by name, that is not shrinking and whose other
-        pods are all ready, so at most one node of the cluster is out at a time."""
+        """The one worker to re-create next (only the operator deletes worker pods: OnDelete StatefulSets): in the
+        first group, by name, that is not shrinking and whose other pods are all ready, a pod left behind by its
+        re-created StatefulSet (which creates one of the same name once it is gone), else the highest outdated
+        ordinal (a new pod template), so at most one node of the cluster is out at a time."""
         c, ns = loaded.name, loaded.namespace
+        unselected = self._unselected(loaded)
         for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
-            replicas = live.get(group.name)
+            name = meta.worker_group(c, group.name)
+            replicas = live.get(name)
             if replicas is None or group.size < replicas:
                 continue
-            sts = self.live(STATEFULSET, meta.worker_group(c, group.name), ns)
-            labels = meta.selector(c, self.component, **{meta.LABEL_WORKER_GROUP: group.name})
-            pods = self.cache.list(*self.ctx.kind(POD), namespace=ns, labels=labels)
-            outdated = outdated_pods(sts, pods)
-            if not outdated:
+            sts = self.live(STATEFULSET, name, ns)
+            pods = self.pods(c, ns, group.name)
+            behind = sorted(
+                (p["metadata"]["name"] for p in unselected.get(name, []) if _ordinal(p["metadata"]["name"]) < replicas),
+                key=_ordinal,
+            )
+            due = behind or outdated_pods(sts, [p for p in pods if selects(sts, p)])
+            if not due:
                 continue
-            others = [p for p in pods if (p.get("metadata") or {}).get("name") != outdated[-1]]
+            others = [p for p in pods if (p.get("metadata") or {}).get("name") != due[-1]]
             if len(others) < replicas - 1 or not all(pod_ready(p) and not deleting(p) for p in others):
                 return []  # a node is still coming back: one at a time
-            why = f"re-created for a new pod template of worker group {group.name}"
-            return [Leaving(outdated[-1], group.name, why, recreate=True)]
+            if behind:
+                why = f"left behind by the re-created StatefulSet {name}, which re-creates it"
+            else:
+                why = f"re-created for a new pod template of worker group {group.name}"
+            return [Leaving(due[-1], group.name, why, recreate=True)]
         return []
 
     def watch(self, builder: ControllerBuilder) -> None:
@@ -200,7 +265,8 @@ class WorkersReconciler(ComponentReconciler):
 
     async def _selector_holds(self, loaded: Loaded, intent: Obj) -> bool:
         """False for a StatefulSet whose live selector differs from the intent's: it is being re-created (deleted
-        here, once), and applying over it would be rejected (the selector is immutable)."""
+        here, once, leaving its pods and their jobs running), and applying over it would be rejected (the selector
+        is immutable)."""
         if Kind(intent["apiVersion"], intent["kind"]) != STATEFULSET:
             return True
         name = intent["metadata"]["name"]
@@ -208,6 +274,14 @@ class WorkersReconciler(ComponentReconciler):
         if live is None or match_labels(live) == intent["spec"]["selector"]["matchLabels"]:
             return True
         if not deleting(live):
-            why = "its selector changed (renamed component label); it is re-created once its pods are gone"
-            await self.delete(loaded, STATEFULSET, name, why=why, propagation="Foreground")
+            why = (
+                "its selector changed (renamed component label); re-created, its pods leave one drained node at a time"
+            )
+            await self.delete(loaded, STATEFULSET, name, why=why, propagation="Orphan")
         return False
+
+
+def _ordinal(pod: str) -> int:
+    """A StatefulSet pod's ordinal (the number after its last dash); -1 for a name that has none."""
+    tail = pod.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else -1

@@ -20,6 +20,7 @@ SLURM_CLUSTER: Final = Kind(API_VERSION, KIND)
 CONFIGMAP: Final = Kind("v1", "ConfigMap")
 SECRET: Final = Kind("v1", "Secret")
 POD: Final = Kind("v1", "Pod")
+NODE: Final = Kind("v1", "Node")
 SERVICE: Final = Kind("v1", "Service")
 STATEFULSET: Final = Kind("apps/v1", "StatefulSet")
 DEPLOYMENT: Final = Kind("apps/v1", "Deployment")
@@ -27,8 +28,11 @@ JOB: Final = Kind("batch/v1", "Job")
 CRONJOB: Final = Kind("batch/v1", "CronJob")
 # Kubernetes before 1.21 serves CronJobs only as batch/v1beta1; from 1.25 only batch/v1 is served.
 CRONJOB_V1BETA1: Final = Kind("batch/v1beta1", "CronJob")
+PDB: Final = Kind("policy/v1", "PodDisruptionBudget")
+# Kubernetes before 1.21 serves PodDisruptionBudgets only as policy/v1beta1; from 1.25 only policy/v1 is served.
+PDB_V1BETA1: Final = Kind("policy/v1beta1", "PodDisruptionBudget")
 # mariadb-operator's database; its CRD may be installed after the operator starts, so it is never watched.
 MARIADB: Final = Kind("k8s.mariadb.com/v1alpha1", "MariaDB")
 
 # The current version of a kind -> older versions to use, in order, where discovery shows it is not served.
-FALLBACKS: Final[dict[Kind, tuple[Kind, ...]]] = {CRONJOB: (CRONJOB_V1BETA1,)}
+FALLBACKS: Final[dict[Kind, tuple[Kind, ...]]] = {CRONJOB: (CRONJOB_V1BETA1,), PDB: (PDB_V1BETA1,)}

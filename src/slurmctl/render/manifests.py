@@ -2,8 +2,8 @@
 
 The reconcilers and `slurmctl render` call these same functions (through the component registry), so what `render`
 prints and what the operator applies cannot drift. `Inputs` carries everything a renderer needs beyond the spec: the
-config set rendered once, the ids of live Secrets, the served CronJob version and the replicas the scale-in gate
-allows. `Inputs.offline` fills them the way `slurmctl render` can without a cluster.
+config set rendered once, the ids of live Secrets, the served CronJob and PodDisruptionBudget versions and the
+replicas the scale-in gate allows. `Inputs.offline` fills them the way `slurmctl render` can without a cluster.
 
 Secrets whose contents are random and created once by the operator (munge and JWT keys, SSH host keys, MariaDB
 passwords) are not rendered here; neither is the slurmdbd Secret unless the database password is given, because a
@@ -21,7 +21,8 @@ from slurmctl.render.accounting import render_accounting
 from slurmctl.render.benchmark import render_benchmark_cronjob
 from slurmctl.render.cluster import render_slurm_configs_map
 from slurmctl.render.controller import render_controller
-from slurmctl.render.kinds import CRONJOB
+from slurmctl.render.disruption import render_workers_disruption_budget
+from slurmctl.render.kinds import CRONJOB, PDB
 from slurmctl.render.login import render_login
 from slurmctl.render.populate_jail import render_populate_jail_job
 from slurmctl.render.rest import render_rest
@@ -46,6 +47,7 @@ class Inputs:
     dbd_password: str | None = None
     dbd_password_id: str = ""
     cronjob_api_version: str = CRONJOB.api_version
+    pdb_api_version: str = PDB.api_version
     replicas: Mapping[str, int] = field(default_factory=dict)  # worker group -> replicas after the scale-in gate
 
     @classmethod
@@ -77,6 +79,7 @@ def workers_objects(i: Inputs) -> list[Obj]:
     groups = sorted(i.cluster.spec.workers, key=lambda g: g.name)
     return [
         render_workers_service(i.cluster),
+        render_workers_disruption_budget(i.cluster, api_version=i.pdb_api_version),
         *(
             render_worker_statefulset(
                 i.cluster,

@@ -19,6 +19,9 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_WORKER_GROUP = "slurm.slurmctl.io/worker-group"
+# "true" on a worker pod while Slurm says no job can run on its node (reconcilers/slurm_nodes.py): the workers'
+# PodDisruptionBudget selects only pods without it, so evicting any other worker pod waits for its jobs.
+LABEL_EVICTABLE = "slurm.slurmctl.io/evictable"
 # What every child carries and nothing else needs to: the operator watches Secrets through this selector only, so it
 # never lists (or caches) Secrets it did not create.
 OWNED_SELECTOR = f"{LABEL_NAME}=slurmcluster,{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -57,6 +60,10 @@ def controller(c: str) -> str:
 
 
 def workers_service(c: str) -> str:
+    return f"{c}-workers"
+
+
+def workers_disruption_budget(c: str) -> str:
     return f"{c}-workers"
 
 

@@ -7,6 +7,9 @@ server-side apply, a PATCH; only the leader Lease is PUT, and that Role is separ
 reads them), CustomResourceDefinitions (optional kinds are found through discovery, which every
 authenticated client may read). Secrets need list/watch because the operator watches its own (label-selected: the
 API server sends no other Secret, but RBAC cannot express a selector) and get for the user's password Secret.
+
+Nodes are cluster-scoped: a Role cannot grant them. The namespaced mode therefore renders the `cluster_scoped` rules
+(read-only Nodes) as one small ClusterRole and its binding beside the Roles; nothing namespaced is granted there.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class Rule:
     groups: tuple[str, ...]
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
+    cluster_scoped: bool = False  # a cluster-scoped resource: granted by a ClusterRole in either mode
 
     def manifest(self) -> dict[str, Any]:
         return {"apiGroups": list(self.groups), "resources": list(self.resources), "verbs": list(self.verbs)}
@@ -46,15 +50,22 @@ RULES: Final[tuple[Rule, ...]] = (
          ("statefulsets", "deployments"), READ + WRITE),
     Rule("The populate-jail Job and the NCCL benchmark CronJob (batch/v1, or batch/v1beta1 on old clusters).",
          ("batch",), ("jobs", "cronjobs"), READ + WRITE),
-    Rule("Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition; a worker pod deleted "
-         "(once its node is drained) to re-create it from a new template. Listed and watched only through the "
-         "owned-children label selector.", ("",), ("pods",), (*READ, "delete")),
+    Rule("The workers' PodDisruptionBudget (policy/v1, or policy/v1beta1 on old clusters): evictions wait for jobs. "
+         "Always rendered, so never deleted (it goes with its SlurmCluster).", ("policy",), ("poddisruptionbudgets",),
+         (*READ, "create", "patch")),
+    Rule("Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition and its evictable label "
+         "(server-side apply); a worker pod deleted (once its node is drained) to re-create it from a new template or "
+         "a new StatefulSet. Listed and watched only through the owned-children label selector.", ("",), ("pods",),
+         (*READ, "patch", "delete")),
     Rule("The SlurmNodeState condition on worker pods (server-side apply on /status).", ("",), ("pods/status",),
          ("patch",)),
     Rule("Events on SlurmClusters, through either Events API.", ("", "events.k8s.io"), ("events",),
          ("create", "patch")),
     Rule("Accounting through mariadb-operator, when its CRD is installed.", ("k8s.mariadb.com",), ("mariadbs",),
          READ + WRITE),
+    Rule("Nodes, read only: a worker pod's Kubernetes node being cordoned (spec.unschedulable) drains its Slurm "
+         "node. Cluster-scoped: the namespaced mode grants it with a ClusterRole of its own.", ("",), ("nodes",), READ,
+         cluster_scoped=True),
 )  # fmt: skip
 
 
@@ -83,8 +94,10 @@ def namespaced(
     service_account_namespace: str = "slurmctl-system",
     name: str = "slurmctl-operator",
 ) -> list[dict[str, Any]]:
-    """A Role and a RoleBinding in each watched namespace, granting the operator's ServiceAccount `RULES` there and
-    nowhere else (for `slurmctl run --watch-namespace` with the same list)."""
+    """A Role and a RoleBinding in each watched namespace, granting the operator's ServiceAccount the namespaced
+    `RULES` there and nowhere else (for `slurmctl run --watch-namespace` with the same list), and a ClusterRole
+    `<name>-cluster-scoped` with its ClusterRoleBinding for the cluster-scoped rules (reading Nodes), which no Role
+    can grant."""
     objects: list[dict[str, Any]] = []
     subject = {"kind": "ServiceAccount", "name": service_account, "namespace": service_account_namespace}
     for namespace in namespaces:
@@ -93,7 +106,7 @@ def namespaced(
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "Role",
                 "metadata": _metadata(name, namespace),
-                "rules": [rule.manifest() for rule in RULES],
+                "rules": [rule.manifest() for rule in RULES if not rule.cluster_scoped],
             }
         )
         objects.append(
@@ -105,6 +118,24 @@ def namespaced(
                 "subjects": [subject],
             }
         )
+    cluster_wide = f"{name}-cluster-scoped"
+    objects.append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": _metadata(cluster_wide),
+            "rules": [rule.manifest() for rule in RULES if rule.cluster_scoped],
+        }
+    )
+    objects.append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": _metadata(cluster_wide),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_wide},
+            "subjects": [subject],
+        }
+    )
     return objects
 
 

@@ -10,7 +10,10 @@ from slurmctl.render import meta, pods
 from slurmctl.render.slurm_conf import dynamic_node_conf, restart_settings
 
 COMPONENT = "workers"
+# The component label of worker children made by releases before 0.2 (see reconcilers/workers.py).
+FORMER_COMPONENTS = ("worker",)
 WORKER_PRESTOP = "/usr/lib/slurmctl/worker-prestop"
+DAEMON_CONTAINER = "slurmd"
 
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
@@ -37,7 +40,7 @@ def render_worker_statefulset(
     image = spec.image_for("worker", group.image)
     group_label = {meta.LABEL_WORKER_GROUP: group.name}
     slurmd = {
-        "name": "slurmd",
+        "name": DAEMON_CONTAINER,
         "image": image,
         "env": [
             pods.node_name_env(),
@@ -54,8 +57,9 @@ def render_worker_statefulset(
             {"name": "dev-shm", "mountPath": "/dev/shm"},  # noqa: S108 - the pod's own memory-backed shm
         ],
         "readinessProbe": pods.slurm_readiness("worker"),
-        # A pod that goes (scale-in, re-creation) takes its node out of Slurm's node list; a re-created pod registers
-        # again. Draining first is the operator's job, before it lets a pod go.
+        # A pod that goes drains its node, lets its jobs finish for a bounded while (or sets it DOWN so that Slurm
+        # requeues them), then takes it out of Slurm's node list; a re-created pod registers again. The operator
+        # drains before it lets a pod go, so its own deletions find the node idle.
         "lifecycle": {"preStop": {"exec": {"command": [WORKER_PRESTOP]}}},
         "resources": pods.resources(
             group.resources, extra_limits={"nvidia.com/gpu": group.gpus} if group.gpus else None

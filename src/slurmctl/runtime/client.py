@@ -102,6 +102,13 @@ KNOWN: dict[tuple[str, str], Resource] = dict(
 )
 
 
+def cluster_scoped(api_version: str, kind: str) -> bool:
+    """Whether a built-in kind lives outside namespaces (Nodes, Namespaces, CRDs): such a kind is listed and watched
+    once, whatever namespaces a manager is limited to (a namespace-scoped list of it does not exist)."""
+    known = KNOWN.get((api_version, kind))
+    return known is not None and not known.namespaced
+
+
 @contextlib.contextmanager
 def _translated(what: str) -> Iterator[None]:
     """Client-side failures become `Timeout` or `ServerError` (no answer at all) in one place."""

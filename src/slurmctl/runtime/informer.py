@@ -49,6 +49,7 @@ class Event:
 
 
 Listener = Callable[[Event], None]
+Transform = Callable[[Obj], Obj]  # what the store keeps of each object (see Manager.trim)
 
 
 class Source(Protocol):
@@ -136,9 +137,11 @@ class Informer:
         keep_managed_fields: bool = False,
         rng: random.Random | None = None,
         label_selector: str | None = None,
+        transform: Transform | None = None,
     ) -> None:
         self.name = name
         self.label_selector = label_selector  # what the source was narrowed to (the cache answers only within it)
+        self._transform = transform
         self.store = Store()
         self._source = source
         self._clock = clock
@@ -226,7 +229,7 @@ class Informer:
         token: str | None = None
         while True:
             page = await self._source.list_page(limit=self._page_size, continue_token=token)
-            items.extend(_strip(o, self._keep_managed_fields) for o in page.get("items") or [])
+            items.extend(self._kept(o) for o in page.get("items") or [])
             meta = page.get("metadata") or {}
             token = meta.get("continue") or None
             if token is None:
@@ -249,6 +252,10 @@ class Informer:
                 self._emit(Event(EventType.ADDED, obj, low_priority=True))
             elif _rv(old) != _rv(obj):
                 self._emit(Event(EventType.UPDATED, obj, old, low_priority=True))
+
+    def _kept(self, obj: Obj) -> Obj:
+        obj = _strip(obj, self._keep_managed_fields)
+        return obj if self._transform is None else self._transform(obj)
 
     def _touch(self) -> None:
         self._last_activity = self._clock.monotonic()
@@ -306,7 +313,7 @@ class Informer:
         if kind == "BOOKMARK":
             self._resource_version = rv or self._resource_version
             return
-        obj = _strip(obj, self._keep_managed_fields)
+        obj = self._kept(obj)
         key = object_key(obj)
         if kind in ("ADDED", "MODIFIED"):
             old = self.store.put(obj)

@@ -27,12 +27,12 @@ from aiohttp import web
 
 from slurmctl.runtime.apply import Applier
 from slurmctl.runtime.cache import Cache
-from slurmctl.runtime.client import Client, Obj
+from slurmctl.runtime.client import Client, Obj, cluster_scoped
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.controller import Controller, Reconcile
 from slurmctl.runtime.events import EventRecorder
 from slurmctl.runtime.handlers import Handler, Predicate, enqueue_object, enqueue_owner
-from slurmctl.runtime.informer import ClientSource, Informer, NamespacedInformers
+from slurmctl.runtime.informer import ClientSource, Informer, NamespacedInformers, Transform
 from slurmctl.runtime.leader import LeaderElectionConfig, LeaderElectionLost, LeaderElector
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.metrics import Metrics, default_metrics
@@ -99,6 +99,7 @@ class Manager:
         self._clock = clock
         self._informers: dict[tuple[str, str], Informer] = {}
         self._selectors: dict[tuple[str, str], str] = {}
+        self._transforms: dict[tuple[str, str], Transform] = {}
         self._controllers: list[Controller] = []
         self._runnables: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         self.cache = cache(self._informers, namespace=self.watched_namespaces)
@@ -128,6 +129,15 @@ class Manager:
             raise RuntimeError(f"{kind} ({api_version}) is already watched; select it before registering watches")
         self._selectors[key] = label_selector
 
+    def trim(self, api_version: str, kind: str, transform: Transform) -> None:
+        """Keep only what `transform` returns of each object of a kind (controller-runtime's TransformFunc): for kinds
+        watched cluster-wide for one field (a Node's `spec.unschedulable`), so the cache does not hold every node's
+        image list. Call before anything watches it."""
+        key = (api_version, kind)
+        if key in self._informers and self._transforms.get(key) is not transform:
+            raise RuntimeError(f"{kind} ({api_version}) is already watched; trim it before registering watches")
+        self._transforms[key] = transform
+
     def label_selector(self, api_version: str, kind: str) -> str | None:
         return self._selectors.get((api_version, kind))
 
@@ -139,12 +149,15 @@ class Manager:
                 raise RuntimeError("register informers before Manager.run")
             selector = self._selectors.get(key)
             name = f"{kind}.{api_version}"
-            namespaces = self.options.namespaces
+            # A cluster-scoped kind has no per-namespace list: one informer, whatever the watched namespaces.
+            scoped = not cluster_scoped(api_version, kind)
+            namespaces = self.options.namespaces if scoped else ()
             if namespaces:
                 members = [self._new_informer(api_version, kind, ns, selector, f"{name}/{ns}") for ns in namespaces]
                 self._informers[key] = NamespacedInformers(members, name=name, label_selector=selector)
             else:
-                self._informers[key] = self._new_informer(api_version, kind, self.options.namespace, selector, name)
+                namespace = self.options.namespace if scoped else None
+                self._informers[key] = self._new_informer(api_version, kind, namespace, selector, name)
         return self._informers[key]
 
     def _new_informer(
@@ -152,7 +165,12 @@ class Manager:
     ) -> Informer:
         source = ClientSource(self.client, api_version, kind, namespace=namespace, label_selector=selector)
         return Informer(
-            source, name=name, clock=self._clock, resync_period=self.options.resync_period, label_selector=selector
+            source,
+            name=name,
+            clock=self._clock,
+            resync_period=self.options.resync_period,
+            label_selector=selector,
+            transform=self._transforms.get((api_version, kind)),
         )
 
     def controller(

@@ -93,11 +93,14 @@ def test_operator_role_grants_what_the_reconcilers_need_and_nothing_else() -> No
         assert {verb for g, r, verb in grants if (g, r) == (group, resource)} == crud
     for resource in ("jobs", "cronjobs"):
         assert {verb for g, r, verb in grants if (g, r) == ("batch", resource)} == crud
-    unused = ("persistentvolumeclaims", "customresourcedefinitions", "nodes", "namespaces")
+    assert {verb for g, r, verb in grants if (g, r) == ("policy", "poddisruptionbudgets")} == crud - {"delete"}
+    unused = ("persistentvolumeclaims", "customresourcedefinitions", "namespaces")
     assert not [(g, r, v) for g, r, v in grants if r in unused], "claims hold user data; nothing reads CRDs"
-    # Pods are read (slurmrestd's address, worker pods' state), deleted only to re-create a drained worker, and
-    # only their status is written (SlurmNodeState).
-    assert {v for g, r, v in grants if r == "pods"} == {"get", "list", "watch", "delete"}
+    # Nodes are only read (a cordon drains the Slurm node).
+    assert {v for g, r, v in grants if r == "nodes"} == {"get", "list", "watch"}
+    # Pods are read (slurmrestd's address, worker pods' state), deleted only to re-create a drained worker, patched
+    # (server-side apply) only for the evictable label, and only their status is written (SlurmNodeState).
+    assert {v for g, r, v in grants if r == "pods"} == {"get", "list", "watch", "patch", "delete"}
     assert {v for g, r, v in grants if r == "pods/status"} == {"patch"}
     assert {v for g, r, v in grants if r == "slurmclusters"} == {"get", "list", "watch"}
     assert {v for g, r, v in grants if r == "slurmclusters/status"} == {"get", "patch"}
@@ -114,15 +117,24 @@ def test_the_namespaced_mode_grants_the_cluster_roles_rules_in_each_watched_name
     objects = rbac.namespaced(["team-a", "team-b"])
     roles = [o for o in objects if o["kind"] == "Role"]
     bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    (nodes_role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    (nodes_binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
     cluster_role = next(
         r for r in by_kind(kustomize("default"), "ClusterRole") if r["metadata"]["name"] == "slurmctl-operator"
     )
     assert [r["metadata"]["namespace"] for r in roles] == ["team-a", "team-b"]
-    assert all(_grants(r) == _grants(cluster_role) for r in roles), "one source of truth for both modes"
-    assert [b["subjects"] for b in bindings] == [
-        [{"kind": "ServiceAccount", "name": "slurmctl-operator", "namespace": "slurmctl-system"}]
-    ] * 2
+    cluster_scoped = _grants(nodes_role)
+    assert cluster_scoped == {("", "nodes", v) for v in ("get", "list", "watch")}, "beyond the Roles: reading Nodes"
+    assert all(_grants(r) | cluster_scoped == _grants(cluster_role) for r in roles), "one source of truth"
+    assert not any(_grants(r) & cluster_scoped for r in roles)
+    subject = [{"kind": "ServiceAccount", "name": "slurmctl-operator", "namespace": "slurmctl-system"}]
+    assert [b["subjects"] for b in (*bindings, nodes_binding)] == [subject] * 3
     assert all(b["roleRef"]["name"] == r["metadata"]["name"] for b, r in zip(bindings, roles, strict=True))
+    assert nodes_binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": nodes_role["metadata"]["name"],
+    }
 
 
 def test_leader_election_is_namespaced_and_bound_to_the_operator() -> None:

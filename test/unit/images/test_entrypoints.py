@@ -450,20 +450,3 @@ def test_munge_outlives_the_daemons_prestop_hook_but_not_forever(pod: dict[str, 
     started = time.monotonic()
     assert run_script("munge-prestop", env=env).returncode == 0
     assert time.monotonic() - started < 1.5, "returns at once when the hook is done"
-
-
-def test_worker_prestop_retries_a_node_that_is_still_completing(pod: dict[str, str], tmp_path: Path) -> None:
-    """Slurm refuses to delete a node busy finishing its last job; the hook retries within its deadline."""
-    calls = tmp_path / "calls"
-    write_exe(
-        Path(pod["ROOT"]) / "bin" / "scontrol",
-        f'#!/bin/sh\necho "scontrol $*" >> {calls}\n'
-        f'[ "$(wc -l < {calls})" -ge 2 ] || {{ echo "Node busy" >&2; exit 1; }}\n',
-    )
-    done_marker = tmp_path / "prestop-done"
-    env = {**pod, "PRESTOP_DONE": str(done_marker), "SLURMD_NODENAME": "c-worker-cpu-1", "WORKER_PRESTOP_WAIT": "10"}
-    hook = run_script("worker-prestop", env=env)
-    assert hook.returncode == 0, hook.stderr
-    assert calls.read_text().splitlines() == ["scontrol delete nodename=c-worker-cpu-1"] * 2
-    assert "node c-worker-cpu-1 removed from Slurm" in hook.stderr
-    assert done_marker.exists()

@@ -13,7 +13,8 @@ from typing import Any
 from slurmctl.api.v1 import API_VERSION, KIND
 from slurmctl.reconcilers.base import Component, Context
 from slurmctl.reconcilers.registry import register
-from slurmctl.render.kinds import DEPLOYMENT, JOB, SECRET, SLURM_CLUSTER, STATEFULSET, Kind
+from slurmctl.render import meta
+from slurmctl.render.kinds import DEPLOYMENT, JOB, NODE, POD, SECRET, SLURM_CLUSTER, STATEFULSET, Kind
 from slurmctl.runtime import Manager, ManagerOptions, Request, Result
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.fake import FakeClient, Write
@@ -39,12 +40,14 @@ class Env:
         *,
         allow_host_path: bool = False,
         clock: Clock = REAL_CLOCK,
+        served: Sequence[tuple[str, str]] | None = None,
     ) -> None:
         """`components`: what to register instead of the registry's table; `allow_host_path`: the operator's
-        --allow-host-path policy; `clock`: the manager's (the status writer's coalescing window runs on it)."""
+        --allow-host-path policy; `clock`: the manager's (the status writer's coalescing window runs on it);
+        `served`: the kinds the API server serves (default: every built-in kind, all versions)."""
         self.components = components
         self.allow_host_path = allow_host_path
-        self.fake = FakeClient()
+        self.fake = FakeClient() if served is None else FakeClient(served=served)
         self.fake.serve(*SLURM_CLUSTER)
         options = ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0", handle_signals=False)
         self.manager = Manager(self.fake, options, cache=self.fake.cache_factory, clock=clock)
@@ -140,6 +143,37 @@ class Env:
         for dep in self.fake.of_kind(*DEPLOYMENT):
             self.fake.set_status(*DEPLOYMENT, dep["metadata"]["name"], {"availableReplicas": 1}, namespace=NS)
 
+    def worker_pods(self, *, on: str = "node-a", name: str = NAME) -> list[str]:
+        """What the StatefulSet controller and a kubelet make of each worker StatefulSet: the pods it lacks, from its
+        template, scheduled on the Kubernetes node `on`, running and ready. Returns their names."""
+        made = []
+        for sts in self.fake.of_kind(*STATEFULSET):
+            md = sts["metadata"]
+            if md["labels"].get(meta.LABEL_COMPONENT) != "workers" or md["labels"].get(meta.LABEL_INSTANCE) != name:
+                continue
+            for i in range(sts["spec"].get("replicas", 1)):
+                pod = f"{md['name']}-{i}"
+                if self.get(POD, pod) is None:
+                    labels = {**sts["spec"]["template"]["metadata"]["labels"], "controller-revision-hash": "rev-1"}
+                    owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": md["name"], "uid": md["uid"]}
+                    metadata = {"name": pod, "namespace": NS, "labels": labels, "ownerReferences": [owner]}
+                    self.fake.put({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"nodeName": on}})
+                    self.pod_runs(pod)
+                    made.append(pod)
+        return made
+
+    def pod_runs(self, pod: str, *, ready: bool = True, slurmd: str = "running", ip: str = "127.0.0.30") -> None:
+        """The kubelet reports the pod: its address, Ready or not, and the state of its slurmd container."""
+        ready_condition = {"type": "Ready", "status": "True" if ready else "False"}
+        containers = [{"name": "slurmd", "ready": ready, "state": {slurmd: {}}}]
+        status = {"phase": "Running", "podIP": ip, "conditions": [ready_condition], "containerStatuses": containers}
+        self.fake.set_status(*POD, pod, status, namespace=NS)
+
+    def k8s_node(self, name: str, *, unschedulable: bool = False) -> None:
+        """A Kubernetes node, cordoned (`kubectl cordon`) or not (`kubectl uncordon`)."""
+        spec = {"unschedulable": True} if unschedulable else {}
+        self.fake.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": spec})
+
     # ---- reading ------------------------------------------------------------------------------------------------
     def cluster(self, name: str = NAME) -> dict[str, Any]:
         obj = self.fake.find(*SLURM_CLUSTER, name, namespace=NS)
@@ -158,7 +192,12 @@ class Env:
         return (self.cluster().get("status") or {}).get("phase")
 
     def get(self, kind: Kind, name: str) -> dict[str, Any] | None:
-        return self.fake.find(*kind, name, namespace=NS)
+        return self.fake.find(*kind, name, namespace="" if kind == NODE else NS)
+
+    def labels(self, pod: str) -> dict[str, str]:
+        found = self.get(POD, pod)
+        assert found is not None, pod
+        return dict(found["metadata"].get("labels") or {})
 
     def names(self, kind: Kind) -> list[str]:
         return [o["metadata"]["name"] for o in self.fake.of_kind(*kind)]

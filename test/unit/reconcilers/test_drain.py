@@ -130,6 +130,7 @@ async def test_nodes_drained_for_a_scale_in_that_was_undone_are_resumed_but_not_
     async with Env() as env:
         slurm = FakeSlurm()
         await cluster_with_nodes(env, slurm, 3)
+        env.worker_pods()
         slurm.run_job(1, node(2))
         slurm.add_node(node(0), "IDLE", "DRAIN", reason="maintenance")
         env.edit(shrink(1))

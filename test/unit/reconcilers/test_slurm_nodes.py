@@ -69,11 +69,14 @@ async def test_pod_condition_follows_slurm_and_an_idle_cluster_writes_nothing() 
         assert (cond["status"], cond["reason"], cond["message"]) == ("False", "Drained", "bad DIMM")
         assert env.cluster()["status"]["slurmNodes"]["drained"] == 1
         writes = [(w.kind, w.subresource) for w in env.writes_since(mark)]
-        assert writes == [("Pod", "status"), ("SlurmCluster", "status")]
+        # The condition, the evictable label (drained and idle: no job can run there), the counts.
+        assert writes == [("Pod", "status"), ("Pod", ""), ("SlurmCluster", "status")]
+        assert env.labels(POD)["slurm.slurmctl.io/evictable"] == "true"
 
         await slurm.resume([POD])
         await env.poll_slurm()
         assert node_state(env)["reason"] == "Idle"  # type: ignore[index]
+        assert "slurm.slurmctl.io/evictable" not in env.labels(POD)
 
 
 async def test_slurm_unreachable_writes_nothing_and_reports_down_in_metrics() -> None:

@@ -16,6 +16,7 @@ def test_minimal_sample() -> None:
         "Service/minimal-controller",
         "StatefulSet/minimal-controller",
         "Service/minimal-workers",
+        "PodDisruptionBudget/minimal-workers",
         "StatefulSet/minimal-worker-cpu",
         "ConfigMap/minimal-sshd",
         "Service/minimal-login",

@@ -69,3 +69,31 @@ def test_a_selector_cannot_be_changed_once_the_kind_is_watched() -> None:
     manager.informer("v1", "Secret")
     with pytest.raises(RuntimeError, match="already watched"):
         manager.select("v1", "Secret", label_selector="x=y")
+
+
+async def test_a_cluster_scoped_kind_is_listed_once_in_the_namespaced_mode_and_trimmed() -> None:
+    """Nodes have no per-namespace list: a manager limited to namespaces still watches them once, across the
+    cluster, and keeps only what its transform returns."""
+    client = RecordingClient()
+    manager = Manager(client, ManagerOptions(namespaces=("a", "b"), metrics_bind_address="0"))
+
+    def keep(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": obj["metadata"], "spec": {"unschedulable": True}}
+
+    manager.trim("v1", "Node", keep)
+    informer = manager.informer("v1", "Node")
+    task = asyncio.create_task(informer.run())
+    try:
+        async with asyncio.timeout(5):
+            await informer.wait_synced()
+        assert client.lists == [(None, None)], "one LIST, not one per watched namespace"
+        assert manager.cache.get("v1", "Node", "s") == {
+            "metadata": {"name": "s", "namespace": None, "resourceVersion": "1", "labels": {"x": "y"}},
+            "spec": {"unschedulable": True},
+        }
+        assert manager.cache.synced("v1", "Node", "")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    with pytest.raises(RuntimeError, match="already watched"):
+        manager.trim("v1", "Node", lambda obj: obj)
