@@ -165,8 +165,9 @@ class JobState:
           the one created for this generation is left alone whatever its outcome (succeeded, running or failed).
         - A failed Job is retried once the spec changes (a new generation, e.g. a fixed image), never in a loop.
         - So is a refused one, at once: its remaining retries would only be refused again, and the fix (adopt, another
-          volume) is a spec change.
+          volume) is a spec change. One that succeeded after all (the volume was emptied meanwhile) is done.
         """
         if self.generation == cluster.metadata.generation:
             return False
-        return cluster.spec.populate_jail.overwrite or self.failed or self.refusal is not None
+        refused = self.refusal is not None and not self.succeeded
+        return cluster.spec.populate_jail.overwrite or self.failed or refused

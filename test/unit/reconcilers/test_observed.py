@@ -100,3 +100,5 @@ def test_a_refused_job_is_replaced_as_soon_as_the_spec_changes_even_while_it_ret
     assert JobState.of(_job("1"), refused).needs_recreate(_cluster(generation=3))
     assert not JobState.of(_job("3"), refused).needs_recreate(_cluster(generation=3)), "no loop"
     assert not JobState.of(_job("1")).needs_recreate(_cluster(generation=3)), "a running copy is left alone"
+    emptied = JobState.of({**_job("1"), "status": {"succeeded": 1}}, refused)  # a retry found the volume emptied
+    assert not emptied.needs_recreate(_cluster(generation=3)), "a populated jail is never copied again"
