@@ -201,7 +201,18 @@ class PopulateJailSpec(Scheduling):
 
     image: str | None = _image_field("populate-jail")
     overwrite: bool = Field(
-        False, description="Copy again over an already populated jail once for this generation (destroys changes)."
+        False,
+        description="Copy the image again into the populated jail, once for this generation: files still as the last "
+        "populate left them are replaced by the image's and new ones added; files users changed or added, /home, /root "
+        "and the account files (/etc/passwd, group, shadow, gshadow, subuid, subgid) are kept, and nothing is deleted. "
+        "Safe while nodes run: each file is replaced whole (jobs may meanwhile see old and new files side by side).",
+    )
+    adopt: bool = Field(
+        False,
+        description="Populate a jail volume that already holds files but no slurmctl marker (/.slurmctl-jail-populated "
+        "or /.slurmctl-jail-populating): the image's missing files are added, every file there is kept as it is, "
+        "nothing is deleted. Without it such a volume is refused and left untouched (JailPopulated=False, reason "
+        "JailNotEmpty).",
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="Compute resources of the copying container."

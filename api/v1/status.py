@@ -51,6 +51,7 @@ class Reason(StrEnum):
     OVERWRITING = "Overwriting"
     POPULATED = "Populated"
     JOB_FAILED = "JobFailed"
+    JAIL_NOT_EMPTY = "JailNotEmpty"  # populate-jail refused a volume holding files slurmctl did not put there
     SCHEDULED = "Scheduled"
     DISABLED = "Disabled"
     NO_GPU_WORKERS = "NoGpuWorkers"

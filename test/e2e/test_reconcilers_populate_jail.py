@@ -1,4 +1,5 @@
-"""The populate-jail Job against the real control plane: the jail gate, a failed copy, overwrite once per generation."""
+"""The populate-jail Job against the real control plane: the jail gate, a failed copy, overwrite once per generation,
+a refused jail volume."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from test.e2e.clusters import FAILED, GENERATION_ANNOTATION, NAME, SUCCEEDED, Cluster, job_uids, spec
+from slurmctl.render.populate_jail import REFUSED_EXIT_CODE
+from test.e2e.clusters import FAILED, GENERATION_ANNOTATION, MERGE_PATCH, NAME, SUCCEEDED, Cluster, job_uids, spec
 from test.e2e.harness import eventually
 
 # Every test runs against the operator; none needs its handle.
@@ -110,3 +112,52 @@ async def test_overwrite_reruns_the_job_exactly_once_and_keeps_the_nodes(api: cl
         assert final.metadata.uid == second.metadata.uid, "the overwrite must run once per generation"
         assert uids == {first.metadata.uid, second.metadata.uid}
     assert await cluster.statefulsets(*nodes) == node_uids
+
+
+async def test_a_refused_jail_volume_is_reported_with_its_fix_and_adopt_reruns_the_job(
+    api: client.ApiClient, namespace: str
+) -> None:
+    """The copier's refusal travels through its pod's termination message, read with the operator's own permissions
+    (pods through the owned-children selector), before the Job has given up; setting adopt re-runs the Job at once."""
+    cluster = Cluster(api, namespace)
+    await cluster.create(spec())
+    first = await cluster.started_job()
+    pods = await cluster.core.list_namespaced_pod(
+        namespace, label_selector=f"controller-uid={first.metadata.uid}", _request_timeout=10
+    )
+    said = "refusing to populate the jail volume /mnt/jail (PersistentVolumeClaim jail): it holds 2 entries (etc home)"
+    terminated = {"exitCode": REFUSED_EXIT_CODE, "reason": "Error", "message": said}
+    for pod in pods.items:  # what the kubelet reports once the copier exited
+        status = {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "populate-jail",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": pod.spec.containers[0].image,
+                    "imageID": "",
+                    "state": {"terminated": terminated},
+                }
+            ],
+        }
+        await cluster.core.patch_namespaced_pod_status(
+            pod.metadata.name, namespace, {"status": status}, _content_type=MERGE_PATCH, _request_timeout=10
+        )
+
+    refused = await cluster.wait_condition("JailPopulated", "False", "JailNotEmpty")
+    assert "PersistentVolumeClaim jail" in refused["message"]
+    assert "spec.populateJail.adopt: true" in refused["message"]
+    assert said in refused["message"]
+    await cluster.wait_phase("Degraded")
+    event = await cluster.wait_event("Warning", "JailNotEmpty", contains="spec.populateJail.adopt")
+    assert event.involved_object.name == NAME
+
+    generation = await cluster.merge({"populateJail": {"adopt": True}})
+    second = await cluster.started_job(not_uid=first.metadata.uid)
+    assert second.metadata.annotations[GENERATION_ANNOTATION] == str(generation)
+    (container,) = second.spec.template.spec.containers
+    assert {e.name: e.value for e in container.env}["ADOPT"] == "true"
+    await cluster.wait_condition("JailPopulated", "False", "Populating")
+    warnings = [e for e in await cluster.events() if (e.type, e.reason) == ("Warning", "JailNotEmpty")]
+    assert len(warnings) == 1 and (warnings[0].count or 1) == 1, "one Event for one refusal"

@@ -12,7 +12,7 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render.meta import LABEL_EVICTABLE, LABEL_INSTANCE
-from slurmctl.render.populate_jail import GENERATION_ANNOTATION
+from slurmctl.render.populate_jail import GENERATION_ANNOTATION, REFUSED_EXIT_CODE
 from slurmctl.render.workers import DAEMON_CONTAINER
 from slurmctl.runtime import Request
 
@@ -153,18 +153,41 @@ def resource_version(obj: Live) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
+# Kept short in conditions and Events; the copier's own explanation fits well within it.
+MAX_REFUSAL_MESSAGE = 1024
+
+
+def refusal(pods: Iterable[Live]) -> str | None:
+    """What the newest of a populate-jail Job's pods said when it refused the jail volume (its container ended with
+    `REFUSED_EXIT_CODE`: the volume holds someone else's files), "" when it said nothing; None when none refused."""
+    said: list[tuple[str, str]] = []
+    for pod in pods:
+        for container in _status(pod).get("containerStatuses") or []:
+            terminated = (container.get("state") or {}).get("terminated") or {}
+            if terminated.get("exitCode") == REFUSED_EXIT_CODE:
+                created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+                said.append((created, str(terminated.get("message") or "").strip()))
+    if not said:
+        return None
+    message = max(said)[1]
+    return message if len(message) <= MAX_REFUSAL_MESSAGE else message[: MAX_REFUSAL_MESSAGE - 3] + "..."
+
+
 @dataclass(frozen=True)
 class JobState:
-    """What the populate-jail reconciler needs to know about its live Job."""
+    """What the populate-jail reconciler needs to know about its live Job (and the pods it ran)."""
 
     uid: str
     succeeded: bool
     failed: bool
     failure: str  # "<reason>: <message>" of the Failed condition, when failed
     generation: int | None  # the SlurmCluster generation the Job was created for; None when unknown
+    refusal: str | None = None  # what a pod said when it refused the volume (see `refusal`); None when none did
 
     @classmethod
-    def of(cls, job: Live) -> JobState:
+    def of(cls, job: Live, pods: Iterable[Live] = ()) -> JobState:
+        """`pods`: the Job's own pods (owned by its uid), where a refusal shows: on Kubernetes 1.20 a Job's status
+        only counts failed pods, it does not say why they failed."""
         status = _status(job)
         failed: Mapping[str, Any] = next(
             (c for c in status.get("conditions") or [] if c.get("type") == "Failed" and c.get("status") == "True"),
@@ -181,6 +204,7 @@ class JobState:
             failed=bool(failed),
             failure=f"{failed.get('reason', 'Failed')}: {failed.get('message', 'the Job failed')}" if failed else "",
             generation=generation,
+            refusal=refusal(pods),
         )
 
     def needs_recreate(self, cluster: SlurmCluster) -> bool:
@@ -189,7 +213,10 @@ class JobState:
         - `overwrite: true` re-runs the copy once per generation: a Job created for an older generation is replaced,
           the one created for this generation is left alone whatever its outcome (succeeded, running or failed).
         - A failed Job is retried once the spec changes (a new generation, e.g. a fixed image), never in a loop.
+        - So is a refused one, at once: its remaining retries would only be refused again, and the fix (adopt, another
+          volume) is a spec change. One that succeeded after all (the volume was emptied meanwhile) is done.
         """
         if self.generation == cluster.metadata.generation:
             return False
-        return cluster.spec.populate_jail.overwrite or self.failed
+        refused = self.refusal is not None and not self.succeeded
+        return cluster.spec.populate_jail.overwrite or self.failed or refused

@@ -4,15 +4,24 @@ worker and login StatefulSets from starting on an empty jail.
 The Job runs once per cluster. Its pod template is immutable, so a live Job is never re-applied: it is deleted and
 applied anew only when `JobState.needs_recreate` says so (overwrite for a new generation, or a retry after a spec
 change).
+
+A volume that holds someone else's files is refused by the copier, untouched (images/scripts/populate-jail). The Job's
+status cannot say so (on Kubernetes 1.20 it only counts failed pods), its pods can: they carry the component label, so
+the operator's pod informer (owned-children selector, no further permission) holds them, and a pod that ended with
+`REFUSED_EXIT_CODE` says why in its termination message. That is reported as JailNotEmpty naming the volume and the
+fix, with one Warning Event; the fix is a spec change, which re-runs the Job at once.
 """
 
 from __future__ import annotations
 
 from slurmctl.api.v1 import JAIL_POPULATED, Reason, SlurmClusterStatus
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded
-from slurmctl.reconcilers.observed import JobState
+from slurmctl.reconcilers.base import ComponentReconciler, Loaded, Obj, component_is
+from slurmctl.reconcilers.observed import JobState, cluster_of_pod, uid
 from slurmctl.render import meta
-from slurmctl.render.kinds import JOB
+from slurmctl.render.kinds import JOB, POD
+from slurmctl.render.populate_jail import COMPONENT, volume_description
+from slurmctl.runtime.handlers import enqueue_mapped
+from slurmctl.runtime.manager import ControllerBuilder
 
 
 def jail_gate_open(reconciler: ComponentReconciler, loaded: Loaded) -> bool:
@@ -26,17 +35,26 @@ def jail_gate_open(reconciler: ComponentReconciler, loaded: Loaded) -> bool:
 
 
 class PopulateJailReconciler(ComponentReconciler):
+    def watch(self, builder: ControllerBuilder) -> None:
+        """The Job's pods: one that refused the volume is news even before the Job counts it as failed."""
+        builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(COMPONENT)])
+
     async def reconcile_valid(self, loaded: Loaded) -> None:
         cluster = loaded.cluster
         name = meta.populate_jail(loaded.name)
         live = self.live(JOB, name, loaded.namespace)
-        job = JobState.of(live) if live is not None else None
+        job = JobState.of(live, self._pods(loaded, live)) if live is not None else None
         overwrite = cluster.spec.populate_jail.overwrite
         previous = loaded.condition(self.condition_type)
         if job is None and previous is not None and previous.status == "True" and not overwrite:
             return  # populated once; the Job is gone and must not run again
         if job is not None and job.needs_recreate(cluster):
-            why = "overwrite requested" if overwrite else "retrying after a spec change"
+            if overwrite:
+                why = "overwrite requested"
+            elif job.refusal is not None:
+                why = "retrying the refused jail volume after a spec change"
+            else:
+                why = "retrying after a spec change"
             await self.manager.client.delete(*JOB, name, namespace=loaded.namespace)
             self.event(loaded, "Normal", "RecreatingJob", f"re-running Job {name}: {why}")
             job = None
@@ -49,6 +67,11 @@ class PopulateJailReconciler(ComponentReconciler):
             if overwrite:
                 message += f" (overwrite for generation {loaded.generation})"
             cond = self.condition(loaded, ok=True, reason=Reason.POPULATED, message=message)
+        elif job.refusal is not None:
+            message = self._refused(loaded, name, job.refusal)
+            if self._news(loaded, Reason.JAIL_NOT_EMPTY, message):
+                self.warn(loaded, Reason.JAIL_NOT_EMPTY.value, message)
+            cond = self.condition(loaded, ok=False, reason=Reason.JAIL_NOT_EMPTY, message=message)
         elif job.failed:
             message = f"Job {name} failed: {job.failure}"
             if previous is None or previous.reason != Reason.JOB_FAILED:
@@ -58,6 +81,29 @@ class PopulateJailReconciler(ComponentReconciler):
             reason = Reason.OVERWRITING if overwrite else Reason.POPULATING
             cond = self.condition(loaded, ok=False, reason=reason, message=self._running(name, overwrite))
         await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
+
+    def _pods(self, loaded: Loaded, job: Obj) -> list[Obj]:
+        """The pods this very Job ran (a deleted Job's pods linger until the garbage collector takes them)."""
+        selector = meta.selector(loaded.name, COMPONENT)
+        return self.cache.list(*POD, namespace=loaded.namespace, labels=selector, owner_uid=uid(job))
+
+    def _news(self, loaded: Loaded, reason: Reason, message: str) -> bool:
+        """Whether the condition says something new, compared with the status as the writer will leave it (the cache
+        can lag a write just made, and a pod's event and its Job's come one right after the other)."""
+        conditions = self.ctx.status.view(loaded.obj).get("conditions") or []
+        said = next((c for c in conditions if c.get("type") == self.condition_type), None)
+        return said is None or said.get("reason") != reason.value or said.get("message") != message
+
+    @staticmethod
+    def _refused(loaded: Loaded, name: str, said: str) -> str:
+        volume = volume_description(loaded.cluster.spec.jail.volume)
+        message = (
+            f"Job {name} refused to populate the jail volume ({volume}, spec.jail.volume): it holds files but was not"
+            " populated by slurmctl, and nothing in it was changed. Set spec.populateJail.adopt: true to add the"
+            " image's files to it (every file it holds is kept, nothing is deleted), or point spec.jail.volume at an"
+            " empty volume."
+        )
+        return f"{message} The Job's pod said: {said}" if said else message
 
     @staticmethod
     def _running(name: str, overwrite: bool) -> str:

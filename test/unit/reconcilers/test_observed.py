@@ -1,4 +1,4 @@
-"""Reading live objects: when the populate-jail Job is replaced, and what a failed Job says."""
+"""Reading live objects: when the populate-jail Job is replaced, and what a failed or refused Job says."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from slurmctl.api.v1 import SlurmCluster
-from slurmctl.reconcilers.observed import JobState
-from slurmctl.render.populate_jail import GENERATION_ANNOTATION, render_populate_jail_job
+from slurmctl.reconcilers.observed import MAX_REFUSAL_MESSAGE, JobState
+from slurmctl.render.populate_jail import GENERATION_ANNOTATION, REFUSED_EXIT_CODE, render_populate_jail_job
 from test.unit.render.samples import sample_doc
 
 
@@ -68,3 +68,37 @@ def test_a_failed_job_says_why() -> None:
     state = JobState.of(job)
     assert (state.failed, state.succeeded) == (True, False)
     assert state.failure == "BackoffLimitExceeded: backoff limit"
+
+
+def _pod(created: str, exit_code: int | None, message: str = "") -> dict[str, Any]:
+    state = {"terminated": {"exitCode": exit_code, "message": message}} if exit_code is not None else {"running": {}}
+    return {
+        "metadata": {"creationTimestamp": created},
+        "status": {"containerStatuses": [{"name": "populate-jail", "state": state}]},
+    }
+
+
+def test_a_refused_volume_is_read_from_the_jobs_pods() -> None:
+    refused_first = _pod("2026-01-01T00:00:00Z", REFUSED_EXIT_CODE, "refusing: 3 entries (etc home usr ...)")
+    refused_later = _pod("2026-01-01T00:01:00Z", REFUSED_EXIT_CODE, "refusing: 4 entries (data etc home usr ...)\n")
+    crashed = _pod("2026-01-01T00:02:00Z", 1, "rsync: No space left on device")
+    running = _pod("2026-01-01T00:03:00Z", None)
+
+    assert JobState.of(_job("3"), [refused_first, refused_later, crashed, running]).refusal == (
+        "refusing: 4 entries (data etc home usr ...)"
+    )
+    assert JobState.of(_job("3"), [crashed, running]).refusal is None
+    assert JobState.of(_job("3")).refusal is None
+    silent = _pod("2026-01-01T00:00:00Z", REFUSED_EXIT_CODE)
+    assert JobState.of(_job("3"), [silent]).refusal == ""
+    long = _pod("2026-01-01T00:00:00Z", REFUSED_EXIT_CODE, "x" * 5000)
+    assert len(JobState.of(_job("3"), [long]).refusal or "") == MAX_REFUSAL_MESSAGE
+
+
+def test_a_refused_job_is_replaced_as_soon_as_the_spec_changes_even_while_it_retries() -> None:
+    refused = [_pod("2026-01-01T00:00:00Z", REFUSED_EXIT_CODE, "refusing")]
+    assert JobState.of(_job("1"), refused).needs_recreate(_cluster(generation=3))
+    assert not JobState.of(_job("3"), refused).needs_recreate(_cluster(generation=3)), "no loop"
+    assert not JobState.of(_job("1")).needs_recreate(_cluster(generation=3)), "a running copy is left alone"
+    emptied = JobState.of({**_job("1"), "status": {"succeeded": 1}}, refused)  # a retry found the volume emptied
+    assert not emptied.needs_recreate(_cluster(generation=3)), "a populated jail is never copied again"
