@@ -54,7 +54,8 @@ def default_image(component: Component, *, registry: str = IMAGE_REGISTRY, tag: 
 
 
 # slurm.conf keys whose values are slurmctl's contract with its own pods (names, ports, users, paths in the images, the
-# munge and chroot plugins) or that would switch its guarantees off (PlugStackConfig=/dev/null turns the jail off;
+# munge and chroot plugins) or that would switch its guarantees off (PlugStackConfig=/dev/null turns the jail off,
+# another JobContainerType lets sbcast write outside it;
 # Include and node or partition records bypass the generated ones). spec.slurm.extraConfig may not set them unless
 # spec.slurm.allowOperatorOwnedKeys is true. Spelled as render/slurm_conf.py writes them; Slurm compares keys
 # without regard to case.
@@ -80,6 +81,7 @@ OPERATOR_OWNED_SLURM_KEYS: Final = (
     "SlurmctldPidFile",
     "SlurmdPidFile",
     "PlugStackConfig",
+    "JobContainerType",
     "ProctrackType",
     "Include",
     "NodeName",

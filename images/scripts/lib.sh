@@ -181,6 +181,32 @@ slurm_conf_value() {
     conf_value "$SLURM_CONF_DIR/slurm.conf" "$1" "$2"
 }
 
+# Runs a daemon as the given user until it exits, as this shell's child rather than in its place: SIGTERM and SIGINT
+# are passed on to it, and once it has exited (its shutdown done, e.g. slurmctld's state saved) PRESTOP_DONE tells the
+# munge sidecar it may stop (munge-prestop waits for that), so the daemon can use munge until its last message.
+# Exits with the daemon's status.
+run_until_stopped() {
+    local user=$1 pid
+    shift
+    if [ "$user" = root ] || [ "$(id -u "$user")" = 0 ]; then
+        "$@" &
+    else
+        setpriv --reuid="$user" --regid="$user" --init-groups "$@" &
+    fi
+    pid=$!
+    trap 'kill -TERM "$pid" 2>/dev/null' TERM
+    trap 'kill -INT "$pid" 2>/dev/null' INT
+    # `wait` returns early when a trapped signal arrives: wait again until the daemon is gone.
+    while kill -0 "$pid" 2>/dev/null; do
+        wait "$pid" || true
+    done
+    local status=0
+    wait "$pid" || status=$?
+    log "$(basename "$1") exited ($status)"
+    : >"$PRESTOP_DONE"
+    exit "$status"
+}
+
 # Runs a daemon as the given user (a no-op switch for root) so that daemons that can live without root do.
 exec_as() {
     local user=$1

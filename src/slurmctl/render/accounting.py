@@ -22,6 +22,8 @@ from slurmctl.render.kinds import MARIADB
 from slurmctl.render.slurm_conf import JWT_AUTH_SETTINGS
 
 COMPONENT = "accounting"
+# slurmdbd finishes what it is writing to the database on SIGTERM.
+GRACE_SECONDS = 60
 SLURMDBD_CONF = "slurmdbd.conf"
 SLURMDBD_CONFIG_MOUNT = "/mnt/slurmdbd-config"
 # slurmdbd runs as SlurmUser and cannot write to /run; the pid file only needs to be somewhere it may write.
@@ -190,6 +192,7 @@ def render_slurmdbd_deployment(
                 image=image,
                 volumes=volumes,
                 placement=acc,
+                grace_seconds=GRACE_SECONDS,
                 hostname=meta.accounting(c),
             ),
         },

@@ -63,7 +63,7 @@ def render_benchmark_cronjob(cluster: SlurmCluster, *, api_version: str = "batch
         "resources": RESOURCES,
         # Root to install the munge key and start munged (as munge), the benchmark as SlurmUser; KILL to stop munged
         # at the end (another user's process).
-        "securityContext": pods.root_then_drop("KILL"),
+        "securityContext": pods.root_then_drop(),
     }
     return {
         "apiVersion": api_version,

@@ -11,6 +11,9 @@ from slurmctl.render.slurm_conf import JAIL_PATH, restart_settings
 
 COMPONENT = "controller"
 STATE_DIR = "/var/spool/slurmctld"
+# slurmctld saves all its state on SIGTERM (every job it accepted, the nodes, reservations): a large cluster's state on
+# a slow volume takes seconds. The kubelet kills it only after this.
+GRACE_SECONDS = 120
 
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str, jwt_key_id: str) -> str:
@@ -50,7 +53,7 @@ def render_controller_statefulset(
         "ports": [{"name": "slurmctld", "containerPort": meta.SLURMCTLD_PORT, "protocol": "TCP"}],
         # The jail, read-only, for its users: slurmctld resolves each job's user and groups itself (Slurm >= 23.11
         # sends them to the nodes), and the users live in the jail's /etc/passwd.
-        "env": [{"name": "JAIL_DIR", "value": JAIL_PATH}],
+        "env": [{"name": "JAIL_DIR", "value": JAIL_PATH}, pods.restart_keys_env()],
         "volumeMounts": [
             *pods.slurm_mounts(),
             *pods.jail_mounts(spec, read_only=True),
@@ -79,6 +82,8 @@ def render_controller_statefulset(
                 image=image,
                 volumes=[*pods.slurm_volumes(c), pods.volume("jail", spec.jail.volume), pods.jwt_key_volume(c)],
                 placement=ctl,
+                grace_seconds=GRACE_SECONDS,
+                munge_outlives_daemon=True,
             ),
             "volumeClaimTemplates": [claim],
         },

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import restart_settings
 from slurmctl.render.sshd import (
     AUTHORIZED_KEYS,
     DEFAULT_HOST_KEY_TYPES,
@@ -17,6 +16,8 @@ from slurmctl.render.sshd import (
 )
 
 COMPONENT = "login"
+# sshd ends on SIGTERM at once; its sessions (and any srun in them) end with the pod.
+GRACE_SECONDS = 30
 SSHD_CONFIGS_MOUNT = "/mnt/sshd-configs"
 SSH_HOST_KEYS_MOUNT = "/mnt/ssh-host-keys"
 
@@ -31,14 +32,13 @@ def sshd_configs_data(cluster: SlurmCluster, *, host_keys: Iterable[str] = DEFAU
 def config_hash(
     cluster: SlurmCluster,
     *,
-    configs: Mapping[str, str],
     munge_key_id: str,
     host_keys_id: str,
     host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES,
 ) -> str:
-    """`configs` is the rendered config set (`render_slurm_configs`), rendered once per reconcile."""
+    """No Slurm setting rolls the login pods: users' commands there read slurm.conf afresh each time, and the
+    container installs every change at once (a restart would end users' sessions and the sruns in them)."""
     return meta.content_hash(
-        restart_settings(configs),
         sshd_configs_data(cluster, host_keys=host_keys),
         munge_key_id,
         host_keys_id,
@@ -78,7 +78,6 @@ def render_login_headless_service(cluster: SlurmCluster) -> dict[str, Any]:
 def render_login_statefulset(
     cluster: SlurmCluster,
     *,
-    configs: Mapping[str, str],
     munge_key_id: str,
     host_keys_id: str,
     host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES,
@@ -109,9 +108,7 @@ def render_login_statefulset(
         {"name": "sshd-configs", "configMap": {"name": meta.sshd_configs(c)}},
         {"name": "ssh-host-keys", "secret": {"secretName": meta.ssh_host_keys_secret(c), "defaultMode": 0o400}},
     ]
-    hash_ = config_hash(
-        cluster, configs=configs, munge_key_id=munge_key_id, host_keys_id=host_keys_id, host_keys=host_keys
-    )
+    hash_ = config_hash(cluster, munge_key_id=munge_key_id, host_keys_id=host_keys_id, host_keys=host_keys)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -122,7 +119,14 @@ def render_login_statefulset(
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": meta.selector(c, COMPONENT)},
             "template": pods.slurm_pod_template(
-                c, COMPONENT, config_hash=hash_, daemon=sshd, image=image, volumes=volumes, placement=login
+                c,
+                COMPONENT,
+                config_hash=hash_,
+                daemon=sshd,
+                image=image,
+                volumes=volumes,
+                placement=login,
+                grace_seconds=GRACE_SECONDS,
             ),
         },
     }
@@ -131,7 +135,6 @@ def render_login_statefulset(
 def render_login(
     cluster: SlurmCluster,
     *,
-    configs: Mapping[str, str],
     munge_key_id: str,
     host_keys_id: str,
     host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES,
@@ -142,5 +145,5 @@ def render_login(
         render_sshd_configmap(cluster, host_keys=host_keys),
         render_login_service(cluster),
         render_login_headless_service(cluster),
-        render_login_statefulset(cluster, configs=configs, host_keys=host_keys, **ids),
+        render_login_statefulset(cluster, host_keys=host_keys, **ids),
     ]

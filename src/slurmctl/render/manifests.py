@@ -94,9 +94,7 @@ def workers_objects(i: Inputs) -> list[Obj]:
 
 
 def login_objects(i: Inputs) -> list[Obj]:
-    return render_login(
-        i.cluster, configs=i.configs, munge_key_id=i.munge_key_id, host_keys_id=i.host_keys_id, host_keys=i.host_keys
-    )
+    return render_login(i.cluster, munge_key_id=i.munge_key_id, host_keys_id=i.host_keys_id, host_keys=i.host_keys)
 
 
 def accounting_objects(i: Inputs) -> list[Obj]:

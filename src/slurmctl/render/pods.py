@@ -14,7 +14,7 @@ from typing import Any
 
 from slurmctl.api.v1 import ResourceRequirements, Scheduling, SlurmClusterSpec, VolumeRef
 from slurmctl.render import meta
-from slurmctl.render.slurm_conf import JAIL_PATH
+from slurmctl.render.slurm_conf import JAIL_PATH, RESTART_KEY_NAMES
 
 SLURM_CONFIGS_MOUNT = "/mnt/slurm-configs"
 MUNGE_KEY_MOUNT = "/mnt/munge-key"
@@ -24,6 +24,8 @@ SUBMOUNTS_ROOT = "/mnt/jail-submounts"
 ENTRYPOINT_MUNGE = "/usr/lib/slurmctl/entrypoint-munge"
 SLURM_READY = "/usr/lib/slurmctl/slurm-ready"
 MUNGE_PRESTOP = "/usr/lib/slurmctl/munge-prestop"
+# What munged needs to stop after its preStop, inside the pod's grace period.
+MUNGE_STOP_SECONDS = 10
 MUNGE_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
 
 
@@ -66,28 +68,31 @@ def jwt_key_mount() -> dict[str, Any]:
 # Containers whose entrypoint starts as root to install keys and configs with the right owner and mode (`install -o`,
 # `chown`, `chmod` of what it no longer owns, writing into /etc/munge which munge owns), then execs the daemon with
 # `setpriv --reuid/--regid --init-groups` as its own user (munge, SlurmUser). setpriv from root to another user
-# clears every capability, so the daemon runs with none; the root part keeps only what those steps use. No privilege
-# escalation (nothing here execs a setuid binary or needs file capabilities) and the runtime's default seccomp filter.
-ROOT_THEN_DROP_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID")
+# clears every capability, so the daemon runs with none; the root part keeps only what those steps use, and tini (PID
+# 1, root) keeps KILL: it passes the kubelet's SIGTERM on to the daemon, which runs as another user. Without KILL the
+# kernel refuses that signal, tini exits ("Unexpected error when forwarding signal") and the daemon is killed without
+# its shutdown: slurmctld then forgets the jobs it accepted since its last save. No privilege escalation (nothing
+# here execs a setuid binary or needs file capabilities) and the runtime's default seccomp filter.
+ROOT_THEN_DROP_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID")
 
 
-def root_then_drop(*extra: str) -> dict[str, Any]:
-    """The securityContext of a container that starts as root and drops to a daemon user (see above); `extra`
-    capabilities for what else its root part does (e.g. KILL to stop a munged it started as another user)."""
+def root_then_drop() -> dict[str, Any]:
+    """The securityContext of a container that starts as root and drops to a daemon user (see above)."""
     return {
         "runAsUser": 0,
         "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"], "add": sorted({*ROOT_THEN_DROP_CAPABILITIES, *extra})},
+        "capabilities": {"drop": ["ALL"], "add": list(ROOT_THEN_DROP_CAPABILITIES)},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
-def munge_container(image: str, *, outlive_prestop: bool = False) -> dict[str, Any]:
+def munge_container(image: str, *, outlive_seconds: int | None = None) -> dict[str, Any]:
     """munged in its own container: the daemon's container waits for its socket in the shared directory.
 
     The kubelet stops every container of a terminating pod at once and runs each one's own preStop hook first. A
-    daemon whose preStop talks to Slurm (the worker's leaves the node list) needs munged until that hook is done, so
-    with `outlive_prestop` munge's own preStop waits, with a deadline, for the daemon's hook to say it finished."""
+    daemon that needs munged while it stops (the worker's preStop leaves the node list; slurmctld sends messages while
+    it saves its state) says when it is done with it, and with `outlive_seconds` munge's own preStop waits that long
+    at most for that."""
     container: dict[str, Any] = {
         "name": "munge",
         "image": image,
@@ -99,8 +104,9 @@ def munge_container(image: str, *, outlive_prestop: bool = False) -> dict[str, A
         "resources": MUNGE_RESOURCES,
         "securityContext": root_then_drop(),
     }
-    if outlive_prestop:
+    if outlive_seconds is not None:
         container["lifecycle"] = {"preStop": {"exec": {"command": [MUNGE_PRESTOP]}}}
+        container["env"] = [{"name": "MUNGE_PRESTOP_WAIT", "value": str(outlive_seconds)}]
     return container
 
 
@@ -166,6 +172,13 @@ def slurm_readiness(role: str) -> dict[str, Any]:
     }
 
 
+def restart_keys_env() -> dict[str, Any]:
+    """For the daemons the operator re-creates for a restart-requiring change (slurmctld, slurmd): their containers
+    do not install such a change into the running daemon (images/scripts/lib.sh follow_slurm_configs), which keeps
+    the configs it started with, consistent with its jobs, until its pod is re-created."""
+    return {"name": "SLURMCTL_RESTART_KEYS", "value": ",".join(RESTART_KEY_NAMES)}
+
+
 def node_name_env() -> dict[str, Any]:
     return {"name": "SLURMD_NODENAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
 
@@ -179,15 +192,21 @@ def slurm_pod_template(
     image: str,
     volumes: list[dict[str, Any]],
     placement: Scheduling,
+    grace_seconds: int,
+    munge_outlives_daemon: bool = False,
     extra_labels: dict[str, str] | None = None,
     hostname: str | None = None,
 ) -> dict[str, Any]:
     """The pod template of a Slurm daemon: its container plus the munge sidecar, the config hash that rolls it, and
-    no service-account token (nothing in these pods talks to Kubernetes, and the jail must not expose one)."""
-    spec: dict[str, Any] = {"automountServiceAccountToken": False}
+    no service-account token (nothing in these pods talks to Kubernetes, and the jail must not expose one).
+    `grace_seconds` is how long the daemon has between its SIGTERM and the kubelet's SIGKILL: sized for what it does
+    when it stops (its preStop, saving its state). `munge_outlives_daemon`: munged stops only once the daemon's side
+    says it is done with it (see munge_container), or shortly before the grace period ends."""
+    spec: dict[str, Any] = {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": grace_seconds}
     if hostname:
         spec["hostname"] = hostname
-    munge = munge_container(image, outlive_prestop="preStop" in daemon.get("lifecycle", {}))
+    outlive = grace_seconds - MUNGE_STOP_SECONDS if munge_outlives_daemon else None
+    munge = munge_container(image, outlive_seconds=outlive)
     spec |= {"containers": [daemon, munge], "volumes": volumes, **scheduling(placement)}
     return {
         "metadata": {

@@ -31,6 +31,7 @@ JAIL_PATH = "/mnt/jail"
 JWT_KEY_PATH = f"{SLURM_CONF_DIR}/jwt_hs256.key"
 JWT_AUTH_SETTINGS = (("AuthAltTypes", "auth/jwt"), ("AuthAltParameters", f"jwt_key={JWT_KEY_PATH}"))
 CHROOT_PLUGIN = "/usr/lib/slurmctl/chroot.so"
+JOB_CONTAINER = "job_container/jail"
 # Per-user directories of container steps, on the node's /run, which the jail shares (complement-jail binds it). The
 # worker's entrypoint creates the top one owned by root (0711) when oci.conf is there: slurmstepd would otherwise
 # create it owned by the first user to run a container, who could then tamper with everyone else's steps.
@@ -142,6 +143,9 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
         "SlurmctldDebug": "info",
         "SlurmdDebug": "info",
         "PlugStackConfig": f"{SLURM_CONF_DIR}/{PLUGSTACK_CONF}",
+        # What Slurm starts for a job outside its steps (sbcast's writer in slurmd) enters the jail too (the worker
+        # images' job_container_jail.so, native/spank_chroot): sbcast's files land where the job looks for them.
+        "JobContainerType": JOB_CONTAINER,
     }
     if spec.gpu_groups:
         settings["GresTypes"] = "gpu"
@@ -237,26 +241,25 @@ def render_oci_conf(cluster: SlurmCluster) -> str:
 # A change to one of these restarts the pods (workers one drained node at a time); every other change to the config
 # files reaches the running daemons in place (the containers follow the ConfigMap and reconfigure, see
 # images/scripts/lib.sh follow_slurm_configs).
-RESTART_KEYS = frozenset(
-    key.lower()
-    for key in (
-        "AuthAltParameters",
-        "AuthAltTypes",
-        "AuthInfo",
-        "AuthType",
-        "CredType",
-        "SlurmctldHost",
-        "SlurmctldPort",
-        "SlurmdPort",
-        "SlurmUser",
-        "SlurmdUser",
-        "StateSaveLocation",
-        "SlurmdSpoolDir",
-        "SlurmctldPidFile",
-        "SlurmdPidFile",
-        "PluginDir",
-    )
+RESTART_KEY_NAMES = (
+    "AuthAltParameters",
+    "AuthAltTypes",
+    "AuthInfo",
+    "AuthType",
+    "CredType",
+    "SlurmctldHost",
+    "SlurmctldPort",
+    "SlurmdPort",
+    "SlurmUser",
+    "SlurmdUser",
+    "StateSaveLocation",
+    "SlurmdSpoolDir",
+    "SlurmctldPidFile",
+    "SlurmdPidFile",
+    "PluginDir",
+    "JobContainerType",
 )
+RESTART_KEYS = frozenset(key.lower() for key in RESTART_KEY_NAMES)
 
 
 def restart_settings(configs: Mapping[str, str]) -> dict[str, str]:

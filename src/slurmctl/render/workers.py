@@ -10,6 +10,9 @@ from slurmctl.render import meta, pods
 from slurmctl.render.slurm_conf import dynamic_node_conf, restart_settings
 
 COMPONENT = "workers"
+# The preStop (images/scripts/worker-prestop: drain, wait for jobs, leave Slurm) takes at most about 17 s, munged
+# outlives it (munge-prestop, up to GRACE_SECONDS - MUNGE_STOP_SECONDS), then slurmd stops.
+GRACE_SECONDS = 30
 # The component label of worker children made by releases before 0.2 (see reconcilers/workers.py).
 FORMER_COMPONENTS = ("worker",)
 WORKER_PRESTOP = "/usr/lib/slurmctl/worker-prestop"
@@ -47,6 +50,7 @@ def render_worker_statefulset(
             # slurmd registers as a dynamic node with this definition (see render/slurm_conf.py).
             {"name": "SLURMD_CONF", "value": dynamic_node_conf(group)},
             *pods.jail_env(spec),
+            pods.restart_keys_env(),
         ],
         "ports": [{"name": "slurmd", "containerPort": meta.SLURMD_PORT, "protocol": "TCP"}],
         # pivot_root, mount namespaces and bind mounts into the jail need the full capability set.
@@ -90,6 +94,8 @@ def render_worker_statefulset(
                 image=image,
                 volumes=[*pods.slurm_volumes(c), *pods.jail_volumes(spec), shm],
                 placement=group,
+                grace_seconds=GRACE_SECONDS,
+                munge_outlives_daemon=True,
                 extra_labels=group_label,
             ),
         },

@@ -24,7 +24,7 @@ import yaml
 from slurmctl.api.v1 import default_image
 from test.e2e.harness import REPO, Node, control_plane_script, node_script
 from test.e2e.operator import service_account_kubeconfig
-from test.e2e.pods.slurm import Kube, operator_process
+from test.e2e.pods.slurm import Kube, OperatorProcess, operator_process
 from test.waiting import until
 
 TEST_IMAGE = "localhost/slurmctl-test/busybox:1"
@@ -215,9 +215,10 @@ def require_images(node: Node, refs: tuple[str, ...] | list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def operator(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def operator_process_of_module(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     """CRD and RBAC as config/default installs them (minus the operator Deployment: the module runs the operator as
-    `slurmctl run`, with its ServiceAccount's token); yields the operator's log."""
+    `slurmctl run`, with its ServiceAccount's token); the running operator, which tests of operator faults may kill
+    and start again. It must be running when the module ends."""
     require_images(node, SLURM_IMAGES)
     manifests = node.kubectl("kustomize", str(REPO / "config" / "default")).stdout
     docs = [d for d in yaml.safe_load_all(manifests) if d and d.get("kind") != "Deployment"]
@@ -225,10 +226,15 @@ def operator(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     node.kubectl("wait", "--for=condition=Established", "crd/slurmclusters.slurm.slurmctl.io", "--timeout=60s")
     work = tmp_path_factory.mktemp("operator")
     kubeconfig = service_account_kubeconfig(node, work / "kubeconfig")
-    log = work / "operator.log"
-    with operator_process(kubeconfig, log) as proc:
-        yield log
-        assert proc.poll() is None, f"the operator exited ({proc.returncode}):\n{log.read_text()[-4000:]}"
+    with operator_process(kubeconfig, work / "operator.log") as proc:
+        yield proc
+        assert proc.running(), f"the operator exited:\n{proc.log.read_text()[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def operator(operator_process_of_module: OperatorProcess) -> Path:
+    """The module's operator log."""
+    return operator_process_of_module.log
 
 
 @pytest.fixture(scope="module")

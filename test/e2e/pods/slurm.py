@@ -15,10 +15,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from slurmctl.api.v1 import IMAGE_TAG
 from test.e2e.harness import REPO, ControlPlane
 from test.waiting import until
 
 SLURMCTL = REPO / ".venv" / "bin" / "slurmctl"
+TEST_DB_IMAGE = f"localhost/slurmctl-test/mariadb:{IMAGE_TAG}"
 
 
 class Kube:
@@ -128,26 +130,131 @@ def identity(pod: dict[str, Any]) -> tuple[str, int]:
     return pod["metadata"]["uid"], sum(s.get("restartCount", 0) for s in statuses)
 
 
-@contextmanager
-def operator_process(kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`slurmctl run` as users run it, authenticated as the operator's ServiceAccount; stopped by its PID."""
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(kubeconfig),
-        "SLURMCTL_METRICS_BIND_ADDRESS": "0",
-        "SLURMCTL_HEALTH_PROBE_BIND_ADDRESS": "0",
-    }
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(SLURMCTL), "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
+class OperatorProcess:
+    """`slurmctl run` as users run it, authenticated as the operator's ServiceAccount; stopped by its PID. Tests of
+    operator faults kill it (SIGKILL, as a crash would) and start it again; its log collects every run."""
+
+    def __init__(self, kubeconfig: Path, log: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "SLURMCTL_METRICS_BIND_ADDRESS": "0",
+            "SLURMCTL_HEALTH_PROBE_BIND_ADDRESS": "0",
+        }
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([str(SLURMCTL), "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: whatever it was in the middle of stops there."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if not self.running():
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=60)
+            self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@contextmanager
+def operator_process(kubeconfig: Path, log: Path) -> Iterator[OperatorProcess]:
+    """An OperatorProcess started for the block and stopped after it."""
+    operator = OperatorProcess(kubeconfig, log)
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+
+
+def database(name: str, password: str) -> list[dict[str, Any]]:
+    """A MariaDB for accounting (images/test-mariadb, `make images`): its password Secret `<name>-password`, a
+    headless Service `<name>` (pod DNS) and a one-pod StatefulSet on a volume claim, so a re-created pod keeps every
+    row. A SlurmCluster's spec.accounting.external points at it (host `<name>`, user slurm)."""
+    labels = {"app": name}
+    container = {
+        "name": "mariadb",
+        "image": TEST_DB_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "ports": [{"name": "mysql", "containerPort": 3306, "protocol": "TCP"}],
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/var/lib/mysql"},
+            {"name": "password", "mountPath": "/mnt/db-password", "readOnly": True},
+        ],
+        "readinessProbe": {
+            "exec": {"command": ["mariadb-admin", "--protocol=socket", "ping"]},
+            "periodSeconds": 2,
+            "timeoutSeconds": 5,
+        },
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "768Mi"}},
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{name}-password"},
+            "stringData": {"password": password},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {
+                "clusterIP": "None",
+                "selector": labels,
+                "ports": [{"name": "mysql", "port": 3306, "targetPort": 3306, "protocol": "TCP"}],
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": name},
+            "spec": {
+                "serviceName": name,
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 20,
+                        "automountServiceAccountToken": False,
+                        "containers": [container],
+                        "volumes": [{"name": "password", "secret": {"secretName": f"{name}-password"}}],
+                    },
+                },
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "local-hostpath",
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        },
+                    }
+                ],
+            },
+        },
+    ]
+
+
+def accounting_into(db: str) -> dict[str, Any]:
+    """spec.accounting for a SlurmCluster storing into `database(db, ...)`."""
+    external = {"host": db, "user": "slurm", "passwordSecretRef": {"name": f"{db}-password", "key": "password"}}
+    return {"enabled": True, "external": external}
 
 
 def ssh_keypair(directory: Path) -> tuple[Path, str]:

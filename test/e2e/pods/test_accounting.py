@@ -20,17 +20,16 @@ from typing import Any
 
 import pytest
 
-from slurmctl.api.v1 import IMAGE_TAG, default_image
+from slurmctl.api.v1 import default_image
 from test.e2e.harness import Node
 from test.e2e.pods.conftest import require_images
-from test.e2e.pods.slurm import Kube, identity, pod_ready, small_cluster
+from test.e2e.pods.slurm import TEST_DB_IMAGE, Kube, accounting_into, database, identity, pod_ready, small_cluster
 from test.waiting import until
 
 pytestmark = pytest.mark.e2e
 NAME = "acct"
 DB = f"{NAME}-db"
 DB_POD = f"{DB}-0"
-DB_IMAGE = f"localhost/slurmctl-test/mariadb:{IMAGE_TAG}"
 DB_PASSWORD_SECRET = f"{DB}-password"
 LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
 CONTROLLER_POD = f"{NAME}-controller-0"
@@ -41,78 +40,9 @@ USER, UID, ACCOUNT = "carol", 1700, "physics"
 LIMIT_REASON = "AssocMaxJobsLimit"  # Slurm's reason for a job held by its association's MaxJobs
 
 
-def database(password: str) -> list[dict[str, Any]]:
-    """The test database: its password Secret, a headless Service (pod DNS) and a one-pod StatefulSet with a claim."""
-    labels = {"app": DB}
-    container = {
-        "name": "mariadb",
-        "image": DB_IMAGE,
-        "imagePullPolicy": "IfNotPresent",
-        "ports": [{"name": "mysql", "containerPort": 3306, "protocol": "TCP"}],
-        "volumeMounts": [
-            {"name": "data", "mountPath": "/var/lib/mysql"},
-            {"name": "password", "mountPath": "/mnt/db-password", "readOnly": True},
-        ],
-        "readinessProbe": {
-            "exec": {"command": ["mariadb-admin", "--protocol=socket", "ping"]},
-            "periodSeconds": 2,
-            "timeoutSeconds": 5,
-        },
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "768Mi"}},
-    }
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": DB_PASSWORD_SECRET},
-            "stringData": {"password": password},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": DB},
-            "spec": {
-                "clusterIP": "None",
-                "selector": labels,
-                "ports": [{"name": "mysql", "port": 3306, "targetPort": 3306, "protocol": "TCP"}],
-            },
-        },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": DB},
-            "spec": {
-                "serviceName": DB,
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "terminationGracePeriodSeconds": 20,
-                        "automountServiceAccountToken": False,
-                        "containers": [container],
-                        "volumes": [{"name": "password", "secret": {"secretName": DB_PASSWORD_SECRET}}],
-                    },
-                },
-                "volumeClaimTemplates": [
-                    {
-                        "metadata": {"name": "data"},
-                        "spec": {
-                            "accessModes": ["ReadWriteOnce"],
-                            "storageClassName": "local-hostpath",
-                            "resources": {"requests": {"storage": "1Gi"}},
-                        },
-                    }
-                ],
-            },
-        },
-    ]
-
-
 def slurm_cluster() -> list[dict[str, Any]]:
     """One small worker and a login node; accounting into the test database."""
-    external = {"host": DB, "user": "slurm", "passwordSecretRef": {"name": DB_PASSWORD_SECRET, "key": "password"}}
-    return small_cluster(NAME, accounting={"enabled": True, "external": external})
+    return small_cluster(NAME, accounting=accounting_into(DB))
 
 
 def condition(kube: Kube, type_: str) -> dict[str, Any]:
@@ -165,8 +95,8 @@ def others(kube: Kube) -> dict[str, tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def cluster(node: Node, kube: Kube, operator: Path) -> Iterator[Kube]:
-    require_images(node, [DB_IMAGE, default_image("accounting")])
-    kube.apply(database(secrets.token_urlsafe(18)))
+    require_images(node, [TEST_DB_IMAGE, default_image("accounting")])
+    kube.apply(database(DB, secrets.token_urlsafe(18)))
     kube.apply(slurm_cluster())
     kube.until_available(NAME, operator, timeout=600, logs=(f"deployment/{NAME}-accounting -c slurmdbd",))
     yield kube

@@ -124,14 +124,36 @@ def test_jail_user_logs_in_over_ssh_and_runs_jobs(available: Kube, jail_user: tu
     )
     lines = sorted(out.split("\n")[:-1])
     assert lines == [f"{NAME}-worker-cpu-{i} {USER} jail-of-{NAME}" for i in range(2)], out
-    # sbatch: the output file is written where the user asked, in the jail (slurmstepd opens it before the task
-    # enters the jail, so this is the worker's mirror of the jail's /home).
+    # sbatch: the output file is written where the user asked, in the jail (slurmstepd itself works inside it).
     job = ssh(key, USER, ip, "cd ~ && sbatch --parsable --wait -o batch-%j.out --wrap 'echo batch-on $(hostname)'")
     job_id = job.strip().split(";")[0]
     output = kube.exec(LOGIN_POD, LOGIN, "cat", f"{JAIL}/home/{USER}/batch-{job_id}.out")
     assert re.fullmatch(rf"batch-on {NAME}-worker-cpu-[01]\n", output), output
     owner = kube.exec(LOGIN_POD, LOGIN, "stat", "-c", "%u", f"{JAIL}/home/{USER}/batch-{job_id}.out")
     assert owner.strip() == str(UID)
+
+
+def test_job_output_working_directory_and_sbcast_files_are_the_jails_at_any_path(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """`sbatch -o /var/tmp/...`, a directory the user made (/data/run1) as --chdir with relative output, and sbcast:
+    all land in the jail, where the user and every other node see them, and nothing in the worker containers."""
+    kube = available
+    key, ip = jail_user
+    kube.exec(LOGIN_POD, LOGIN, "chroot", JAIL, "sh", "-c", f"mkdir -p /data/run1 && chown {USER}: /data/run1")
+    script = (
+        "echo payload > ~/payload.txt && "
+        "sbatch --parsable --wait -N2 -o /var/tmp/out-%j.txt"
+        " --wrap 'pwd; sbcast -f ~/payload.txt /data/run1/bcast.txt && cat /data/run1/bcast.txt' && "
+        "sbatch --parsable --wait --chdir=/data/run1 -o rel-%j.txt --wrap 'pwd; echo in-run1'"
+    )
+    first, second = (line.split(";")[0] for line in ssh(key, USER, ip, f"cd ~ && {script}").split())
+    assert ssh(key, USER, ip, f"cat /var/tmp/out-{first}.txt").split() == [f"/home/{USER}", "payload"]
+    assert ssh(key, USER, ip, f"cat /data/run1/rel-{second}.txt").split() == ["/data/run1", "in-run1"]
+    assert "bcast.txt" in ssh(key, USER, ip, "ls /data/run1").split()
+    for worker in (f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"):
+        clean = f"test ! -e /var/tmp/out-{first}.txt && test ! -e /data && echo clean"
+        assert kube.exec(worker, "slurmd", "sh", "-c", clean).strip() == "clean", worker
 
 
 # `scontrol token` (slurmctld signs it with the cluster's JWT key), then slurmrestd through its Service name. The token

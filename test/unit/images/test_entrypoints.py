@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import signal
 import socket
 import stat
 import subprocess
@@ -189,6 +190,29 @@ def test_a_change_only_a_restart_applies_is_left_to_the_pod_s_re_creation(pod: d
         stop.touch()
         out, _ = proc.communicate(timeout=30)
     assert "keeping the running ones until this pod is re-created" in out.decode()
+
+
+def test_the_controller_passes_sigterm_to_slurmctld_and_frees_munge_only_after_it_exited(pod: dict[str, str]) -> None:
+    """The kubelet's SIGTERM reaches slurmctld (which saves its state then), and the munge sidecar's preStop is told it
+    may stop only once slurmctld has exited."""
+    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
+    done = Path(pod["MUNGE_SOCKET"]).parent / ".prestop-done"
+    write_exe(
+        root / "bin" / "slurmctld",
+        RECORDER.format(log=log)
+        + f"trap 'echo saving-state >> {log}; test ! -e {done} && echo munge-still-needed >> {log}; exit 0' TERM\n"
+        + "while :; do sleep 0.05; done\n",
+    )
+    proc = subprocess.Popen(
+        [str(SCRIPTS / "entrypoint-controller")], env={"LC_ALL": "C.UTF-8", **pod}, stderr=subprocess.PIPE
+    )
+    until(lambda: "slurmctld uid=" in log.read_text(), timeout=30, interval=0.1, what="slurmctld to start")
+    assert not done.exists()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert log.read_text().splitlines()[-2:] == ["saving-state", "munge-still-needed"]
+    assert done.exists()
 
 
 def test_munge_wait_has_a_deadline_and_says_what_is_missing(pod: dict[str, str]) -> None:
