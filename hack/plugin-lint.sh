@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Static analysis of the chroot SPANK plugin (native/spank_chroot): cppcheck and clang-tidy, any finding fails.
+# Static analysis of the chroot SPANK plugin and job_container/jail (native/spank_chroot): cppcheck and clang-tidy, any finding fails.
 # The analysers are the host's (cppcheck and clang-tidy are apt-installed when missing; another agent may hold the dpkg
 # lock); the Slurm headers are Slurm 24.11's, from the root filesystem hack/local-slurm.sh builds the plugin in (the
 # host's own libslurm-dev, 22.05 on Debian 12, is never used: the plugin refuses to compile against it).
@@ -7,7 +7,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SRC=$ROOT/native/spank_chroot
-FILES=("$SRC/chroot.c" "$SRC/args.c" "$SRC/test/args_harness.c")
+FILES=("$SRC/chroot.c" "$SRC/job_container_jail.c" "$SRC/jail.c" "$SRC/args.c" "$SRC/test/args_harness.c")
 # The same language mode and macros the Makefile builds with, so the analysers see the code that ships.
 SLURM_INCLUDE=$("$ROOT/hack/local-slurm.sh" include-dir)
 CFLAGS=(-std=gnu11 -D_GNU_SOURCE -O2 -D_FORTIFY_SOURCE=2 "-I$SRC" "-isystem" "$SLURM_INCLUDE")

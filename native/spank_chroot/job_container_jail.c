@@ -135,7 +135,8 @@ int container_p_join_external(uint32_t job_id)
 	return -1; /* no namespace file to hand out: pam_slurm_adopt and the like get none */
 }
 
-int container_p_restore(char *dir_name, bool recover)
+/* Slurm's signature (src/interfaces/job_container.c), hence the non-const pointer. */
+int container_p_restore(char *dir_name, bool recover) /* NOLINT(readability-non-const-parameter) */
 {
 	(void)dir_name;
 	(void)recover;

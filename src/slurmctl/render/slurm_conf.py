@@ -215,12 +215,12 @@ def render_plugstack_conf(cluster: SlurmCluster) -> str:
 def render_oci_conf(cluster: SlurmCluster) -> str:
     """`srun --container=<bundle>` (Slurm's OCI support), run by crun rootless as the job's user.
 
-    The task has entered the jail (the chroot plugin runs first) when slurmstepd runs RunTimeRun, so crun and the
-    bundle are the jail's, and it runs as the user. RunTimeQuery/Kill/Delete run from slurmstepd itself, as root, on
-    the worker's own root (whose image has crun too): they are dropped to the job's user with setpriv, because crun
-    reads the container's state (its pid, its cgroup) from the user's directory, and root trusting that would let
-    the user point a kill at any process of the node. Both sides see the same ContainerPath and crun state because
-    the jail shares the node's /run. `%U` keeps each user's steps in a directory of their own."""
+    slurmstepd runs inside the jail (the chroot plugin moves it there first), so every RunTime* command runs the
+    jail's crun and setpriv: RunTimeRun in the task, as the user, with the jail's bundle; RunTimeQuery/Kill/Delete
+    from slurmstepd itself, as root, dropped to the job's user with setpriv, because crun reads the container's state
+    (its pid, its cgroup) from the user's directory, and root trusting that would let the user point a kill at any
+    process of the node. The jail shares the node's /run, where ContainerPath and crun's state live. `%U` keeps each
+    user's steps in a directory of their own."""
     user_dir = f"{OCI_ROOT}/%U"
     crun = f"crun --rootless=true --root={user_dir}/crun"
     as_user = "setpriv --reuid=%U --regid=$(id -g %U) --init-groups"

@@ -7,7 +7,7 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import dynamic_node_conf, restart_settings
+from slurmctl.render.slurm_conf import OCI_CONF, dynamic_node_conf, restart_settings
 
 COMPONENT = "workers"
 # The preStop (images/scripts/worker-prestop: drain, wait for jobs, leave Slurm) takes at most about 17 s, munged
@@ -21,9 +21,12 @@ DAEMON_CONTAINER = "slurmd"
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
     """slurmd follows its config files (the container installs each change and reconfigures slurmd), so only what
-    reconfigure cannot change re-creates workers, one drained node at a time. `configs` is the rendered config set
-    (`render_slurm_configs`), rendered once per reconcile."""
-    return meta.content_hash(restart_settings(configs), munge_key_id)
+    reconfigure cannot change re-creates workers, one drained node at a time: the restart settings, the munge key,
+    and turning container steps on or off (the worker's entrypoint prepares the node for them, see
+    images/scripts/entrypoint-worker). `configs` is the rendered config set (`render_slurm_configs`), rendered once
+    per reconcile."""
+    containers = [OCI_CONF] if OCI_CONF in configs else []  # absent: the hash workers had before this part existed
+    return meta.content_hash(restart_settings(configs), munge_key_id, *containers)
 
 
 def render_workers_service(cluster: SlurmCluster) -> dict[str, Any]:

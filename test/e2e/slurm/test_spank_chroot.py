@@ -86,6 +86,7 @@ def test_a_working_directory_only_the_node_has_is_not_entered(local_slurm: Local
     # The repository exists in Slurm's root filesystem, not in the jail: slurmstepd, already inside the jail, cannot
     # enter it and starts the step in the jail's /tmp instead (Slurm's own fallback, with its message).
     assert (REPO / "hack").is_dir()
+    assert not REPO.is_relative_to("/tmp"), f"{REPO} is under /tmp, which the jail shares: this proves nothing"
     proc = local_slurm.run("srun", f"--chdir={REPO}", "sh", "-c", "pwd; cat /etc/slurmctl-jail; ls hack", check=False)
     assert proc.stdout.splitlines()[:2] == ["/tmp", marker(local_slurm).strip()], proc.stdout + proc.stderr
     assert f"couldn't chdir to `{REPO}'" in proc.stderr, proc.stderr

@@ -343,17 +343,24 @@ def test_worker_registers_a_dynamic_node_knows_jail_users_and_puts_its_spool_in_
 
 
 @pytest.mark.parametrize("containers", [False, True])
-def test_worker_makes_the_container_steps_directory_only_with_oci_conf(pod: dict[str, str], containers: bool) -> None:
-    """slurmstepd would create it owned by the first user to run a container step: it must exist, root's, first."""
+def test_worker_prepares_container_steps_only_with_oci_conf(pod: dict[str, str], containers: bool) -> None:
+    """slurmstepd would create the steps' directory owned by the first user to run a container step: it must exist,
+    root's, first. And slurmstepd reads a bundle's config.json before it enters the jail: the users' directories are
+    there at their own paths, read-only; without container steps nothing of the jail is outside it."""
     env = {**jail_env(pod), "OCI_ROOT": pod["ROOT"] + "/run/slurm-oci"}
+    bundle = Path(env["JAIL_DIR"]) / "home" / "alice" / "bundle"
+    bundle.mkdir(parents=True)
+    (bundle / "config.json").write_text("{}\n")
     if containers:
         (Path(env["SLURM_CONFIGS_SOURCE"]) / "oci.conf").write_text('RunTimeRun="crun run"\n')
-    wrapper = ("unshare", "--mount", "--propagation", "private")
+    probe = '"$0" && cat /home/alice/bundle/config.json; touch /home/alice/x 2>/dev/null && echo writable; true'
+    wrapper = ("unshare", "--mount", "--propagation", "private", "bash", "-c", probe)
     done = run_script("entrypoint-worker", env=env, wrapper=wrapper)
 
     assert done.returncode == 0, done.stderr
     top = Path(env["OCI_ROOT"])
     assert top.exists() == containers
+    assert done.stdout == ("{}\n" if containers else "")
     if containers:
         assert (top.stat().st_uid, stat.S_IMODE(top.stat().st_mode)) == (0, 0o711)
 

@@ -133,3 +133,15 @@ def test_the_order_of_groups_and_partitions_in_the_spec_does_not_matter() -> Non
     doc["spec"]["partitions"].reverse()
     doc["spec"]["jail"]["subMounts"].reverse()
     assert _render(doc) == before
+
+
+def test_turning_container_steps_on_rolls_the_workers_only() -> None:
+    """Each worker prepares its node for container steps when it starts (images/scripts/entrypoint-worker): a running
+    one would take oci.conf and fail every `srun --container`, so the workers are re-created, one drained node at a
+    time. slurmctld and the login nodes keep running."""
+    before, after = _edit(lambda doc: doc["spec"].update(containers={"enabled": True}))
+    assert "oci.conf" in after["configmap-research-slurm-configs"]["data"]
+    for rolled in ("statefulset-research-worker-cpu", "statefulset-research-worker-h100"):
+        assert _hash(before[rolled]) != _hash(after[rolled]), rolled
+    for kept in ("statefulset-research-controller", "statefulset-research-login"):
+        assert _hash(before[kept]) == _hash(after[kept]), kept
