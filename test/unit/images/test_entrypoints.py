@@ -12,6 +12,8 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -134,62 +136,64 @@ def swap_configmap(configs: Path, slurm_conf: str) -> None:
     (configs / "..data").symlink_to("..data_new")
 
 
+@dataclass
+class RunningController:
+    """entrypoint-controller with a slurmctld that runs until told to stop and a recording scontrol; `output` is the
+    entrypoint's own once it ended."""
+
+    proc: subprocess.Popen[bytes]
+    installed: Path
+    output: str = ""
+
+
+@contextmanager
+def running_controller(pod: dict[str, str], **env: str) -> Iterator[RunningController]:
+    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
+    stop = root / "stop"
+    write_exe(root / "bin" / "slurmctld", RECORDER.format(log=log) + f"while [ ! -e {stop} ]; do sleep 0.05; done\n")
+    write_exe(root / "bin" / "scontrol", RECORDER.format(log=log))
+    proc = subprocess.Popen(
+        [str(SCRIPTS / "entrypoint-controller")],
+        env={"LC_ALL": "C.UTF-8", **pod, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    running = RunningController(proc, Path(pod["SLURM_CONF_DIR"]) / "slurm.conf")
+    try:
+        until(lambda: "slurmctld" in log.read_text(), timeout=30, interval=0.1, what="slurmctld to start")
+        yield running
+    finally:
+        stop.touch()
+        out, _ = proc.communicate(timeout=30)
+        running.output = out.decode()
+
+
 def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controller(pod: dict[str, str]) -> None:
     """The kubelet swaps the mounted ConfigMap's ..data; the controller installs the new files and runs
     `scontrol reconfigure`, without restarting slurmctld."""
-    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
-    stop = root / "stop"
-    # A slurmctld that runs until told to stop, and a recording scontrol.
-    write_exe(
-        root / "bin" / "slurmctld",
-        RECORDER.format(log=log) + f"while [ ! -e {stop} ]; do sleep 0.05; done\n",
-    )
-    write_exe(root / "bin" / "scontrol", RECORDER.format(log=log))
-    full_env = {"LC_ALL": "C.UTF-8", **pod}
-    proc = subprocess.Popen(
-        [str(SCRIPTS / "entrypoint-controller")], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    try:
-        until(lambda: "slurmctld" in log.read_text(), timeout=30, interval=0.1, what="slurmctld to start")
-        installed = Path(pod["SLURM_CONF_DIR"]) / "slurm.conf"
-        before = installed.read_text()
+    log = Path(pod["LOG"])
+    with running_controller(pod) as ctl:
+        before = ctl.installed.read_text()
         swap_configmap(Path(pod["SLURM_CONFIGS_SOURCE"]), before + "MaxJobCount=5000\n")
-        until(lambda: "MaxJobCount=5000" in installed.read_text(), timeout=30, interval=0.1, what="the new slurm.conf")
+        until(
+            lambda: "MaxJobCount=5000" in ctl.installed.read_text(), timeout=30, interval=0.1, what="the new slurm.conf"
+        )
         reconfigured = "scontrol uid=0 args=reconfigure"
         until(lambda: reconfigured in log.read_text(), timeout=30, interval=0.1, what="reconfigure")
         assert log.read_text().count("slurmctld uid=") == 1, "slurmctld was not restarted"
-    finally:
-        stop.touch()
-        proc.wait(timeout=30)
-    assert proc.returncode == 0
+    assert ctl.proc.returncode == 0
 
 
 def test_a_change_only_a_restart_applies_is_left_to_the_pod_s_re_creation(pod: dict[str, str]) -> None:
     """A restart-requiring setting (SLURMCTL_RESTART_KEYS, from the operator) is not installed into the running
     daemon and no reconfigure runs: it keeps the configs it started with until the operator re-creates its pod."""
-    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
-    stop = root / "stop"
-    write_exe(
-        root / "bin" / "slurmctld",
-        RECORDER.format(log=log) + f"while [ ! -e {stop} ]; do sleep 0.05; done\n",
-    )
-    write_exe(root / "bin" / "scontrol", RECORDER.format(log=log))
-    full_env = {"LC_ALL": "C.UTF-8", **pod, "SLURMCTL_RESTART_KEYS": "SlurmctldPort,SlurmdPidFile"}
-    proc = subprocess.Popen(
-        [str(SCRIPTS / "entrypoint-controller")], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    try:
-        until(lambda: "slurmctld" in log.read_text(), timeout=30, interval=0.1, what="slurmctld to start")
-        installed = Path(pod["SLURM_CONF_DIR"]) / "slurm.conf"
-        before = installed.read_text()
+    with running_controller(pod, SLURMCTL_RESTART_KEYS="SlurmctldPort,SlurmdPidFile") as ctl:
+        before = ctl.installed.read_text()
         swap_configmap(Path(pod["SLURM_CONFIGS_SOURCE"]), before + "MaxJobCount=5000\nSlurmctldPort=7000\n")
         # Several polls of the follower (0.2 s each) pass without a change.
-        holds(lambda: installed.read_text() == before, seconds=2, what="the running configs kept")
-        assert "scontrol" not in log.read_text()
-    finally:
-        stop.touch()
-        out, _ = proc.communicate(timeout=30)
-    assert "keeping the running ones until this pod is re-created" in out.decode()
+        holds(lambda: ctl.installed.read_text() == before, seconds=2, what="the running configs kept")
+        assert "scontrol" not in Path(pod["LOG"]).read_text()
+    assert "keeping the running ones until this pod is re-created" in ctl.output
 
 
 def test_the_controller_passes_sigterm_to_slurmctld_and_frees_munge_only_after_it_exited(pod: dict[str, str]) -> None:

@@ -162,6 +162,17 @@ def paths(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
+def in_own_mount_namespace(script: str) -> subprocess.CompletedProcess[str]:
+    """A bash script in a private mount namespace: it may mount a small tmpfs as the jail to fill it up."""
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_copy_preserves_owners_modes_links_xattrs_and_acls(jail: Path, rootfs: Path) -> None:
     done = populate(jail, rootfs)
 
@@ -359,13 +370,7 @@ def test_failed_copy_leaves_no_sentinel_and_the_next_run_finishes_it(tmp_path: P
         test -e {jail}/{SENTINEL} && echo sentinel-after-success
         cmp {rootfs}/big {jail}/big && echo copied
     """
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "bash", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = in_own_mount_namespace(script)
 
     lines = done.stdout.split()
     assert "first=1" in lines, done.stdout + done.stderr
@@ -395,13 +400,7 @@ def test_an_interrupted_overwrite_leaves_the_jail_populated_and_the_next_one_fin
         cat {jail}/usr/lib/libfoo.so.1; echo
         cat {jail}/usr/bin/python3.11; echo
     """
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "bash", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = in_own_mount_namespace(script)
 
     lines = done.stdout.split()
     assert {"first=0", "second=1", "sentinel-after-failure", "third=0"} <= set(lines), done.stdout + done.stderr
