@@ -14,14 +14,16 @@ $(STAMP): pyproject.toml hack/setup.sh
 
 setup: $(STAMP)
 
-# The embedded cluster: control plane (hack/control-plane.sh) + one real node (hack/node.sh) in .cluster/.
+# The embedded cluster: control plane (hack/control-plane.sh) + real nodes (hack/node.sh) in .cluster/; NODES=3 runs
+# three kubelets (each with its own containerd) on this machine.
+NODES ?= 1
 cluster-build:
 	hack/control-plane.sh build
 	hack/node.sh build
 
 cluster-up: setup cluster-build
 	hack/control-plane.sh up
-	hack/node.sh up
+	NODES=$(NODES) hack/node.sh up
 
 cluster-down:
 	hack/node.sh down

@@ -19,6 +19,13 @@
 #   hack/node.sh images         list the image references in that store, one per line
 #   hack/node.sh build-image TAG CONTEXT [DOCKERFILE]   buildah-build CONTEXT (vfs, chroot isolation, never pulls) as
 #                               TAG and import it (what `up` does for the pause image)
+#   hack/node.sh add K          node K (2..8) joins node 1's cluster: slurmctl-node-K at 127.0.0.K, its own containerd
+#                               and image store (node 1's images copied in, or those in NODE_IMAGES), its own kubelet;
+#                               `up` with NODES=N adds nodes 2..N
+#   hack/node.sh crash K        what a machine failure does to node K: its pods drop off the network, its kubelet,
+#                               containerd and containers are SIGKILLed; the state stays
+#   hack/node.sh start K        start a crashed node K again (a reboot: its kubelet finds its pods' containers gone)
+#   hack/node.sh remove K       node K leaves: its pods deleted (short grace), daemons stopped, Node deleted
 #
 # Environment:
 #   SLURMCTL_CLUSTER_DIR   state directory shared with hack/control-plane.sh (default: <repo>/.cluster); the node
@@ -30,12 +37,15 @@
 #                          store, owner names the containerd using it ("PID SOCKET STATE_DIR")
 #   SLURMCTL_VENV          the repository's virtualenv, for the DNS watcher (default: <repo>/.venv)
 #   NODE_READY_TIMEOUT     seconds `up` waits for the Node to be Ready (default 120)
+#   NODES                  nodes `up` starts (default 1): node 1 and `add` 2..NODES
+#   NODE_IMAGES            image references `add`/`start` copy to the new node (default: every image of node 1's store)
 #   SLURMCTL_NODE_BRIDGE, SLURMCTL_NODE_DNS_NS  the bridge and DNS namespace names (default slurmctl0, slurmctl-dns):
 #                          the tests of `reclaim` use their own, beside a running node
 #
-# Machine-wide: the bridge slurmctl0 (10.244.0.0/24, no gateway in pods), the DNS namespace slurmctl-dns (10.244.0.2)
-# and the containerd store are one per machine, so one node runs at a time; a second `up` from another state
-# directory fails and says which one owns them, unless that node was abandoned (`reclaim`).
+# Machine-wide: the bridge slurmctl0 (10.244.0.0/16 for the pods of every node, no gateway in pods), the DNS namespace
+# slurmctl-dns (10.244.0.2) and the containerd stores are one per machine, so one cluster runs at a time (with up to 8
+# nodes); a second `up` from another state directory fails and says which one owns them, unless that cluster was
+# abandoned (`reclaim`). Each node uses about 135 MiB (containerd ~50, kubelet ~85) besides its pods.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,6 +53,7 @@ STATE=${SLURMCTL_CLUSTER_DIR:-$ROOT/.cluster}
 CACHE=${SLURMCTL_CACHE:-$HOME/.cache/slurmctl}
 VENV=${SLURMCTL_VENV:-$ROOT/.venv}
 NODE_READY_TIMEOUT=${NODE_READY_TIMEOUT:-120}
+NODES=${NODES:-1}
 LOG_PREFIX=node
 # shellcheck source=hack/lib.sh
 . "$ROOT/hack/lib.sh"
@@ -50,7 +61,12 @@ LOG_PREFIX=node
 NODE=$STATE/node
 NODE_NAME=slurmctl-node
 BRIDGE=${SLURMCTL_NODE_BRIDGE:-slurmctl0}
+# One pod network for every node of the machine: node K hands out 10.244.<K-1>.10-250 (NET is node 1's range and holds
+# the bridge's and the DNS server's addresses).
 NET=10.244.0
+POD_NETWORK=10.244.0.0/16
+POD_PREFIX=16
+MAX_NODES=8
 DNS_NS=${SLURMCTL_NODE_DNS_NS:-slurmctl-dns}
 DNS_VETH=${DNS_NS}0
 DNS_IP=$NET.2
@@ -70,6 +86,8 @@ BUILDAH=(buildah --root "$CACHE/buildah/root" --runroot "$CACHE/buildah/runroot"
 match_of() {
     case $1 in
     dns-watcher) printf 'dns_watcher.py' ;;
+    containerd-[0-9]*) printf containerd ;;
+    kubelet-[0-9]*) printf kubelet ;;
     *) printf '%s' "$1" ;;
     esac
 }
@@ -136,9 +154,10 @@ containerd_config() {
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp",
   "io.containerd.internal.v1.tracing"'
     [ "$cri" = cri ] || disabled="$disabled, \"io.containerd.grpc.v1.cri\""
+    local root=${CFG_ROOT:-$CTR_ROOT} node=${CFG_NODE:-$NODE} opt=${CFG_OPT:-$CTR_DIR/opt}
     cat >"$file" <<EOF
 version = 2
-root = "$CTR_ROOT"
+root = "$root"
 state = "$state"
 disabled_plugins = [$disabled]
 
@@ -152,7 +171,7 @@ disabled_plugins = [$disabled]
   address = ""
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$CTR_DIR/opt"
+  path = "$opt"
 EOF
     [ "$cri" = cri ] || return 0
     cat >>"$file" <<EOF
@@ -173,15 +192,15 @@ EOF
 
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "$NODE/containerd/runc"
+        Root = "$node/containerd/runc"
 
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$NODE/cni/net.d"
+    conf_dir = "$node/cni/net.d"
     max_conf_num = 1
 
   [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "$NODE/containerd/certs.d"
+    config_path = "$node/containerd/certs.d"
 EOF
 }
 
@@ -250,6 +269,12 @@ cmd_import() {
         [ -f "$f" ] || die "no such file: $f"
     done
     with_store import_files "$@"
+    local k
+    for k in $(extra_numbers); do
+        extra_node "$k"
+        daemon_running "containerd-$k" || continue
+        STORE_SOCK=$XSOCK import_files "$@"
+    done
 }
 
 cmd_images() {
@@ -387,19 +412,26 @@ claim_machine() {
 }
 
 setup_network() {
-    ip addr replace "$NET.1/24" dev "$BRIDGE"
+    ip addr replace "$NET.1/$POD_PREFIX" dev "$BRIDGE"
     ip link set "$BRIDGE" up
     if [ ! -e "/run/netns/$DNS_NS" ]; then
         ip netns add "$DNS_NS"
         ip link add "$DNS_VETH" type veth peer name eth0 netns "$DNS_NS"
         ip link set "$DNS_VETH" master "$BRIDGE" up
-        ip -n "$DNS_NS" addr add "$DNS_IP/24" dev eth0
+        ip -n "$DNS_NS" addr add "$DNS_IP/$POD_PREFIX" dev eth0
         ip -n "$DNS_NS" link set eth0 up
         ip -n "$DNS_NS" link set lo up
     fi
-    mkdir -p "$NODE/cni/net.d" "$NODE/cni/ipam"
-    # No gateway, no masquerade, no default route: pods reach each other and the DNS namespace, nothing else.
-    cat >"$NODE/cni/net.d/10-slurmctl.conflist" <<EOF
+    write_cni_config "$NODE" "$NET"
+}
+
+# write_cni_config NODE_DIR RANGE: the node's CNI config: the shared bridge, addresses RANGE.10-RANGE.250 of the
+# pod network from the node's own IPAM directory. No gateway, no masquerade, no default route: pods reach each other
+# (on any node) and the DNS namespace, nothing else.
+write_cni_config() {
+    local dir=$1 range=$2
+    mkdir -p "$dir/cni/net.d" "$dir/cni/ipam"
+    cat >"$dir/cni/net.d/10-slurmctl.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "slurmctl",
@@ -413,8 +445,8 @@ setup_network() {
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "dataDir": "$NODE/cni/ipam",
-        "ranges": [[{"subnet": "$NET.0/24", "rangeStart": "$NET.10", "rangeEnd": "$NET.250", "gateway": "$NET.1"}]]
+        "dataDir": "$dir/cni/ipam",
+        "ranges": [[{"subnet": "$POD_NETWORK", "rangeStart": "$range.10", "rangeEnd": "$range.250", "gateway": "$NET.1"}]]
       }
     }
   ]
@@ -499,34 +531,44 @@ start_scheduler() {
         --leader-elect=false --port=0 --bind-address=127.0.0.1 --secure-port="$port"
 }
 
-start_kubelet() {
-    local bin=$1 port healthz
+# kubelet_flags DIR NAME IP SOCKET: the kubelet's flags for a node with state in DIR (into the array KUBELET_FLAGS).
+kubelet_flags() {
+    local dir=$1 name=$2 ip=$3 sock=$4 port healthz
     port=$(free_port)
     healthz=$(free_port)
-    mkdir -p "$NODE/kubelet" "$NODE/kubelet-certs" "$NODE/kubelet-plugins"
+    mkdir -p "$dir/kubelet" "$dir/kubelet-certs" "$dir/kubelet-plugins"
+    KUBELET_FLAGS=(--kubeconfig "$STATE/kubeconfig"
+        --container-runtime=remote --container-runtime-endpoint="unix://$sock"
+        --image-service-endpoint="unix://$sock" --runtime-request-timeout=5m
+        --root-dir="$dir/kubelet" --cert-dir="$dir/kubelet-certs" --volume-plugin-dir="$dir/kubelet-plugins"
+        --hostname-override="$name" --node-ip="$ip" --address="$ip" --port="$port"
+        --read-only-port=0 --healthz-bind-address=127.0.0.1 --healthz-port="$healthz"
+        --fail-swap-on=false --cgroup-driver=cgroupfs --cgroups-per-qos=false --enforce-node-allocatable=
+        --cluster-dns="$DNS_IP" --cluster-domain=cluster.local --resolv-conf="$NODE/resolv.conf"
+        --make-iptables-util-chains=false --node-status-update-frequency=2s --containerd="$sock"
+        --eviction-hard= --image-gc-high-threshold=100 --anonymous-auth=true --authorization-mode=AlwaysAllow)
+}
+
+start_kubelet() {
+    local bin=$1
+    kubelet_flags "$NODE" "$NODE_NAME" 127.0.0.1 "$CTR_SOCK"
     # No cloud metadata lookups (the binary has no cloud credential providers either, patch B in control-plane.sh).
-    start_bg kubelet env AWS_EC2_METADATA_DISABLED=true "$bin/kubelet" \
-        --kubeconfig "$STATE/kubeconfig" \
-        --container-runtime=remote --container-runtime-endpoint="unix://$CTR_SOCK" \
-        --image-service-endpoint="unix://$CTR_SOCK" --runtime-request-timeout=5m \
-        --root-dir="$NODE/kubelet" --cert-dir="$NODE/kubelet-certs" --volume-plugin-dir="$NODE/kubelet-plugins" \
-        --hostname-override="$NODE_NAME" --node-ip=127.0.0.1 --address=127.0.0.1 --port="$port" \
-        --read-only-port=0 --healthz-bind-address=127.0.0.1 --healthz-port="$healthz" \
-        --fail-swap-on=false --cgroup-driver=cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= \
-        --cluster-dns="$DNS_IP" --cluster-domain=cluster.local --resolv-conf="$NODE/resolv.conf" \
-        --make-iptables-util-chains=false --node-status-update-frequency=2s --containerd="$CTR_SOCK" \
-        --eviction-hard= --image-gc-high-threshold=100 --anonymous-auth=true --authorization-mode=AlwaysAllow
+    start_bg kubelet env AWS_EC2_METADATA_DISABLED=true "$bin/kubelet" "${KUBELET_FLAGS[@]}"
 }
 
+# node_ready [NAME]: the Node (default node 1) says Ready.
 node_ready() {
-    [ "$(kctl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+    [ "$(kctl get node "${1:-$NODE_NAME}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 
+# wait_node_ready [NAME DAEMON...]: until the Node is Ready, failing as soon as one of its daemons exits.
 wait_node_ready() {
-    local deadline=$((SECONDS + NODE_READY_TIMEOUT)) d
+    local name=${1:-$NODE_NAME} deadline=$((SECONDS + NODE_READY_TIMEOUT)) d
+    local daemons=("${DAEMONS[@]}")
+    [ $# -le 1 ] || daemons=("${@:2}")
     while [ $SECONDS -lt $deadline ]; do
-        node_ready && return 0
-        for d in "${DAEMONS[@]}"; do
+        node_ready "$name" && return 0
+        for d in "${daemons[@]}"; do
             daemon_running "$d" || {
                 tail_log "$d"
                 die "$d exited while the node was starting (log: $STATE/logs/$d.log)"
@@ -534,8 +576,8 @@ wait_node_ready() {
         done
         sleep 0.5
     done
-    tail_log kubelet
-    die "node $NODE_NAME not Ready within ${NODE_READY_TIMEOUT}s (log: $STATE/logs/kubelet.log)"
+    tail_log "${daemons[-1]}"
+    die "node $name not Ready within ${NODE_READY_TIMEOUT}s (log: $STATE/logs/${daemons[-1]}.log)"
 }
 
 apply_storage_class() {
@@ -564,8 +606,14 @@ on_up_exit() {
 
 cmd_up() {
     local start=$SECONDS
+    [[ $NODES =~ ^[0-9]+$ ]] && [ "$NODES" -ge 1 ] && [ "$NODES" -le "$MAX_NODES" ] ||
+        die "NODES is 1..$MAX_NODES, not '$NODES'"
     if node_running; then
         log "already up (node $NODE_NAME, state in $NODE)"
+        local k
+        for k in $(seq 2 "$NODES"); do
+            cmd_add "$k"
+        done
         return 0
     fi
     check_machine_free
@@ -595,16 +643,22 @@ cmd_up() {
     apply_storage_class
     wait_node_ready
     kctl uncordon "$NODE_NAME" >/dev/null 2>&1 || true
+    log "up in $((SECONDS - start))s: node $NODE_NAME Ready, pods $NET.0/24 of $POD_NETWORK on $BRIDGE, DNS $DNS_IP" \
+        "(state in $NODE)"
+    local k
+    for k in $(seq 2 "$NODES"); do
+        cmd_add "$k"
+    done
     up_done=1
-    log "up in $((SECONDS - start))s: node $NODE_NAME Ready, pod network $NET.0/24 on $BRIDGE, DNS $DNS_IP (state in $NODE)"
 }
 
 # --- down -----------------------------------------------------------------------------------------------------------
 
-# Pods go first, while the kubelet still runs, so it stops their sandboxes and tears down their networks itself.
+# delete_pods [KUBELET]: pods go first, while the kubelet (node 1's, or the daemon named KUBELET) still runs, so it
+# stops their sandboxes and tears down their networks itself.
 delete_pods() {
     apiserver_reachable || return 0
-    daemon_running kubelet || return 0
+    daemon_running "${1:-kubelet}" || return 0
     kctl get node "$NODE_NAME" >/dev/null 2>&1 || return 0
     kctl cordon "$NODE_NAME" >/dev/null 2>&1 || true
     kctl delete pods -A --field-selector "spec.nodeName=$NODE_NAME" --grace-period=2 --wait=false >/dev/null 2>&1 ||
@@ -619,10 +673,10 @@ delete_pods() {
     log "some pods were still running after 45s; removing their containers directly"
 }
 
-# Whatever the kubelet left in containerd (it was killed, or the apiserver was gone): kill the tasks, remember their
-# network namespaces, delete the containers.
+# remove_containers [CONTAINERD]: whatever the kubelet left in containerd (it was killed, or the apiserver was gone):
+# kill the tasks, remember their network namespaces, delete the containers.
 remove_containers() {
-    daemon_running containerd || return 0
+    daemon_running "${1:-containerd}" || return 0
     local ids id
     ids=$(ctr_at "$CTR_SOCK" containers ls -q 2>/dev/null || true)
     [ -n "$ids" ] || return 0
@@ -652,13 +706,20 @@ remove_pod_logs() {
 
 # Shims whose command line names our containerd socket outlive containerd when tasks were left running.
 kill_leftover_shims() {
+    local pid
+    for pid in $(pids_of_shims "$CTR_SOCK"); do
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+}
+
+# pids_of_shims SOCKET: the containerd shims serving the containerd on SOCKET.
+pids_of_shims() {
     local p
     for p in /proc/[0-9]*; do
         [ -r "$p/cmdline" ] || continue
-        if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $CTR_SOCK"; then
-            kill -KILL "${p#/proc/}" 2>/dev/null || true
-        fi
+        tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $1 " && printf '%s\n' "${p#/proc/}"
     done
+    return 0
 }
 
 # Every mount point under a directory, deepest first.
@@ -688,6 +749,10 @@ cmd_down() {
         log "not up"
         return 0
     fi
+    local k
+    for k in $(extra_numbers); do
+        cmd_remove "$k"
+    done
     # The scheduler goes first, so no replacement pod (a StatefulSet's, a DaemonSet's) lands here while we drain.
     stop_pid kube-scheduler
     delete_pods
@@ -720,6 +785,195 @@ cmd_down() {
     log "down"
 }
 
+# --- more nodes -----------------------------------------------------------------------------------------------------
+# Node K (2..MAX_NODES) joins node 1's cluster: its own containerd (own image store, root, socket) and kubelet, node
+# name slurmctl-node-K, address 127.0.0.K, pods from 10.244.<K-1>.10-250 on the shared bridge; node 1's scheduler and
+# DNS serve every node. A kubelet and its containerd also use a few fixed host paths: /var/log/pods (where every
+# kubelet garbage-collects the log directories of pods it does not know), /var/lib/kubelet/device-plugins (whose
+# sockets each kubelet removes at start), /var/lib/cni. Node K's two daemons run in a mount namespace of their own
+# (slave of the machine's: host mounts reach it, its own mounts stay inside) in which those paths are directories of
+# node K, so nodes never touch each other's. Its pods' network namespaces live in that mount namespace too.
+
+# Paths each extra node has for itself (bind mounts inside its mount namespace).
+OWN_PATHS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni)
+
+# extra_node K: set XDIR, XNAME, XIP, XRANGE, XSOCK, XSTORE, XNS for node K (2..MAX_NODES).
+extra_node() {
+    local k=$1
+    [[ $k =~ ^[0-9]+$ ]] && [ "$k" -ge 2 ] && [ "$k" -le "$MAX_NODES" ] || die "a node number is 2..$MAX_NODES, not '$k'"
+    XK=$k
+    XDIR=$STATE/node-$k
+    XNAME=$NODE_NAME-$k
+    XIP=127.0.0.$k
+    XRANGE=10.244.$((k - 1))
+    XSOCK=$XDIR/containerd/containerd.sock
+    XSTORE=$CTR_DIR-node-$k
+    XNS=$XDIR/ns/mnt
+}
+
+extra_numbers() {
+    local d
+    for d in "$STATE"/node-[0-9]*; do
+        [ -d "$d" ] && printf '%s\n' "${d##*-}"
+    done
+}
+
+# The node's mount namespace, bound to $XNS (a file on a private mount, as a bound namespace must be), with its own
+# directories over OWN_PATHS.
+make_mount_namespace() {
+    local p
+    mkdir -p "$XDIR/ns"
+    if ! mountpoint -q "$XDIR/ns"; then
+        mount --bind "$XDIR/ns" "$XDIR/ns"
+        mount --make-private "$XDIR/ns"
+    fi
+    nsenter --mount="$XNS" true 2>/dev/null && return 0
+    : >"$XNS"
+    unshare --mount="$XNS" --propagation slave true
+    for p in "${OWN_PATHS[@]}"; do
+        mkdir -p "$p" "$XDIR/own$p"
+        nsenter --mount="$XNS" mount --bind "$XDIR/own$p" "$p"
+    done
+}
+
+# The kubelet accepts a node IP only if an interface of the machine has it: 127.0.0.K is added to lo (as a /32, so
+# no route changes: all of 127.0.0.0/8 is local already), labelled as ours, and removed with the node.
+add_node_address() {
+    ip -o addr show dev lo | grep -qF " $XIP/" && return 0
+    ip addr add "$XIP/32" dev lo label "lo:slurmctl$XK"
+}
+
+remove_node_address() {
+    ip -o addr show dev lo label "lo:slurmctl$XK" | grep -qF " $XIP/32" || return 0
+    ip addr del "$XIP/32" dev lo label "lo:slurmctl$XK" || log "could not remove $XIP from lo"
+}
+
+remove_mount_namespace() {
+    [ -d "$XDIR/ns" ] || return 0
+    umount "$XNS" 2>/dev/null || true
+    umount "$XDIR/ns" 2>/dev/null || true
+}
+
+# Node 1's images (or those named in NODE_IMAGES, and the pause image) that node K lacks or has at another digest,
+# exported from node 1's containerd straight into node K's.
+sync_images() {
+    local ref digest _ missing=() wanted=" ${NODE_IMAGES:-} $PAUSE_IMAGE "
+    local -A theirs=()
+    while read -r ref _ digest _; do
+        theirs[$ref]=$digest
+    done < <(ctr_at "$XSOCK" images ls | tail -n +2)
+    while read -r ref _ digest _; do
+        [[ $ref == sha256:* ]] && continue
+        [ -z "${NODE_IMAGES:-}" ] || [[ $wanted == *" $ref "* ]] || continue
+        [ "${theirs[$ref]:-}" = "$digest" ] || missing+=("$ref")
+    done < <(ctr_at "$CTR_SOCK" images ls | tail -n +2)
+    [ ${#missing[@]} -gt 0 ] || return 0
+    local start=$SECONDS
+    ctr_at "$CTR_SOCK" images export - "${missing[@]}" |
+        ctr_at "$XSOCK" images import --snapshotter overlayfs - >/dev/null ||
+        die "copying images to node $XNAME failed: ${missing[*]}"
+    log "node $XNAME: ${#missing[@]} image(s) copied from node 1 in $((SECONDS - start))s"
+}
+
+# start_extra K: containerd and kubelet of node K (again, after `crash`), until its Node is Ready.
+start_extra() {
+    local bin
+    bin=$(kube_bin_dir) || die "no kubelet cached in $CACHE; run 'hack/node.sh build' first"
+    make_mount_namespace
+    add_node_address
+    mkdir -p "$XDIR/containerd" "$XSTORE/root"
+    registry_hosts "$XDIR/containerd/certs.d"
+    CFG_ROOT=$XSTORE/root CFG_NODE=$XDIR CFG_OPT=$XSTORE/opt \
+        containerd_config "$XDIR/containerd/config.toml" "$XDIR/containerd/state" "$XSOCK" cri
+    write_cni_config "$XDIR" "$XRANGE"
+    daemon_running "containerd-$XK" ||
+        start_bg "containerd-$XK" nsenter --mount="$XNS" containerd --config "$XDIR/containerd/config.toml"
+    wait_containerd "containerd-$XK" "$XSOCK" || die "containerd of $XNAME did not start (log: $STATE/logs/containerd-$XK.log)"
+    sync_images
+    if ! daemon_running "kubelet-$XK"; then
+        kubelet_flags "$XDIR" "$XNAME" "$XIP" "$XSOCK"
+        start_bg "kubelet-$XK" nsenter --mount="$XNS" env AWS_EC2_METADATA_DISABLED=true "$bin/kubelet" \
+            "${KUBELET_FLAGS[@]}"
+    fi
+    wait_node_ready "$XNAME" "containerd-$XK" "kubelet-$XK"
+    rm -f "$XDIR/crashed"
+}
+
+cmd_add() {
+    local start=$SECONDS
+    node_running || die "node 1 is not up (hack/node.sh up): node $1 joins its cluster"
+    extra_node "$1"
+    if daemon_running "kubelet-$XK" && daemon_running "containerd-$XK"; then
+        log "node $XNAME already up"
+        return 0
+    fi
+    [ ! -e "$XDIR/crashed" ] || die "node $XNAME crashed; 'hack/node.sh start $XK' starts it again"
+    mkdir -p "$XDIR"
+    start_extra
+    kctl uncordon "$XNAME" >/dev/null 2>&1 || true
+    log "node $XNAME up in $((SECONDS - start))s: address $XIP, pods $XRANGE.0/24 (state in $XDIR)"
+}
+
+# What a machine failure does to node K: its pods drop off the network, then its kubelet, containerd and every
+# container die at once (SIGKILL, no grace, no preStop). Its state stays, so `start K` is a reboot.
+cmd_crash() {
+    extra_node "$1"
+    [ -d "$XDIR" ] || die "node $XNAME is not up"
+    local ns pid
+    if nsenter --mount="$XNS" true 2>/dev/null; then
+        for ns in $(nsenter --mount="$XNS" sh -c 'ls /run/netns 2>/dev/null' | grep '^cni-' || true); do
+            nsenter --mount="$XNS" ip -n "$ns" link set eth0 down 2>/dev/null || true
+        done
+    fi
+    for pid in $(recorded_pid "kubelet-$XK") $(recorded_pid "containerd-$XK"); do
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    for pid in $(pids_of_shims "$XSOCK"); do
+        pkill -KILL -P "$pid" 2>/dev/null || true
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    touch "$XDIR/crashed"
+    log "node $XNAME crashed: kubelet, containerd and its containers killed, its pods off the network"
+}
+
+cmd_start() {
+    local start=$SECONDS
+    node_running || die "node 1 is not up"
+    extra_node "$1"
+    [ -d "$XDIR" ] || die "node $XNAME was never added (hack/node.sh add $XK)"
+    start_extra
+    log "node $XNAME started again in $((SECONDS - start))s"
+}
+
+# Like `down` for node 1: its pods deleted while its kubelet runs, then kubelet and containerd stopped, what they
+# left removed (a crashed node's containerd is started once more for that), the Node deleted.
+cmd_remove() {
+    extra_node "$1"
+    if [ ! -d "$XDIR" ]; then
+        log "node $XNAME is not up"
+        return 0
+    fi
+    NODE_NAME=$XNAME CTR_SOCK=$XSOCK delete_pods "kubelet-$XK"
+    stop_pid "kubelet-$XK" kubelet
+    if ! daemon_running "containerd-$XK" && [ -f "$XDIR/containerd/config.toml" ] &&
+        nsenter --mount="$XNS" true 2>/dev/null; then
+        start_bg "containerd-$XK" nsenter --mount="$XNS" containerd --config "$XDIR/containerd/config.toml"
+        wait_containerd "containerd-$XK" "$XSOCK" || true
+    fi
+    CTR_SOCK=$XSOCK NODE=$XDIR remove_containers "containerd-$XK"
+    stop_pid "containerd-$XK" containerd
+    CTR_SOCK=$XSOCK kill_leftover_shims
+    remove_mount_namespace
+    remove_node_address
+    unmount_under "$XDIR"
+    if apiserver_reachable; then
+        kctl delete node "$XNAME" --wait=false >/dev/null 2>&1 || true
+    fi
+    [ -z "$(mounts_under "$XDIR")" ] || die "mounts left under $XDIR: $(mounts_under "$XDIR" | tr '\n' ' ')"
+    rm -rf "$XDIR"
+    log "node $XNAME removed"
+}
+
 # --- status ---------------------------------------------------------------------------------------------------------
 
 cmd_status() {
@@ -737,7 +991,7 @@ cmd_status() {
         fi
     done
     if [ -e "/sys/class/net/$BRIDGE" ]; then
-        printf '%-15s %s %s.1/24\n' bridge "$BRIDGE" "$NET"
+        printf '%-15s %s %s.1/%s\n' bridge "$BRIDGE" "$NET" "$POD_PREFIX"
     else
         printf '%-15s missing\n' bridge
         up=0
@@ -748,6 +1002,18 @@ cmd_status() {
         printf '%-15s %s not Ready\n' node "$NODE_NAME"
         up=0
     fi
+    local k
+    for k in $(extra_numbers); do
+        extra_node "$k"
+        if [ -e "$XDIR/crashed" ]; then
+            printf '%-15s %s crashed\n' node "$XNAME"
+        elif node_ready "$XNAME" 2>/dev/null && daemon_running "kubelet-$k" && daemon_running "containerd-$k"; then
+            printf '%-15s %s Ready (%s)\n' node "$XNAME" "$XIP"
+        else
+            printf '%-15s %s not Ready\n' node "$XNAME"
+            up=0
+        fi
+    done
     [ "$up" = 1 ]
 }
 
@@ -766,8 +1032,13 @@ build-image)
     shift
     cmd_build_image "$@"
     ;;
+add | crash | start | remove)
+    [ $# -eq 2 ] || die "usage: hack/node.sh $1 K (K = 2..$MAX_NODES)"
+    "cmd_$1" "$2"
+    ;;
 *)
-    printf 'usage: %s build|up|down|reclaim|status|import FILE...|images|build-image TAG CONTEXT [DOCKERFILE]\n' "$0" >&2
+    printf 'usage: %s build|up|down|reclaim|status|import FILE...|images|build-image TAG CONTEXT [DOCKERFILE]|%s\n' \
+        "$0" 'add K|crash K|start K|remove K' >&2
     exit 2
     ;;
 esac

@@ -87,7 +87,8 @@ async def test_node_is_ready_and_up_is_idempotent(node: Node, tmp_path: Path) ->
     again = node_script("up", node.state_dir, timeout=30)
     assert again.returncode == 0 and "already up" in again.stderr, again.stderr
 
-    # The bridge, DNS namespace and image store are machine-wide: a second node must refuse, naming the first.
+    # The bridge, DNS namespace and image store are machine-wide: a second cluster's node must refuse, naming the
+    # first (nodes join the first cluster with `add`).
     other = node_script("up", tmp_path / "other", timeout=30)
     assert other.returncode != 0
     assert "another node is up" in other.stderr and str(node.state_dir) in other.stderr, other.stderr
@@ -162,7 +163,7 @@ async def test_pod_runs_a_command_with_no_route_out(node: Node, ns: str) -> None
     out = node.kubectl("logs", "-n", ns, "hello").stdout
     assert "hello from hello" in out
     routes = [line for line in out.splitlines() if "dev eth0" in line and "inet" not in line]
-    assert routes and all(r.startswith("10.244.0.0/24") for r in routes), out
+    assert routes and all(r.startswith("10.244.0.0/16") for r in routes), out
     assert "default" not in out, out
 
 
