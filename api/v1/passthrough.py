@@ -1,9 +1,10 @@
 """The Kubernetes objects a SlurmCluster passes through to its pods, checked as the API server would check them.
 
-Volume sources, tolerations, affinity, node selectors, Service annotations and resources go into Pod templates
-unchanged. Left unchecked, a mistake there is only found when a child is applied (422) or, worse, when an old API
-server accepts a StatefulSet whose pods then never get created (Kubernetes 1.20 does not validate the pod template).
-So they are checked here, before anything is applied, and every problem names the field in the SlurmCluster.
+Volume sources, tolerations, affinity, topology spread constraints, node selectors, Service annotations and resources
+go into Pod templates unchanged. Left unchecked, a mistake there is only found when a child is applied (422) or,
+worse, when an old API server accepts a StatefulSet whose pods then never get created (Kubernetes 1.20 does not
+validate the pod template). So they are checked here, before anything is applied, and every problem names the field
+in the SlurmCluster.
 
 Structure comes from the Kubernetes OpenAPI schema shipped with kubernetes-validate (strict: unknown fields are
 errors) for KUBERNETES_SCHEMA_VERSION. The schema cannot express what the API server's Go validation adds (enums,
@@ -38,6 +39,7 @@ _TOLERATION_OPERATORS = ("Exists", "Equal")
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 _LABEL_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_UNSATISFIABLE_ACTIONS = ("DoNotSchedule", "ScheduleAnyway")
 # Resources Kubernetes names without a domain; any other resource is `<domain>/<name>` (e.g. nvidia.com/gpu).
 _NATIVE_RESOURCES = re.compile(r"^(cpu|memory|ephemeral-storage|storage|hugepages-[0-9]+[KMGTPE]?i?)$")
 
@@ -172,6 +174,38 @@ def _check_affinity(node: Any, base: str, *, operators: tuple[str, ...] = _LABEL
     return problems
 
 
+def _check_spread(constraints: list[dict[str, Any]], base: str) -> Problems:
+    """What Kubernetes' Go validation adds to the schema of topologySpreadConstraints: a positive maxSkew, a label
+    name as topologyKey, a known whenUnsatisfiable, no two constraints with the same (topologyKey,
+    whenUnsatisfiable) (the list's merge key: server-side apply refuses duplicates), and a valid labelSelector."""
+    problems: Problems = []
+    seen: set[tuple[Any, Any]] = set()
+    for index, constraint in enumerate(constraints):
+        at = f"{base}[{index}]"
+        found = _schema_problems("io.k8s.api.core.v1.TopologySpreadConstraint", constraint, at)
+        if found:
+            problems += found
+            continue
+        skew, key, action = constraint["maxSkew"], constraint["topologyKey"], constraint["whenUnsatisfiable"]
+        if skew < 1:
+            problems.append((f"{at}.maxSkew", f"{skew} is not greater than zero"))
+        if not key:
+            problems.append((f"{at}.topologyKey", "must not be empty (a node label such as kubernetes.io/hostname)"))
+        elif error := _qualified_name(key):
+            problems.append((f"{at}.topologyKey", error))
+        if action not in _UNSATISFIABLE_ACTIONS:
+            problems.append(
+                (f"{at}.whenUnsatisfiable", f"{action!r} is not one of {', '.join(_UNSATISFIABLE_ACTIONS)}")
+            )
+        if constraint.get("minDomains") is not None and action != "DoNotSchedule":
+            problems.append((f"{at}.minDomains", "only applies to whenUnsatisfiable DoNotSchedule"))
+        if (key, action) in seen:
+            problems.append((at, f"a second constraint for topologyKey {key!r} and whenUnsatisfiable {action!r}"))
+        seen.add((key, action))
+        problems += _check_affinity(constraint.get("labelSelector"), f"{at}.labelSelector")
+    return problems
+
+
 def check_scheduling(scheduling: Scheduling, base: str) -> Problems:
     problems = _labels(scheduling.node_selector, f"{base}.nodeSelector")
     for index, toleration in enumerate(scheduling.tolerations):
@@ -182,6 +216,8 @@ def check_scheduling(scheduling: Scheduling, base: str) -> Problems:
         where = f"{base}.affinity"
         problems += _schema_problems("io.k8s.api.core.v1.Affinity", scheduling.affinity, where)
         problems += _check_affinity(scheduling.affinity, where)
+    if scheduling.topology_spread_constraints:
+        problems += _check_spread(scheduling.topology_spread_constraints, f"{base}.topologySpreadConstraints")
     return problems
 
 
@@ -236,6 +272,7 @@ def check_passthrough(spec: SlurmClusterSpec, path: str = "spec") -> Problems:
         *((f"{path}.workers[{i}]", group, group.resources) for i, group in enumerate(spec.workers)),
         (f"{path}.login", spec.login, spec.login.resources),
         (f"{path}.accounting", spec.accounting, spec.accounting.resources),
+        (f"{path}.rest", spec.rest, spec.rest.resources),
     ]
     for base, scheduling, resources in placed:
         problems += check_scheduling(scheduling, base)

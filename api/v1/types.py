@@ -174,7 +174,19 @@ class Scheduling(ApiModel):
         default_factory=list, description="Tolerations of the pods, passed through to the Pod spec unchanged."
     )
     affinity: FreeForm | None = Field(
-        None, description="Affinity of the pods (node, pod and anti-affinity), passed through to the Pod spec."
+        None,
+        description="Affinity of the pods, passed through to the Pod spec. Without podAntiAffinity in it, the "
+        "controller and login pods keep their default one (avoid sharing a node with each other); with it, it is "
+        "used as given.",
+    )
+    # `None` (absent, or null, which the API server prunes) and `[]` differ here, unlike in the other lists: absent
+    # keeps the component's default (worker groups spread over nodes), `[]` renders none. So no default_factory.
+    topology_spread_constraints: list[FreeForm] | None = Field(
+        None,
+        max_length=16,
+        description="Topology spread constraints of the pods, passed through to the Pod spec. Absent: worker groups "
+        "spread their pods over nodes (maxSkew 1 per kubernetes.io/hostname, ScheduleAnyway), other components have "
+        "none. A list replaces that default; [] turns it off.",
     )
 
 

@@ -84,6 +84,8 @@ def render_controller_statefulset(
                 placement=ctl,
                 grace_seconds=GRACE_SECONDS,
                 munge_outlives_daemon=True,
+                # Apart from the login pods when the cluster has nodes enough (render/login.py wants the same).
+                default_anti_affinity=pods.avoid_nodes_of((pods.APART_WEIGHT, meta.selector(c, "login"))),
             ),
             "volumeClaimTemplates": [claim],
         },

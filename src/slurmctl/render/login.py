@@ -127,6 +127,11 @@ def render_login_statefulset(
                 volumes=volumes,
                 placement=login,
                 grace_seconds=GRACE_SECONDS,
+                # Apart from slurmctld (render/controller.py wants the same) and, less strongly, from each other.
+                default_anti_affinity=pods.avoid_nodes_of(
+                    (pods.APART_WEIGHT, meta.selector(c, "controller")),
+                    (pods.SPREAD_WEIGHT, meta.selector(c, COMPONENT)),
+                ),
             ),
         },
     }

@@ -26,6 +26,13 @@ SLURM_READY = "/usr/lib/slurmctl/slurm-ready"
 MUNGE_PRESTOP = "/usr/lib/slurmctl/munge-prestop"
 # What munged needs to stop after its preStop, inside the pod's grace period.
 MUNGE_STOP_SECONDS = 10
+# The node label every kubelet sets: topology "one node" for spreading and anti-affinity.
+HOSTNAME_TOPOLOGY_KEY = "kubernetes.io/hostname"
+# Weights (1 to 100) of the soft anti-affinities: keeping the controller and login pods apart (a node lost takes
+# only one of them; users' logins compete with slurmctld for no node's CPU and memory) counts more than spreading
+# login pods among themselves.
+APART_WEIGHT = 100
+SPREAD_WEIGHT = 50
 MUNGE_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
 
 
@@ -149,14 +156,59 @@ def resources(req: ResourceRequirements, *, extra_limits: dict[str, int] | None 
     return out
 
 
-def scheduling(s: Scheduling) -> dict[str, Any]:
+def spread_over_nodes(selector: dict[str, str]) -> list[dict[str, Any]]:
+    """A soft spread of the pods `selector` matches over nodes: the scheduler prefers the node where fewest of them
+    run, and still places a pod when every node already has one (ScheduleAnyway)."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": HOSTNAME_TOPOLOGY_KEY,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": dict(selector)},
+        }
+    ]
+
+
+def avoid_nodes_of(*selectors: tuple[int, dict[str, str]]) -> dict[str, Any]:
+    """A soft podAntiAffinity: prefer nodes that run no pod of each (weight, selector), the pod's own namespace."""
+    return {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": weight,
+                "podAffinityTerm": {
+                    "topologyKey": HOSTNAME_TOPOLOGY_KEY,
+                    "labelSelector": {"matchLabels": dict(selector)},
+                },
+            }
+            for weight, selector in selectors
+        ]
+    }
+
+
+def scheduling(
+    s: Scheduling,
+    *,
+    default_spread: list[dict[str, Any]] | None = None,
+    default_anti_affinity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The placement fields of a Pod spec: the user's, plus the component's defaults where the user left them out.
+
+    `default_spread` is used while `topologySpreadConstraints` is absent (`[]` is the user's choice of none).
+    `default_anti_affinity` becomes the affinity's podAntiAffinity unless the user's affinity has one: their node
+    and pod affinity are kept either way, and their podAntiAffinity (even `{}`) is used as given, ours dropped."""
     out: dict[str, Any] = {}
     if s.node_selector:
         out["nodeSelector"] = dict(s.node_selector)
     if s.tolerations:
         out["tolerations"] = list(s.tolerations)
-    if s.affinity:
-        out["affinity"] = s.affinity
+    affinity = dict(s.affinity or {})
+    if default_anti_affinity and "podAntiAffinity" not in affinity:
+        affinity["podAntiAffinity"] = default_anti_affinity
+    if affinity:
+        out["affinity"] = affinity
+    spread = default_spread if s.topology_spread_constraints is None else s.topology_spread_constraints
+    if spread:
+        out["topologySpreadConstraints"] = list(spread)
     return out
 
 
@@ -196,18 +248,25 @@ def slurm_pod_template(
     munge_outlives_daemon: bool = False,
     extra_labels: dict[str, str] | None = None,
     hostname: str | None = None,
+    default_spread: list[dict[str, Any]] | None = None,
+    default_anti_affinity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The pod template of a Slurm daemon: its container plus the munge sidecar, the config hash that rolls it, and
     no service-account token (nothing in these pods talks to Kubernetes, and the jail must not expose one).
     `grace_seconds` is how long the daemon has between its SIGTERM and the kubelet's SIGKILL: sized for what it does
     when it stops (its preStop, saving its state). `munge_outlives_daemon`: munged stops only once the daemon's side
-    says it is done with it (see munge_container), or shortly before the grace period ends."""
+    says it is done with it (see munge_container), or shortly before the grace period ends. `default_spread` and
+    `default_anti_affinity`: the component's placement defaults (see `scheduling`)."""
     spec: dict[str, Any] = {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": grace_seconds}
     if hostname:
         spec["hostname"] = hostname
     outlive = grace_seconds - MUNGE_STOP_SECONDS if munge_outlives_daemon else None
     munge = munge_container(image, outlive_seconds=outlive)
-    spec |= {"containers": [daemon, munge], "volumes": volumes, **scheduling(placement)}
+    spec |= {
+        "containers": [daemon, munge],
+        "volumes": volumes,
+        **scheduling(placement, default_spread=default_spread, default_anti_affinity=default_anti_affinity),
+    }
     return {
         "metadata": {
             "labels": meta.labels(c, component, **(extra_labels or {})),

@@ -45,6 +45,7 @@ def render_worker_statefulset(
     spec = cluster.spec
     image = spec.image_for("worker", group.image)
     group_label = {meta.LABEL_WORKER_GROUP: group.name}
+    selector = meta.selector(c, COMPONENT, **group_label)
     slurmd = {
         "name": DAEMON_CONTAINER,
         "image": image,
@@ -88,7 +89,7 @@ def render_worker_statefulset(
             # A new pod template reaches a running node only through the operator, which drains the node first and
             # deletes its pod once no job runs there (reconcilers/workers.py), one node at a time.
             "updateStrategy": {"type": "OnDelete"},
-            "selector": {"matchLabels": meta.selector(c, COMPONENT, **group_label)},
+            "selector": {"matchLabels": selector},
             "template": pods.slurm_pod_template(
                 c,
                 COMPONENT,
@@ -100,6 +101,8 @@ def render_worker_statefulset(
                 grace_seconds=GRACE_SECONDS,
                 munge_outlives_daemon=True,
                 extra_labels=group_label,
+                # One node lost takes as few of the group's nodes as it can; its spec can replace or drop this.
+                default_spread=pods.spread_over_nodes(selector),
             ),
         },
     }

@@ -19,6 +19,7 @@ CRD_FILE = REPO / "config" / "crd" / "bases" / "slurm.slurmctl.io_slurmclusters.
 PASSTHROUGH = {
     "affinity",
     "tolerations[]",
+    "topologySpreadConstraints[]",
     "jail.volume.source",
     "jail.subMounts[].volume.source",
 }
@@ -179,6 +180,9 @@ def test_samples_validate_against_the_crd_schema() -> None:
         {"accounting": {"enabled": True, "accounts": [{"name": "Physics"}]}},
         {"accounting": {"enabled": True, "accounts": [{"name": "a", "users": ["Alice Smith"]}]}},
         {"containers": {"pyxis": {"enabled": True, "arguments": {"x": "a b"}}}},
+        {"workers": [{"name": "cpu", "topologySpreadConstraints": {"maxSkew": 1}}]},
+        {"login": {"topologySpreadConstraints": ["kubernetes.io/hostname"]}},
+        {"controller": {"topologySpreadConstraints": [{"maxSkew": 1}] * 17}},
     ],
 )
 def test_schema_and_models_reject_the_same_manifests(bad: dict[str, Any]) -> None:
@@ -198,6 +202,27 @@ def test_schema_defaults_equal_model_defaults_for_the_samples() -> None:
         model = SlurmClusterSpec.model_validate(doc)
         assert SlurmClusterSpec.model_validate(defaulted) == model
         assert apply_defaults(model.to_dict(), spec_schema()) == model.to_dict()
+
+
+@pytest.mark.parametrize("component", ["workers[]", "controller", "login", "populateJail", "accounting", "rest"])
+def test_spread_constraints_have_no_default_so_absent_and_empty_stay_apart(component: str) -> None:
+    """Absent means the component's default spread, [] none: a schema default would make the two one."""
+    node = dict(_walk(openapi_schema()))[f"spec.{component}.topologySpreadConstraints"]
+    assert node["type"] == "array" and "default" not in node and not node.get("nullable")
+    spec = {"jail": {"volume": {"claimName": "jail"}}, "workers": [{"name": "cpu"}, {"name": "off"}]}
+    spec["workers"][1]["topologySpreadConstraints"] = []
+    defaulted = apply_defaults(spec, spec_schema())
+    jsonschema.Draft7Validator(spec_schema()).validate(defaulted)
+    assert "topologySpreadConstraints" not in defaulted["workers"][0]
+    assert defaulted["workers"][1]["topologySpreadConstraints"] == []
+    model = SlurmClusterSpec.model_validate(defaulted)
+    assert [g.topology_spread_constraints for g in model.workers] == [None, []]
+    wire = model.to_dict()
+    assert "topologySpreadConstraints" not in wire["workers"][0]
+    assert wire["workers"][1]["topologySpreadConstraints"] == []
+    # null is how a merge patch removes a field; the API server prunes it (no nullable), the models read it as unset.
+    spec["workers"][1]["topologySpreadConstraints"] = None
+    assert SlurmClusterSpec.model_validate(spec).workers[1].topology_spread_constraints is None
 
 
 def test_status_round_trips_through_its_schema() -> None:

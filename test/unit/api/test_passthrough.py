@@ -26,6 +26,13 @@ GOOD_AFFINITY = {
         ]
     },
 }  # fmt: skip
+SPREAD = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}
+GOOD_SPREAD = [
+    {**SPREAD, "labelSelector": {"matchLabels": {"slurm.slurmctl.io/worker-group": "gpu"}}},
+    {"maxSkew": 2, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "minDomains": 2,
+     "labelSelector": {"matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
+                                             "values": ["workers"]}]}},
+]  # fmt: skip
 GOOD_TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
@@ -69,6 +76,30 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
          "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near"}]}]}}})},
      "spec.workers[0].affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
      ".matchExpressions[0].operator: 'Near' is not one of In, NotIn, Exists, DoesNotExist, Gt, Lt"),
+    ("spread constraint missing a field",
+     {"workers": worker(topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname"}])},
+     "spec.workers[0].topologySpreadConstraints[0]: 'whenUnsatisfiable' is a required property"),
+    ("spread constraint with an unknown field", {"login": {"topologySpreadConstraints": [{**SPREAD, "skew": 1}]}},
+     "spec.login.topologySpreadConstraints[0]: Additional properties are not allowed ('skew' was unexpected)"),
+    ("spread constraint maxSkew", {"workers": worker(topologySpreadConstraints=[{**SPREAD, "maxSkew": 0}])},
+     "spec.workers[0].topologySpreadConstraints[0].maxSkew: 0 is not greater than zero"),
+    ("spread constraint action",
+     {"controller": {"topologySpreadConstraints": [{**SPREAD, "whenUnsatisfiable": "Wait"}]}},
+     "spec.controller.topologySpreadConstraints[0].whenUnsatisfiable: 'Wait' is not one of DoNotSchedule, "
+     "ScheduleAnyway"),
+    ("spread constraint topology key", {"rest": {"topologySpreadConstraints": [{**SPREAD, "topologyKey": "a b"}]}},
+     "spec.rest.topologySpreadConstraints[0].topologyKey: 'a b': the name must be at most 63 characters of letters, "
+     "digits, '-', '_' or '.', starting and ending with a letter or digit"),
+    ("spread constraints twice for one key", {"workers": worker(topologySpreadConstraints=[SPREAD, SPREAD])},
+     "spec.workers[0].topologySpreadConstraints[1]: a second constraint for topologyKey 'kubernetes.io/hostname' "
+     "and whenUnsatisfiable 'ScheduleAnyway'"),
+    ("spread constraint selector",
+     {"workers": worker(topologySpreadConstraints=[
+         {**SPREAD, "labelSelector": {"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}}])},
+     "spec.workers[0].topologySpreadConstraints[0].labelSelector.matchExpressions[0].operator: 'Gt' is not one of "
+     "In, NotIn, Exists, DoesNotExist"),
+    ("spread constraint minDomains", {"workers": worker(topologySpreadConstraints=[{**SPREAD, "minDomains": 2}])},
+     "spec.workers[0].topologySpreadConstraints[0].minDomains: only applies to whenUnsatisfiable DoNotSchedule"),
     ("node selector key", {"populateJail": {"nodeSelector": {"bad key!": "x"}}},
      "spec.populateJail.nodeSelector.bad key!: 'bad key!': the name must be at most 63 characters of letters, "
      "digits, '-', '_' or '.', starting and ending with a letter or digit"),
@@ -97,7 +128,8 @@ def test_broken_passthrough_objects_name_the_field(change: dict[str, Any], expec
 
 
 def test_correct_scheduling_and_volumes_pass() -> None:
-    placement = {"tolerations": GOOD_TOLERATIONS, "affinity": GOOD_AFFINITY, "nodeSelector": {"pool": "gpu-h100"}}
+    placement = {"tolerations": GOOD_TOLERATIONS, "affinity": GOOD_AFFINITY, "nodeSelector": {"pool": "gpu-h100"},
+                 "topologySpreadConstraints": GOOD_SPREAD}  # fmt: skip
     obj = cluster(
         jail={"volume": {"source": {"nfs": {"server": "10.0.0.2", "path": "/jail"}}},
               "subMounts": [{"name": "s", "mountPath": "/scratch", "volume": {"source": {"emptyDir": {}}}}]},
