@@ -215,10 +215,12 @@ def require_images(node: Node, refs: tuple[str, ...] | list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def operator_process_of_module(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+def operator_process_of_module(
+    node: Node, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[OperatorProcess]:
     """CRD and RBAC as config/default installs them (minus the operator Deployment: the module runs the operator as
-    `slurmctl run`, with its ServiceAccount's token); the running operator, which tests of operator faults may kill
-    and start again. It must be running when the module ends."""
+    `slurmctl run`, with its ServiceAccount's token, and the module's OPERATOR_ARGS); the running operator, which
+    tests of operator faults may kill and start again. It must be running when the module ends."""
     require_images(node, SLURM_IMAGES)
     manifests = node.kubectl("kustomize", str(REPO / "config" / "default")).stdout
     docs = [d for d in yaml.safe_load_all(manifests) if d and d.get("kind") != "Deployment"]
@@ -226,7 +228,8 @@ def operator_process_of_module(node: Node, tmp_path_factory: pytest.TempPathFact
     node.kubectl("wait", "--for=condition=Established", "crd/slurmclusters.slurm.slurmctl.io", "--timeout=60s")
     work = tmp_path_factory.mktemp("operator")
     kubeconfig = service_account_kubeconfig(node, work / "kubeconfig")
-    with operator_process(kubeconfig, work / "operator.log") as proc:
+    args = tuple(getattr(request.module, "OPERATOR_ARGS", ()))
+    with operator_process(kubeconfig, work / "operator.log", args) as proc:
         yield proc
         assert proc.running(), f"the operator exited:\n{proc.log.read_text()[-4000:]}"
 

@@ -134,9 +134,10 @@ class OperatorProcess:
     """`slurmctl run` as users run it, authenticated as the operator's ServiceAccount; stopped by its PID. Tests of
     operator faults kill it (SIGKILL, as a crash would) and start it again; its log collects every run."""
 
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, log: Path, args: tuple[str, ...] = ()) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
+        self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -147,7 +148,9 @@ class OperatorProcess:
             "SLURMCTL_HEALTH_PROBE_BIND_ADDRESS": "0",
         }
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([str(SLURMCTL), "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [str(SLURMCTL), "run", *self.args], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -171,9 +174,9 @@ class OperatorProcess:
 
 
 @contextmanager
-def operator_process(kubeconfig: Path, log: Path) -> Iterator[OperatorProcess]:
-    """An OperatorProcess started for the block and stopped after it."""
-    operator = OperatorProcess(kubeconfig, log)
+def operator_process(kubeconfig: Path, log: Path, args: tuple[str, ...] = ()) -> Iterator[OperatorProcess]:
+    """An OperatorProcess (`slurmctl run ARGS`) started for the block and stopped after it."""
+    operator = OperatorProcess(kubeconfig, log, args)
     operator.start()
     try:
         yield operator
