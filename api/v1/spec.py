@@ -101,6 +101,13 @@ class SlurmConfig(ApiModel):
     select_type_parameters: SelectTypeParameters | None = Field(
         None, description="SelectTypeParameters of select/cons_tres: what a job allocation consumes."
     )
+    slurmctld_timeout: int | None = Field(
+        None,
+        ge=10,
+        le=65_535,
+        description="SlurmctldTimeout: seconds a standby slurmctld (spec.controller.standby) waits for an unresponsive "
+        "primary before it takes control (slurmctl's default 120).",
+    )
     slurmctld_debug: DebugLevel | None = Field(None, description="SlurmctldDebug: slurmctld's log level.")
     slurmd_debug: DebugLevel | None = Field(None, description="SlurmdDebug: slurmd's log level.")
 
@@ -113,6 +120,7 @@ class SlurmConfig(ApiModel):
             "complete_wait": "CompleteWait",
             "def_mem_per_cpu": "DefMemPerCPU",
             "select_type_parameters": "SelectTypeParameters",
+            "slurmctld_timeout": "SlurmctldTimeout",
             "slurmctld_debug": "SlurmctldDebug",
             "slurmd_debug": "SlurmdDebug",
         }
@@ -226,6 +234,12 @@ class StateVolume(ApiModel):
     storage_class_name: str | None = Field(
         None, max_length=253, description="Storage class of the claim; empty means the cluster's default class."
     )
+    access_mode: Literal["ReadWriteOnce", "ReadWriteMany"] = Field(
+        "ReadWriteOnce",
+        description="Access mode of the claim, fixed when the claim is created (a StatefulSet's claim template and a "
+        "claim's access modes cannot change). A standby controller (spec.controller.standby) mounts the same claim "
+        "from another node: choose ReadWriteMany, on a storage class that provides it (NFS, CephFS, ...).",
+    )
 
 
 class ControllerSpec(Scheduling):
@@ -234,9 +248,18 @@ class ControllerSpec(Scheduling):
     size: int = Field(
         1, ge=0, le=1, description="Number of slurmctld pods: 1, or 0 to stop the controller for maintenance."
     )
+    standby: bool = Field(
+        False,
+        description="Run a second slurmctld, Slurm's backup controller, in the pod <cluster>-controller-backup-0 "
+        "(StatefulSet <cluster>-controller-backup, preferably on another Kubernetes node). It mounts the primary's "
+        "state claim (state-<cluster>-controller-0) and takes control when the primary has not answered for "
+        "SlurmctldTimeout (spec.slurm.config.slurmctldTimeout); the primary takes control back when it returns. The "
+        "claim must be mountable from two nodes at once (ReadWriteMany, see stateVolume.accessMode). Turning it on "
+        "or off restarts slurmctld once (its state saved first).",
+    )
     image: str | None = _image_field("controller")
     resources: ResourceRequirements = Field(
-        default_factory=ResourceRequirements, description="Compute resources of the slurmctld container."
+        default_factory=ResourceRequirements, description="Compute resources of the slurmctld containers."
     )
     state_volume: StateVolume = Field(
         default_factory=StateVolume, description="Persistent volume claim for slurmctld's saved state."

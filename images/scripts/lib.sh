@@ -55,10 +55,15 @@ install_slurm_configs() {
 
 # The settings of SLURMCTL_RESTART_KEYS (comma-separated; the operator sets it from render/slurm_conf.py RESTART_KEYS:
 # what a running daemon cannot take from a reconfigure) in a slurm.conf, one KEY=VALUE a line.
+# Every SlurmctldHost line adds a controller, so all of its values count, in order (render/slurm_conf.py LIST_KEYS).
 restart_settings() {
     local file=$1 key
     for key in ${SLURMCTL_RESTART_KEYS//,/ }; do
-        printf '%s=%s\n' "$key" "$(conf_value "$file" "$key" "")"
+        if [ "${key,,}" = slurmctldhost ]; then
+            printf '%s=%s\n' "$key" "$(conf_values "$file" "$key")"
+        else
+            printf '%s=%s\n' "$key" "$(conf_value "$file" "$key" "")"
+        fi
     done
 }
 
@@ -174,6 +179,16 @@ conf_value() {
         i > 0 && tolower(name) == k { v = substr($0, i + 1); sub(/^[ \t]+/, "", v); split(v, w, /[ \t]+/); found = w[1] }
         END { if (found != "") print found }' "$file")
     printf '%s\n' "${value:-$default}"
+}
+
+# Prints every value of a key in a Slurm config file (case-insensitive), in order, separated by spaces.
+conf_values() {
+    local file=$1 key=$2
+    awk -v k="${key,,}" '
+        { sub(/#.*/, ""); i = index($0, "=") }
+        i > 0 { name = substr($0, 1, i - 1); gsub(/[ \t]/, "", name) }
+        i > 0 && tolower(name) == k { v = substr($0, i + 1); sub(/^[ \t]+/, "", v); split(v, w, /[ \t]+/); all = all (all == "" ? "" : " ") w[1] }
+        END { print all }' "$file"
 }
 
 # Prints the value of a slurm.conf key, or the default when absent.

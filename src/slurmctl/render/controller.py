@@ -14,6 +14,7 @@ STATE_DIR = "/var/spool/slurmctld"
 # slurmctld saves all its state on SIGTERM (every job it accepted, the nodes, reservations): a large cluster's state on
 # a slow volume takes seconds. The kubelet kills it only after this.
 GRACE_SECONDS = 120
+STATEFULSET_POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"  # set by the StatefulSet controller on each pod
 
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str, jwt_key_id: str) -> str:
@@ -31,29 +32,28 @@ def render_controller_service(cluster: SlurmCluster) -> dict[str, Any]:
     )
 
 
-def render_controller_statefulset(
-    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, jwt_key_id: str
+def _statefulset(
+    cluster: SlurmCluster,
+    *,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    jwt_key_id: str,
+    backup: bool,
 ) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     spec = cluster.spec
     ctl = spec.controller
     image = spec.image_for("controller", ctl.image)
-    claim: dict[str, Any] = {
-        "metadata": {"name": "state", "labels": meta.labels(c, COMPONENT)},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": pods.quantity(ctl.state_volume.size)}},
-        },
-    }
-    if ctl.state_volume.storage_class_name:
-        claim["spec"]["storageClassName"] = ctl.state_volume.storage_class_name
+    env: list[dict[str, Any]] = [{"name": "JAIL_DIR", "value": JAIL_PATH}, pods.restart_keys_env()]
+    if backup:
+        env.append({"name": "SLURMCTLD_STANDBY", "value": "true"})
     slurmctld = {
         "name": "slurmctld",
         "image": image,
         "ports": [{"name": "slurmctld", "containerPort": meta.SLURMCTLD_PORT, "protocol": "TCP"}],
         # The jail, read-only, for its users: slurmctld resolves each job's user and groups itself (Slurm >= 23.11
         # sends them to the nodes), and the users live in the jail's /etc/passwd.
-        "env": [{"name": "JAIL_DIR", "value": JAIL_PATH}, pods.restart_keys_env()],
+        "env": env,
         "volumeMounts": [
             *pods.slurm_mounts(),
             *pods.jail_mounts(spec, read_only=True),
@@ -66,36 +66,90 @@ def render_controller_statefulset(
         # SlurmUser.
         "securityContext": pods.root_then_drop(),
     }
+    volumes = [*pods.slurm_volumes(c), pods.volume("jail", spec.jail.volume), pods.jwt_key_volume(c)]
+    # Apart from the login pods when the cluster has nodes enough (render/login.py wants the same), and from the
+    # other slurmctld: a lost node then takes one controller, not both.
+    apart = [(pods.APART_WEIGHT, meta.selector(c, "login"))]
+    if ctl.standby:
+        other = f"{meta.controller(c)}-0" if backup else f"{meta.controller_backup(c)}-0"
+        apart.append((pods.APART_WEIGHT, {STATEFULSET_POD_NAME_LABEL: other}))
+    name = meta.controller_backup(c) if backup else meta.controller(c)
+    extra_labels = {meta.LABEL_CONTROLLER_ROLE: "backup"} if backup else None
+    sts_spec: dict[str, Any] = {
+        "replicas": ctl.size,
+        "serviceName": meta.controller(c),
+        "selector": {"matchLabels": meta.selector(c, COMPONENT, **(extra_labels or {}))},
+        "template": pods.slurm_pod_template(
+            c,
+            COMPONENT,
+            config_hash=config_hash(configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id),
+            daemon=slurmctld,
+            image=image,
+            volumes=volumes,
+            placement=ctl,
+            grace_seconds=GRACE_SECONDS,
+            munge_outlives_daemon=True,
+            extra_labels=extra_labels,
+            default_anti_affinity=pods.avoid_nodes_of(*apart),
+        ),
+    }
+    if backup:
+        # The primary's own claim, by name: Slurm's backup controller works on the primary's StateSaveLocation
+        # (slurm.conf(5): "readable and writable by both systems"), and a cluster that turns the standby on keeps its
+        # state where it always was.
+        volumes.append({"name": "state", "persistentVolumeClaim": {"claimName": meta.controller_state_claim(c)}})
+    else:
+        claim: dict[str, Any] = {
+            "metadata": {"name": "state", "labels": meta.labels(c, COMPONENT)},
+            "spec": {
+                "accessModes": [ctl.state_volume.access_mode],
+                "resources": {"requests": {"storage": pods.quantity(ctl.state_volume.size)}},
+            },
+        }
+        if ctl.state_volume.storage_class_name:
+            claim["spec"]["storageClassName"] = ctl.state_volume.storage_class_name
+        sts_spec["volumeClaimTemplates"] = [claim]
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": meta.object_meta(cluster, meta.controller(c), COMPONENT),
-        "spec": {
-            "replicas": ctl.size,
-            "serviceName": meta.controller(c),
-            "selector": {"matchLabels": meta.selector(c, COMPONENT)},
-            "template": pods.slurm_pod_template(
-                c,
-                COMPONENT,
-                config_hash=config_hash(configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id),
-                daemon=slurmctld,
-                image=image,
-                volumes=[*pods.slurm_volumes(c), pods.volume("jail", spec.jail.volume), pods.jwt_key_volume(c)],
-                placement=ctl,
-                grace_seconds=GRACE_SECONDS,
-                munge_outlives_daemon=True,
-                # Apart from the login pods when the cluster has nodes enough (render/login.py wants the same).
-                default_anti_affinity=pods.avoid_nodes_of((pods.APART_WEIGHT, meta.selector(c, "login"))),
-            ),
-            "volumeClaimTemplates": [claim],
-        },
+        "metadata": meta.object_meta(cluster, name, COMPONENT, extra_labels=extra_labels),
+        "spec": sts_spec,
     }
+
+
+def render_controller_statefulset(
+    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, jwt_key_id: str
+) -> dict[str, Any]:
+    """The primary slurmctld: pod `<c>-controller-0`, the first SlurmctldHost, and the claim of its state."""
+    return _statefulset(cluster, configs=configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id, backup=False)
+
+
+def render_controller_backup_statefulset(
+    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, jwt_key_id: str
+) -> dict[str, Any]:
+    """The standby slurmctld (spec.controller.standby): pod `<c>-controller-backup-0`, the second SlurmctldHost, on
+    the primary's state claim. A StatefulSet of its own rather than a second replica: a replica would get a claim of
+    its own from the claim template, and the primary's StatefulSet, its claim template and its claim (where an
+    existing cluster's state is) stay as they are."""
+    return _statefulset(cluster, configs=configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id, backup=True)
+
+
+def controller_statefulset_names(cluster: SlurmCluster) -> list[str]:
+    c = meta.cluster_name(cluster)
+    return [meta.controller(c), *([meta.controller_backup(c)] if cluster.spec.controller.standby else [])]
 
 
 def render_controller(
     cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, jwt_key_id: str
 ) -> list[dict[str, Any]]:
-    return [
+    out = [
         render_controller_service(cluster),
         render_controller_statefulset(cluster, configs=configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id),
     ]
+    if cluster.spec.controller.standby:
+        out.append(
+            render_controller_backup_statefulset(
+                cluster, configs=configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id
+            )
+        )
+    return out

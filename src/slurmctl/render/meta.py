@@ -22,6 +22,10 @@ LABEL_WORKER_GROUP = "slurm.slurmctl.io/worker-group"
 # "true" on a worker pod while Slurm says no job can run on its node (reconcilers/slurm_nodes.py): the workers'
 # PodDisruptionBudget selects only pods without it, so evicting any other worker pod waits for its jobs.
 LABEL_EVICTABLE = "slurm.slurmctl.io/evictable"
+# "backup" on the standby slurmctld's pods (spec.controller.standby): its StatefulSet selects on it, so that it never
+# selects the primary's pod (the primary's selector, older and immutable, does select the backup's pods, but a
+# StatefulSet only counts and adopts pods named after itself).
+LABEL_CONTROLLER_ROLE = "slurm.slurmctl.io/controller-role"
 # What every child carries and nothing else needs to: the operator watches Secrets through this selector only, so it
 # never lists (or caches) Secrets it did not create.
 OWNED_SELECTOR = f"{LABEL_NAME}=slurmcluster,{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -57,6 +61,16 @@ def slurm_configs(c: str) -> str:
 
 def controller(c: str) -> str:
     return f"{c}-controller"
+
+
+def controller_backup(c: str) -> str:
+    """The standby slurmctld's StatefulSet; its pod `<c>-controller-backup-0` is the second SlurmctldHost."""
+    return f"{c}-controller-backup"
+
+
+def controller_state_claim(c: str) -> str:
+    """The claim the primary's claim template `state` makes for its pod 0: slurmctld's StateSaveLocation."""
+    return f"state-{controller(c)}-0"
 
 
 def workers_service(c: str) -> str:

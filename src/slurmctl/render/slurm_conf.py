@@ -37,6 +37,8 @@ JOB_CONTAINER = "job_container/jail"
 # create it owned by the first user to run a container, who could then tamper with everyone else's steps.
 OCI_ROOT = "/run/slurm-oci"
 GPU_HEALTHCHECK = "/usr/lib/slurmctl/gpu-healthcheck"
+# Each slurmctld's own pid file when two share the state directory (spec.controller.standby).
+SLURMCTLD_STANDBY_PIDFILE = "/run/slurmctld/slurmctld.pid"
 MIB = 2**20
 
 
@@ -103,6 +105,7 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
     c = meta.cluster_name(cluster)
     spec = cluster.spec
     ctld = meta.controller(c)
+    standby = spec.controller.standby
     settings: dict[str, str] = {
         "ClusterName": c,
         "SlurmctldHost": f"{ctld}-0({ctld}-0.{ctld})",
@@ -116,8 +119,11 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
         "SlurmdUser": "root",
         "StateSaveLocation": "/var/spool/slurmctld",
         "SlurmdSpoolDir": "/var/spool/slurmd",
-        # slurmctld runs as SlurmUser, which cannot write /run; the state directory is its own.
-        "SlurmctldPidFile": "/var/spool/slurmctld/slurmctld.pid",
+        # slurmctld runs as SlurmUser, which cannot write /run; the state directory is its own. Not with a standby:
+        # both slurmctlds share the state directory, and a slurmctld that finds the pid file locked by another
+        # kills that pid (its own namespace's!) and waits for the lock (controller.c _kill_old_slurmctld). The
+        # entrypoint makes the directory of a pid file elsewhere SlurmUser's.
+        "SlurmctldPidFile": SLURMCTLD_STANDBY_PIDFILE if standby else "/var/spool/slurmctld/slurmctld.pid",
         "SlurmdPidFile": "/run/slurmd.pid",
         # Dynamic nodes: slurmctld sizes its node table once, and talks to every node directly (the other daemons do
         # not know the node list, so they cannot forward messages down a tree).
@@ -165,7 +171,14 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
             # association's and QOS's limits hold.
             settings["AccountingStorageEnforce"] = "associations,limits,qos"
     settings.update(spec.slurm.config.slurm_conf())
-    out = [_header(cluster), _lines(sorted(settings.items()))]
+    pairs = sorted(settings.items())
+    if standby:
+        # A second SlurmctldHost line is Slurm's backup controller (slurm.conf(5): the first entry runs as the
+        # primary, all others as backups), right after the primary's.
+        backup = meta.controller_backup(c)
+        at = pairs.index(("SlurmctldHost", settings["SlurmctldHost"])) + 1
+        pairs.insert(at, ("SlurmctldHost", f"{backup}-0({backup}-0.{ctld})"))
+    out = [_header(cluster), _lines(pairs)]
     out.append(f"Include {SLURM_CONF_DIR}/{NODES_CONF}\n")
     if spec.slurm.extra_config:
         extra = spec.slurm.extra_config.rstrip("\n")
@@ -260,15 +273,21 @@ RESTART_KEY_NAMES = (
     "JobContainerType",
 )
 RESTART_KEYS = frozenset(key.lower() for key in RESTART_KEY_NAMES)
+# Keys each line of which adds a value rather than replacing the last: every SlurmctldHost line is one more controller.
+# images/scripts/lib.sh restart_settings reads them the same way.
+LIST_KEYS = frozenset({"slurmctldhost"})
 
 
 def restart_settings(configs: Mapping[str, str]) -> dict[str, str]:
-    """The RESTART_KEYS settings of a rendered slurm.conf (extraConfig included: the last one wins, as in Slurm)."""
+    """The RESTART_KEYS settings of a rendered slurm.conf (extraConfig included: the last one wins, as in Slurm; the
+    values of a LIST_KEYS key joined with spaces, in order)."""
     found: dict[str, str] = {}
     for line in configs.get(SLURM_CONF, "").splitlines():
         key, sep, value = line.split("#", 1)[0].strip().partition("=")
-        if sep and key.strip().lower() in RESTART_KEYS:
-            found[key.strip().lower()] = value.strip()
+        name = key.strip().lower()
+        if sep and name in RESTART_KEYS:
+            value = value.strip()
+            found[name] = f"{found[name]} {value}" if name in LIST_KEYS and name in found else value
     return found
 
 

@@ -184,6 +184,42 @@ def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controlle
     assert ctl.proc.returncode == 0
 
 
+def test_the_standby_controller_applies_a_change_with_a_sighup_to_its_own_slurmctld(pod: dict[str, str]) -> None:
+    """The backup controller (SLURMCTLD_STANDBY) re-reads its files on SIGHUP, in standby or in control; its pid
+    file lives outside the shared state directory, in a directory the entrypoint made SlurmUser's."""
+    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
+    pid_file = root / "run-slurmctld" / "slurmctld.pid"
+    source = Path(pod["SLURM_CONFIGS_SOURCE"])
+    conf = source / "..data" / "slurm.conf"
+    conf.write_text(conf.read_text() + f"SlurmctldPidFile={pid_file}\n")
+    stop = root / "stop"
+    write_exe(
+        root / "bin" / "slurmctld",
+        RECORDER.format(log=log)
+        + f"echo $$ > {pid_file}\ntrap 'echo slurmctld got HUP >> {log}' HUP\n"
+        + f"while [ ! -e {stop} ]; do sleep 0.05; done\n",
+    )
+    write_exe(root / "bin" / "scontrol", RECORDER.format(log=log))
+    proc = subprocess.Popen(
+        [str(SCRIPTS / "entrypoint-controller")],
+        env={"LC_ALL": "C.UTF-8", **pod, "SLURMCTLD_STANDBY": "true"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        until(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=30, interval=0.1, what="pid file")
+        installed = Path(pod["SLURM_CONF_DIR"]) / "slurm.conf"
+        swap_configmap(source, installed.read_text() + "MaxJobCount=5000\n")
+        until(lambda: "slurmctld got HUP" in log.read_text(), timeout=30, interval=0.1, what="the SIGHUP")
+        assert "MaxJobCount=5000" in installed.read_text()
+        assert "scontrol" not in log.read_text()
+        assert log.read_text().count("slurmctld uid=") == 1, "slurmctld was not restarted"
+    finally:
+        stop.touch()
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+
+
 def test_a_change_only_a_restart_applies_is_left_to_the_pod_s_re_creation(pod: dict[str, str]) -> None:
     """A restart-requiring setting (SLURMCTL_RESTART_KEYS, from the operator) is not installed into the running
     daemon and no reconfigure runs: it keeps the configs it started with until the operator re-creates its pod."""
