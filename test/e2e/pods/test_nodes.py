@@ -1,11 +1,13 @@
 """Several Kubernetes nodes on this machine (hack/node.sh add): workers spread over them, topology from their labels,
-a node lost with a job on it, the controller's node lost with a standby slurmctld.
+a node lost with a job on it, the primary controller's node lost with a standby slurmctld.
 
 Nodes 2 and 3 join the package's cluster for this module only (each its own kubelet and containerd; `crash` kills one
-as a machine failure would: pods off the network, every process SIGKILLed). One SlurmCluster is shared by the tests,
-in order. Node labels: switch `sw1` = nodes 1 and 2, `sw2` = node 3. The operator runs with a short lost-node
-threshold so that the module stays short; kube-controller-manager keeps its default 40 s before a silent node is
-NotReady. Each test prints its figures (seconds from the crash).
+as a machine failure would: pods off the network, every process SIGKILLed; `start` is its reboot). One SlurmCluster
+(three workers, a login node, slurmrestd, slurmctld with a standby) is shared by the tests, in order. Node labels:
+switch `sw1` = nodes 1 and 2, `sw2` = node 3; the two slurmctld pods may run on nodes 2 and 3 only (so the login pod
+and one worker stay on node 1, which is never crashed: it runs the scheduler and DNS). The operator runs with a short
+lost-node threshold and Slurm with short timeouts so that the module stays short; kube-controller-manager keeps its
+default 40 s before a silent node is NotReady. Each test prints its figures (seconds from the crash).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ EXTRA = ("2", "3")
 NODES = (NODE_NAME, *(f"{NODE_NAME}-{k}" for k in EXTRA))
 SWITCH_LABEL = "slurmctl.test/switch"
 SWITCHES = {NODES[0]: "sw1", NODES[1]: "sw1", NODES[2]: "sw2"}
+CONTROLLERS_LABEL = "slurmctl.test/controllers"
+PRIMARY, BACKUP = f"{NAME}-controller-0", f"{NAME}-controller-backup-0"
 LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
 WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
 JAIL = "/mnt/jail"
@@ -75,6 +79,17 @@ class Fleet:
             return {}
         return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
 
+    def node_of(self, pod: str) -> str:
+        return str(self.kube.json("pod", pod)["spec"].get("nodeName", ""))
+
+    def ready(self, pod: str) -> bool:
+        found = self.kube.cp.kubectl("-n", self.kube.ns, "get", "pod", pod, "-o", "json", check=False)
+        return found.returncode == 0 and pod_ready(json.loads(found.stdout))
+
+    def sbatch(self, *args: str, timeout: float = 120) -> str:
+        words = ["sbatch", "--parsable", f"--output=/tmp/{NAME}-%j.out", *args]
+        return self.in_jail(" ".join(words), timeout=timeout).strip().split(";")[0]
+
     def srun_all(self) -> set[str]:
         """The hosts `srun -N3` ran on; empty when it could not run (within 60 s)."""
         try:
@@ -97,6 +112,8 @@ def nodes(node: Node) -> Iterator[list[str]]:
             print(f"node {k} added in {time.monotonic() - t0:.1f}s")
         for name, switch in SWITCHES.items():
             node.kubectl("label", "node", name, f"{SWITCH_LABEL}={switch}", "--overwrite")
+        for name in NODES[1:]:
+            node.kubectl("label", "node", name, f"{CONTROLLERS_LABEL}=yes", "--overwrite")
         yield list(NODES)
     finally:
         node.kubectl("label", "node", NODE_NAME, f"{SWITCH_LABEL}-", check=False)
@@ -110,7 +127,8 @@ def fleet(node: Node, nodes: list[str], kube: Kube, operator: Path) -> Iterator[
     objects = small_cluster(
         NAME,
         topology={"tree": {"levels": [SWITCH_LABEL]}},
-        slurm={"extraConfig": "SlurmdTimeout=30", "allowOperatorOwnedKeys": True},
+        controller={"standby": True, "nodeSelector": {CONTROLLERS_LABEL: "yes"}},
+        slurm={"config": {"slurmctldTimeout": 20}, "extraConfig": "SlurmdTimeout=30", "allowOperatorOwnedKeys": True},
     )
     objects[1]["spec"]["workers"][0]["size"] = 3
     kube.apply(objects)
@@ -165,31 +183,44 @@ def test_topology_follows_the_node_labels(fleet: Fleet) -> None:
     assert sorted(ran) == expected["sw1"], ran
 
 
-def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet) -> None:
-    """Node 3 crashes with a job on its worker: slurmctl drains that Slurm node once Kubernetes has said NotReady for
-    the threshold and Slurm cannot reach slurmd, removes the stranded pod, the StatefulSet places it on another node,
-    its new slurmd registers, and `srun -N3` works again; node 3's return duplicates nothing."""
-    lost_node = NODES[2]
-    (victim,) = [w for w, n in fleet.placement().items() if n == lost_node]
-    job = (
-        fleet.in_jail(f"sbatch --parsable --requeue -w {victim} -o /tmp/{NAME}-%j.out --wrap 'sleep 600'")
-        .strip()
-        .split(";")[0]
-    )
-    until(lambda: fleet.job(job).get("JobState") == "RUNNING", timeout=60, what=f"job {job} running")
-    old_uid = fleet.workers()[victim]["metadata"]["uid"]
+def number(node_name: str) -> str:
+    """hack/node.sh's K of an extra node."""
+    assert node_name in NODES[1:], f"{node_name} is not an extra node"
+    return node_name.rsplit("-", 1)[1]
+
+
+def crash(fleet: Fleet, node_name: str) -> float:
     assert fleet.node.state_dir is not None
     t0 = time.monotonic()
-    crashed = node_script("crash", fleet.node.state_dir, "3")
+    crashed = node_script("crash", fleet.node.state_dir, number(node_name))
     assert crashed.returncode == 0, crashed.stderr
+    return t0
+
+
+def start(fleet: Fleet, node_name: str) -> None:
+    assert fleet.node.state_dir is not None
+    started = node_script("start", fleet.node.state_dir, number(node_name))
+    assert started.returncode == 0, started.stderr
+
+
+def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet) -> None:
+    """The standby controller's node crashes with a job on its worker: slurmctl drains that Slurm node once Kubernetes
+    has said NotReady for the threshold and Slurm cannot reach its slurmd, removes the stranded worker pod, the
+    StatefulSet places it on another node, its new slurmd registers, and `srun -N3` works again without anyone
+    touching Slurm. The primary slurmctld goes on. The node's return duplicates nothing."""
+    lost_node = fleet.node_of(BACKUP)
+    (victim,) = [w for w, n in fleet.placement().items() if n == lost_node]
+    job = fleet.sbatch("--requeue", "-w", victim, "--wrap", "'sleep 600'")
+    until(lambda: fleet.job(job).get("JobState") == "RUNNING", timeout=60, what=f"job {job} running")
+    old_uid = fleet.workers()[victim]["metadata"]["uid"]
+    t0 = crash(fleet, lost_node)
     figures: dict[str, float] = {}
 
     def drained() -> bool:
-        fields = fleet.slurm_node(victim)
-        return f"slurmctl: node {lost_node} NotReady" in fields.get("Reason", "")
+        return f"slurmctl: node {lost_node} NotReady" in fleet.slurm_node(victim).get("Reason", "")
 
     until(drained, timeout=240, interval=2, what=f"{victim} drained for {lost_node}")
-    figures["drained"] = time.monotonic() - t0
+    figures["Slurm node drained"] = time.monotonic() - t0
 
     def moved() -> bool:
         pod = fleet.workers().get(victim)
@@ -201,21 +232,66 @@ def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet
         )
 
     until(moved, timeout=300, interval=2, what=f"{victim} Ready on another node")
-    figures["pod ready elsewhere"] = time.monotonic() - t0
+    figures["new pod Ready elsewhere"] = time.monotonic() - t0
     until(lambda: len(fleet.srun_all()) == 3, timeout=240, interval=3, what="srun -N3 working again")
-    figures["srun -N3 again"] = time.monotonic() - t0
+    figures["srun -N3 works again"] = time.monotonic() - t0
     state = fleet.job(job)
-    print(f"job {job} on {victim}: JobState={state.get('JobState')} Restarts={state.get('Restarts')}")
-    print("lost node: " + ", ".join(f"{k} {v:.0f}s" for k, v in figures.items()))
+    print(f"the job on {victim}: JobState={state.get('JobState')} Restarts={state.get('Restarts')}")
+    print(f"node {lost_node} lost: " + ", ".join(f"{k} {v:.0f}s" for k, v in figures.items()))
 
-    started = node_script("start", fleet.node.state_dir, "3")
-    assert started.returncode == 0, started.stderr
-    # Back: node 3's kubelet finds its old pod gone from the API and starts nothing of it; Slurm keeps one node per
-    # worker and all of them answer.
+    start(fleet, lost_node)
+    # Back: its kubelet finds the old worker pod gone from the API and starts nothing of it; the standby slurmctld
+    # (its pod was left to Kubernetes) runs there again. One Slurm node per worker, all answering.
+    until(lambda: fleet.ready(BACKUP), timeout=180, interval=2, what="the standby slurmctld back")
     on_lost = fleet.node.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={lost_node}", "-o", "name")
     assert f"pod/{victim}" not in on_lost.stdout.split()
     assert len(fleet.workers()) == 3
-    nodes_in_slurm = fleet.login("sinfo", "-h", "-N", "-o", "%N").split()
-    assert sorted(set(nodes_in_slurm)) == sorted(fleet.workers()), nodes_in_slurm
+    in_slurm = fleet.login("sinfo", "-h", "-N", "-o", "%N").split()
+    assert sorted(set(in_slurm)) == sorted(fleet.workers()), in_slurm
     assert len(fleet.srun_all()) == 3
     fleet.login("scancel", job)
+
+
+def test_the_primary_controller_s_node_lost_the_standby_takes_over(fleet: Fleet) -> None:
+    """The primary slurmctld's node crashes while a job runs elsewhere: Slurm's backup controller takes control within
+    SlurmctldTimeout, the running job goes on, new jobs are accepted and run; when the node comes back the primary
+    takes control again and the jobs notice nothing."""
+    lost_node = fleet.node_of(PRIMARY)
+    assert lost_node != fleet.node_of(BACKUP), "both controllers on one node"
+    safe = next(w for w, n in fleet.placement().items() if n == NODES[0])
+    running = fleet.sbatch("-w", safe, "--wrap", "'sleep 90'")
+    until(lambda: fleet.job(running).get("JobState") == "RUNNING", timeout=60, what=f"job {running} running")
+    t0 = crash(fleet, lost_node)
+    accepted: list[str] = []
+
+    def takes_jobs() -> bool:
+        try:
+            accepted.append(fleet.sbatch("-w", safe, "--wrap", "true", timeout=60))
+        except AssertionError:
+            return False
+        return True
+
+    until(takes_jobs, timeout=180, interval=2, what="a controller accepting jobs")
+    failover = time.monotonic() - t0
+    ping = fleet.login("scontrol", "ping", timeout=60)
+    print(ping)
+    assert re.search(rf"at {BACKUP} is UP", ping), ping
+    assert fleet.job(running).get("JobState") == "RUNNING"
+    until(lambda: fleet.job(accepted[0]).get("JobState") == "COMPLETED", timeout=120, what="the new job done")
+    print(f"primary slurmctld's node {lost_node} lost: a job accepted again after {failover:.0f}s")
+
+    start(fleet, lost_node)
+    until(lambda: fleet.ready(PRIMARY), timeout=240, interval=2, what="the primary slurmctld back")
+    until(
+        lambda: re.search(rf"at {PRIMARY} is UP", fleet.login("scontrol", "ping", timeout=60)) is not None,
+        timeout=120,
+        what="the primary answering",
+    )
+    after = fleet.sbatch("--wrap", "true")
+    until(
+        lambda: all(fleet.job(j).get("JobState") == "COMPLETED" for j in (running, after)),
+        timeout=180,
+        interval=2,
+        what=f"jobs {running} and {after} done",
+    )
+    assert fleet.job(running).get("Restarts") == "0", fleet.job(running)
