@@ -51,6 +51,9 @@ from .spec import (
     SlurmSpec,
     StateVolume,
     SubMount,
+    TopologyBlock,
+    TopologySpec,
+    TopologyTree,
     WorkerGroup,
 )
 from .status import (
@@ -152,6 +155,9 @@ __all__ = [
     "SlurmSpec",
     "StateVolume",
     "SubMount",
+    "TopologyBlock",
+    "TopologySpec",
+    "TopologyTree",
     "VolumeRef",
     "WorkerGroup",
     "WorkerGroupStatus",

@@ -46,6 +46,11 @@ MAX_OPTION_NAME_LENGTH: Final = 64
 # the 1 MiB a ConfigMap holds.
 MAX_SSH_KEYS: Final = 64
 MAX_SSH_KEY_LENGTH: Final = 8192
+# Levels of spec.topology.tree (Slurm itself refuses a switch tree deeper than 20).
+MAX_TOPOLOGY_LEVELS: Final = 8
+# Switches topology.conf names at most (the root and the catch-all aside): nodes that would add more go to the
+# catch-all, so that topology.conf stays within its ConfigMap however the nodes are labelled.
+MAX_TOPOLOGY_SWITCHES: Final = 1024
 
 
 def default_image(component: Component, *, registry: str = IMAGE_REGISTRY, tag: str = IMAGE_TAG) -> str:
@@ -95,5 +100,8 @@ ACCOUNTING_SLURM_KEYS: Final = ("AccountingStorageType", "AccountingStorageHost"
 GPU_HEALTH_CHECK_SLURM_KEYS: Final = ("HealthCheckProgram",)
 # Owned while spec.accounting declares accounts or QOS: the operator keeps limits, so enforcement is its to turn on.
 LIMITS_SLURM_KEYS: Final = ("AccountingStorageEnforce",)
+# Owned while spec.topology is set: another plugin would not read the topology.conf slurmctl renders (topology/block
+# even stops slurmctld and slurmd on Slurm 24.11 with dynamic nodes).
+TOPOLOGY_SLURM_KEYS: Final = ("TopologyPlugin",)
 # The TRES Slurm tracks whatever slurm.conf says (AccountingStorageTRES can only add to them).
 DEFAULT_TRES: Final = ("billing", "cpu", "energy", "fs/disk", "mem", "node", "pages", "vmem")

@@ -21,6 +21,7 @@ from slurmctl.api.v1.defaults import (
     MAX_CLUSTER_NAME_LENGTH,
     MAX_SSH_KEY_LENGTH,
     MAX_SSH_KEYS,
+    MAX_TOPOLOGY_SWITCHES,
 )
 from slurmctl.api.v1.spec import SlurmClusterSpec
 
@@ -42,6 +43,11 @@ PARTITION_LINE_FIXED = 48
 # A gres.conf line without names: "NodeName=<c>-worker-<g>-[0-999] Name=gpu File=/dev/nvidia[0-15]\n".
 GRES_LINE_FIXED = 64
 SSHD_CONFIG_FIXED = 2048
+# topology.conf (spec.topology): every worker named once ("<name>," in its leaf switch's Nodes=), and a line per switch
+# ("SwitchName=<64> Switches=\n", its name again in its parent's list), at most MAX_TOPOLOGY_SWITCHES of them plus
+# the root and the catch-all.
+TOPOLOGY_SWITCH_FIXED = 24 + 2 * 65
+TOPOLOGY_NODE_FIXED = len("-worker--9999,")
 
 
 def _digits(value: Decimal | int) -> int:
@@ -61,7 +67,12 @@ def slurm_configs_bound(spec: SlurmClusterSpec, path: str = "spec") -> dict[str,
     pyxis = spec.containers.pyxis
     plugins = PYXIS_LINE_FIXED + len(pyxis.path.encode())
     plugins += sum(len(key.encode()) + len(value.encode()) + 2 for key, value in pyxis.arguments.items())
+    topology = 0
+    if spec.topology is not None:
+        names = sum(g.size * (TOPOLOGY_NODE_FIXED + MAX_CLUSTER_NAME_LENGTH + len(g.name)) for g in spec.workers)
+        topology = HEADER + names + (MAX_TOPOLOGY_SWITCHES + 2) * TOPOLOGY_SWITCH_FIXED
     return {
+        f"{path}.topology": topology,
         "fixed": 6 * HEADER + SLURM_CONF_FIXED + SMALL_FILES + gres,
         f"{path}.containers.pyxis": plugins,
         f"{path}.workers": workers,

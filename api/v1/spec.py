@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 from pydantic.config import JsonDict
 
 from .defaults import (
@@ -25,8 +25,10 @@ from .defaults import (
     MAX_PARTITIONS,
     MAX_SSH_KEY_LENGTH,
     MAX_SSH_KEYS,
+    MAX_TOPOLOGY_LEVELS,
     MAX_WORKER_GROUPS,
     OPERATOR_OWNED_SLURM_KEYS,
+    TOPOLOGY_SLURM_KEYS,
     Component,
     default_image,
 )
@@ -63,6 +65,12 @@ SshPublicKey = Annotated[
         r" [A-Za-z0-9+/=]+( [^\r\n]*)?$",
     ),
 ]
+# A Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LabelKey = Annotated[str, StringConstraints(max_length=317, pattern=LABEL_KEY_PATTERN)]
 _LIST_MAP_BY_NAME: JsonDict = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
 _LIST_SET: JsonDict = {"x-kubernetes-list-type": "set"}
 
@@ -164,6 +172,8 @@ class SlurmSpec(ApiModel):
         + ", ".join(ACCOUNTING_SLURM_KEYS)
         + "; with the GPU health check also "
         + ", ".join(GPU_HEALTH_CHECK_SLURM_KEYS)
+        + "; with spec.topology also "
+        + ", ".join(TOPOLOGY_SLURM_KEYS)
         + ".",
     )
     allow_operator_owned_keys: bool = Field(
@@ -540,6 +550,45 @@ class ContainersSpec(ApiModel):
     )
 
 
+class TopologyTree(ApiModel):
+    """A switch hierarchy read from node labels: one level per label, the topmost first."""
+
+    levels: list[LabelKey] = Field(
+        min_length=1,
+        max_length=MAX_TOPOLOGY_LEVELS,
+        description="Node label keys from the top of the network to the leaf switches, e.g. "
+        "[topology.kubernetes.io/zone, example.com/switch]: nodes with the same values share a switch.",
+        json_schema_extra=_LIST_SET,
+    )
+
+
+class TopologyBlock(ApiModel):
+    """Blocks of nodes with a fast interconnect (e.g. NVLink domains) read from one node label."""
+
+    label: LabelKey = Field(
+        description="Node label key whose value names a node's block, e.g. nvidia.com/gpu.clique. On Slurm 24.11 "
+        "it is rendered as a one-level topology/tree (a switch per block): topology/block cannot run with dynamic "
+        "nodes there.",
+    )
+
+
+class TopologySpec(ApiModel):
+    """Slurm's network topology (topology.conf), rendered from the labels of the Kubernetes nodes the workers run on
+    and updated in place when pods move. Exactly one of tree and block."""
+
+    model_config = ConfigDict(**ApiModel.model_config, json_schema_extra={"minProperties": 1, "maxProperties": 1})
+
+    tree: TopologyTree | None = Field(None, description="A switch hierarchy (topology/tree) from node labels.")
+    block: TopologyBlock | None = Field(None, description="Blocks of nodes from one node label.")
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The label keys of the switch levels, top first (a block label is one level)."""
+        if self.tree is not None:
+            return tuple(self.tree.levels)
+        return (self.block.label,) if self.block is not None else ()
+
+
 def _default_partitions() -> list[Partition]:
     return [Partition(name=DEFAULT_PARTITION, default=True)]
 
@@ -573,6 +622,10 @@ class SlurmClusterSpec(ApiModel):
         default_factory=ContainersSpec, description="Container jobs (Slurm's OCI support; pyxis for images with it)."
     )
     health_checks: HealthChecks = Field(default_factory=HealthChecks, description="GPU health checks.")
+    topology: TopologySpec | None = Field(
+        None,
+        description="Slurm's network topology from node labels (tree levels or a block label); empty means none.",
+    )
 
     def image_for(self, component: Component, override: str | None = None) -> str:
         """The image a component runs: the spec's own choice, else the default from spec.slurm."""

@@ -25,6 +25,7 @@ from .defaults import (
     MAX_OPTION_NAME_LENGTH,
     MAX_TOTAL_WORKERS,
     OPERATOR_OWNED_SLURM_KEYS,
+    TOPOLOGY_SLURM_KEYS,
 )
 from .limits import TRES_PATTERN
 from .passthrough import check_passthrough
@@ -159,6 +160,7 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems += _check_accounting(spec, path)
     problems += _check_containers(spec, path)
     problems += _check_health_checks(spec, path)
+    problems += _check_topology(spec, path)
     problems += [Problem(where, message) for where, message in check_passthrough(spec, path)]
     problems += _check_config_size(spec, path)
     return problems
@@ -297,6 +299,8 @@ def operator_owned_keys(spec: SlurmClusterSpec) -> tuple[str, ...]:
         owned += GPU_HEALTH_CHECK_SLURM_KEYS
     if spec.accounting.declares_limits:
         owned += LIMITS_SLURM_KEYS
+    if spec.topology is not None:
+        owned += TOPOLOGY_SLURM_KEYS
     return owned
 
 
@@ -471,6 +475,27 @@ def _check_containers(spec: SlurmClusterSpec, path: str) -> list[Problem]:
         for key in spec.containers.pyxis.arguments
         if not _PLUGIN_ARGUMENT_KEY.fullmatch(key) or len(key) > MAX_OPTION_NAME_LENGTH
     ]
+
+
+def _check_topology(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    """Exactly one of tree and block; a label names one level only (the API server checks that too, `set`)."""
+    topology = spec.topology
+    if topology is None:
+        return []
+    base = f"{path}.topology"
+    given = [name for name, value in (("tree", topology.tree), ("block", topology.block)) if value is not None]
+    if len(given) != 1:
+        return [Problem(base, f"set exactly one of tree and block (got {', '.join(given) or 'neither'})")]
+    problems = []
+    if topology.tree is not None:
+        first: dict[str, int] = {}
+        for index, label in enumerate(topology.tree.levels):
+            if label in first:
+                problems.append(
+                    Problem(f"{base}.tree.levels[{index}]", f'label "{label}" is also level {first[label]}')
+                )
+            first.setdefault(label, index)
+    return problems
 
 
 def _check_health_checks(spec: SlurmClusterSpec, path: str) -> list[Problem]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SPEC_VALID, Phase, Reason, SlurmCluster, SlurmClusterStatus
@@ -21,13 +21,46 @@ from slurmctl.reconcilers.base import (
     Context,
     Invalid,
     Loaded,
+    component_is,
     make_condition,
 )
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
+from slurmctl.reconcilers.observed import WorkerPod, cluster_of_pod, node_labels, topology_placement
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
+from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
+from slurmctl.render.workers import COMPONENT as WORKERS_COMPONENT
+from slurmctl.render.workers import FORMER_COMPONENTS as FORMER_WORKERS_COMPONENTS
+from slurmctl.runtime import Event, EventType, Request
+from slurmctl.runtime.handlers import enqueue_mapped
+from slurmctl.runtime.manager import ControllerBuilder
 
 log = logging.getLogger(__name__)
+
+WORKER_LABELS = (WORKERS_COMPONENT, *FORMER_WORKERS_COMPONENTS)
+Mapper = Callable[[Mapping[str, Any]], Iterable[Request]]
+
+
+def _placed(pod: Mapping[str, Any] | None) -> tuple[object, ...]:
+    worker = WorkerPod.of(pod or {})
+    return worker.ready, worker.node_name, worker.terminating
+
+
+def placement_changed(event: Event) -> bool:
+    """A worker pod that turned ready or not, moved to another Kubernetes node, started going or went: what decides
+    whether and where topology.conf names it. A resync is the cluster's own."""
+    if event.low_priority:
+        return False
+    if event.type is not EventType.UPDATED:
+        return True
+    return _placed(event.old) != _placed(event.obj)
+
+
+def node_labels_changed(event: Event) -> bool:
+    """A Kubernetes node relabelled (its topology may have changed)."""
+    return (
+        event.type is EventType.UPDATED and event.old is not None and node_labels(event.old) != node_labels(event.obj)
+    )
 
 
 def aggregate_phase(
@@ -54,6 +87,47 @@ class ClusterReconciler(ComponentReconciler):
         self._announced: dict[tuple[str, str], str] = {}  # the last phase an Event announced, per cluster
         ctx.status.derive = self.derive_phase
         ctx.status.written = self.phase_written
+
+    def watch(self, builder: ControllerBuilder) -> None:
+        """topology.conf follows the workers: their pods' readiness and Kubernetes nodes, and those nodes' labels."""
+        workers = component_is(*WORKER_LABELS)
+        builder.watches(
+            *POD, enqueue_mapped(self._with_topology(cluster_of_pod)), predicates=[workers, placement_changed]
+        )
+        builder.watches(*NODE, enqueue_mapped(self._with_topology(self.clusters_on)), predicates=[node_labels_changed])
+
+    def _with_topology(self, mapper: Mapper) -> Mapper:
+        """Only clusters with spec.topology: the others' configs do not depend on where their workers run."""
+
+        def mapped(obj: Mapping[str, Any]) -> list[Request]:
+            out = []
+            for req in mapper(obj):
+                live = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
+                if live is not None and ((live.get("spec") or {}).get("topology")):
+                    out.append(req)
+            return out
+
+        return mapped
+
+    def clusters_on(self, node: Mapping[str, Any]) -> list[Request]:
+        """The clusters with a worker pod on a Kubernetes node (from the pod cache)."""
+        name = (node.get("metadata") or {}).get("name")
+        found = set()
+        for label in WORKER_LABELS:
+            for pod in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: label}):
+                if (pod.get("spec") or {}).get("nodeName") == name:
+                    found.update(cluster_of_pod(pod))
+        return sorted(found)
+
+    def placement(self, loaded: Loaded) -> dict[str, dict[str, str]]:
+        """Where the cluster's ready workers run, for topology.conf (nothing without spec.topology)."""
+        if loaded.cluster.spec.topology is None:
+            return {}
+        pods: dict[str, Mapping[str, Any]] = {}
+        for label in WORKER_LABELS:
+            for pod in self.cache.list(*POD, namespace=loaded.namespace, labels=meta.selector(loaded.name, label)):
+                pods[pod["metadata"]["name"]] = pod
+        return topology_placement(pods.values(), lambda name: self.cache.get(*NODE, name))
 
     def derive_phase(self, obj: Mapping[str, Any], before: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         """The phase of the status about to be written, from its conditions: it moves in the same write as the
@@ -111,7 +185,7 @@ class ClusterReconciler(ComponentReconciler):
 
         # The configs first: no key (which lets the other components start) while they are rejected. Then the keys
         # at once.
-        await self.apply(loaded, self.desired(self.inputs(loaded)))
+        await self.apply(loaded, self.desired(self.inputs(loaded, placement=self.placement(loaded))))
         await asyncio.gather(
             self.create_once(loaded, meta.munge_secret(loaded.name), munge),
             self.create_once(loaded, meta.jwt_key_secret(loaded.name), jwt),

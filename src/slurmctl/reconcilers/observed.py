@@ -6,7 +6,7 @@ is read here, once, into small frozen values the reconcilers branch on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,11 +99,28 @@ def unschedulable(node: Live | None) -> bool:
 
 
 def trimmed_node(node: Live) -> dict[str, Any]:
-    """What the operator keeps of a Node in its cache: its identity and whether it is cordoned (a Node's status, with
-    its image list, is most of its size, and nothing here reads it)."""
+    """What the operator keeps of a Node in its cache: its identity, its labels (spec.topology) and whether it is
+    cordoned (a Node's status, with its image list, is most of its size, and nothing here reads it)."""
     md = node.get("metadata") or {}
-    kept = {k: md[k] for k in ("name", "uid", "resourceVersion") if k in md}
+    kept = {k: md[k] for k in ("name", "uid", "resourceVersion", "labels") if k in md}
     return {"metadata": kept, "spec": {"unschedulable": unschedulable(node)}}
+
+
+def node_labels(node: Live | None) -> dict[str, str]:
+    return dict(((node or {}).get("metadata") or {}).get("labels") or {})
+
+
+def topology_placement(pods: Iterable[Live], node: Callable[[str], Live | None]) -> dict[str, dict[str, str]]:
+    """Slurm node (pod name) -> the labels of the Kubernetes node it runs on, for the worker pods Slurm can place:
+    ready (slurmctld knows the node and it responds) and not going. `node` reads a Kubernetes node by name. Only
+    these: slurmctld puts a node in the topology when it reads topology.conf, so the file must change once the
+    node has registered (see render/topology.py)."""
+    out: dict[str, dict[str, str]] = {}
+    for pod in pods:
+        worker = WorkerPod.of(pod)
+        if worker.ready and worker.node_name and not worker.terminating:
+            out[worker.name] = node_labels(node(worker.node_name))
+    return out
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,8 @@ async def register(
     # are read by name when needed.
     manager.select(*SECRET, label_selector=meta.OWNED_SELECTOR)
     manager.select(*POD, label_selector=meta.OWNED_SELECTOR)  # worker pods' state, slurmrestd's address
+    # Nodes are read cluster-wide: only their names, labels (spec.topology) and whether they are cordoned are kept.
+    manager.trim(*NODE, trimmed_node)
     served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
     host_key_types = HOST_KEY_TYPES if rsa_host_keys else DEFAULT_HOST_KEY_TYPES
     ctx = Context(
@@ -158,10 +160,9 @@ async def register(
 def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
     """Slurm's view on the pods: polls each cluster's slurmrestd (it sends no events); the slurmrestd pod turning
     ready starts the first poll at once, as does a worker pod turning ready or not, or its Kubernetes node being
-    cordoned or uncordoned. Pods are listed through the owned-children selector only; of Nodes (read cluster-wide)
-    only their names and whether they are cordoned are kept."""
+    cordoned or uncordoned. Pods are listed through the owned-children selector only; Nodes are trimmed (see
+    `register`)."""
     loop = ctx.loops["slurm-nodes"] = SlurmNodesReconciler(ctx)
-    manager.trim(*NODE, trimmed_node)
     builder = manager.controller(
         "slurm-nodes", loop, for_=SLURM_CLUSTER, predicates=[any_of(generation_changed, resync)]
     )

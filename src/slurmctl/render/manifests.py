@@ -2,8 +2,9 @@
 
 The reconcilers and `slurmctl render` call these same functions (through the component registry), so what `render`
 prints and what the operator applies cannot drift. `Inputs` carries everything a renderer needs beyond the spec: the
-config set rendered once, the ids of live Secrets, the served CronJob and PodDisruptionBudget versions and the
-replicas the scale-in gate allows. `Inputs.offline` fills them the way `slurmctl render` can without a cluster.
+config set rendered once, the ids of live Secrets, the served CronJob and PodDisruptionBudget versions, the
+replicas the scale-in gate allows and where the ready workers run (their Kubernetes nodes' labels, for topology.conf).
+`Inputs.offline` fills them the way `slurmctl render` can without a cluster.
 
 Secrets whose contents are random and created once by the operator (munge and JWT keys, SSH host keys, MariaDB
 passwords) are not rendered here; neither is the slurmdbd Secret unless the database password is given, because a
@@ -28,6 +29,7 @@ from slurmctl.render.populate_jail import render_populate_jail_job
 from slurmctl.render.rest import render_rest
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
+from slurmctl.render.topology import TOPOLOGY_CONF, Placement, render_topology_conf
 from slurmctl.render.workers import render_worker_statefulset, render_workers_service
 
 Obj = dict[str, Any]
@@ -49,6 +51,8 @@ class Inputs:
     cronjob_api_version: str = CRONJOB.api_version
     pdb_api_version: str = PDB.api_version
     replicas: Mapping[str, int] = field(default_factory=dict)  # worker group -> replicas after the scale-in gate
+    # Slurm node -> labels of the Kubernetes node its ready pod runs on (spec.topology); offline: none is ready.
+    placement: Placement = field(default_factory=dict)
 
     @classmethod
     def offline(cls, cluster: SlurmCluster, **known: Any) -> Inputs:
@@ -63,8 +67,14 @@ Renderer = Callable[[Inputs], list[Obj]]
 
 
 def cluster_objects(i: Inputs) -> list[Obj]:
-    """The Slurm configs ConfigMap (the key Secrets are created once by the reconciler, never rendered)."""
-    return [render_slurm_configs_map(i.cluster, configs=i.configs)]
+    """The Slurm configs ConfigMap (the key Secrets are created once by the reconciler, never rendered), with
+    topology.conf from where the workers run: it changes when pods move, the spec's configs do not (and so neither
+    does any config hash: the daemons take a new topology with a reconfigure)."""
+    configs = dict(i.configs)
+    topology = render_topology_conf(i.cluster, i.placement)
+    if topology is not None:
+        configs[TOPOLOGY_CONF] = topology
+    return [render_slurm_configs_map(i.cluster, configs=configs)]
 
 
 def populate_jail_objects(i: Inputs) -> list[Obj]:

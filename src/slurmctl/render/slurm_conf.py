@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from slurmctl.api.v1 import MAX_GROUP_SIZE, MAX_TOTAL_WORKERS, SlurmCluster, WorkerGroup, parse_quantity
 from slurmctl.render import meta
+from slurmctl.render.topology import TOPOLOGY_PLUGIN
 
 SLURM_CONF = "slurm.conf"
 NODES_CONF = "nodes.conf"
@@ -159,6 +160,9 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
             settings["HealthCheckProgram"] = GPU_HEALTHCHECK
             settings["HealthCheckInterval"] = str(spec.health_checks.gpu.interval_seconds)
             settings["HealthCheckNodeState"] = "ANY,CYCLE"
+    if spec.topology is not None:
+        # topology.conf is rendered from where the workers run (render/topology.py), beside these files.
+        settings["TopologyPlugin"] = TOPOLOGY_PLUGIN
     if spec.accounting.enabled:
         settings["AccountingStorageType"] = "accounting_storage/slurmdbd"
         settings["AccountingStorageHost"] = f"{c}-accounting"

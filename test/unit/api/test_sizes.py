@@ -10,10 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmctl.api.v1 import SlurmCluster, check_cluster
-from slurmctl.api.v1.defaults import MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS
+from slurmctl.api.v1.defaults import MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS, MAX_TOPOLOGY_LEVELS, MAX_TOPOLOGY_SWITCHES
 from slurmctl.api.v1.sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound, sshd_configs_bound
 from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render.manifests import Inputs
+from slurmctl.render.topology import render_topology_conf
 
 NAME = "c" * 24  # the longest cluster name, in the longest namespace: the bound holds for any name
 NAMESPACE = "n" * 63
@@ -156,3 +157,21 @@ def test_the_bound_is_never_below_what_is_rendered(
     cluster, _ = check_cluster(doc(**spec))
     assert cluster is not None
     assert rendered_sizes(cluster)["slurm-configs"] <= sum(slurm_configs_bound(cluster.spec).values())
+
+
+def test_topology_conf_never_exceeds_its_bound() -> None:
+    """The worst placement: every worker on a node with labels of its own at every level, 63-character values (each
+    switch its own name, cut and hashed), more switches than the cap."""
+    levels = [f"example.com/level{i}" for i in range(MAX_TOPOLOGY_LEVELS)]
+    cluster = SlurmCluster.model_validate(doc(workers=big_groups([1000] * 4), topology={"tree": {"levels": levels}}))
+    bound = slurm_configs_bound(cluster.spec)["spec.topology"]
+    placement = {
+        f"{NAME}-worker-{group_name(g)}-{i}": {level: f"{n:05d}{'v' * 58}" for n, level in enumerate(levels)}
+        | {levels[-1]: f"{g}{i:04d}{'v' * 58}"}
+        for g in range(4)
+        for i in range(1000)
+    }
+    text = render_topology_conf(cluster, placement)
+    assert text is not None and text.count("SwitchName=") <= MAX_TOPOLOGY_SWITCHES + 2
+    assert len(text.encode()) + len("topology.conf") <= bound
+    assert not check_cluster(doc(workers=big_groups([1000] * 4), topology={"tree": {"levels": levels}}))[1]

@@ -439,3 +439,34 @@ def test_declared_limits_make_enforcement_an_operator_owned_key() -> None:
     assert "AccountingStorageEnforce" in problems_of(obj)[0]
     del accounting["qos"]
     assert problems_of(cluster(accounting=accounting, slurm={"extraConfig": "AccountingStorageEnforce=qos\n"})) == []
+
+
+def test_topology_needs_exactly_one_of_tree_and_block() -> None:
+    tree = {"levels": ["topology.kubernetes.io/zone", "example.com/switch"]}
+    assert problems_of(cluster(topology={"tree": tree})) == []
+    assert problems_of(cluster(topology={"block": {"label": "nvidia.com/gpu.clique"}})) == []
+    both = cluster(topology={"tree": tree, "block": {"label": "nvidia.com/gpu.clique"}})
+    assert problems_of(both) == ["spec.topology: set exactly one of tree and block (got tree, block)"]
+    assert problems_of(cluster(topology={})) == ["spec.topology: set exactly one of tree and block (got neither)"]
+    # The API server refuses both at `kubectl apply` already (minProperties/maxProperties 1).
+    schema = spec_schema()["properties"]["topology"]
+    assert (schema["minProperties"], schema["maxProperties"]) == (1, 1)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(both["spec"]["topology"], schema)
+
+
+def test_topology_levels_are_label_keys_named_once() -> None:
+    obj = cluster(topology={"tree": {"levels": ["example.com/switch", "rack", "example.com/switch"]}})
+    assert problems_of(obj) == ['spec.topology.tree.levels[2]: label "example.com/switch" is also level 0']
+    bad = problems_of(cluster(topology={"tree": {"levels": ["not a label/"]}}))
+    assert len(bad) == 1 and bad[0].startswith("spec.topology.tree.levels[0]: string should match pattern")
+    assert problems_of(cluster(topology={"tree": {"levels": []}}))[0].startswith("spec.topology.tree.levels:")
+    bad_block = problems_of(cluster(topology={"block": {"label": "-x"}}))
+    assert bad_block[0].startswith("spec.topology.block.label: string should match pattern")
+
+
+def test_topology_owns_the_topology_plugin() -> None:
+    obj = cluster(topology={"tree": {"levels": ["rack"]}}, slurm={"extraConfig": "TopologyPlugin=topology/block\n"})
+    (problem,) = problems_of(obj)
+    assert problem.startswith("spec.slurm.extraConfig: line 1: TopologyPlugin is owned by slurmctl")
+    assert problems_of(cluster(slurm={"extraConfig": "TopologyPlugin=topology/tree\n"})) == []

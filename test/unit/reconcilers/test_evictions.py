@@ -255,8 +255,9 @@ async def test_the_disruption_budget_is_applied_in_the_version_the_api_server_se
         assert tuple(other) not in served or env.fake.of_kind(*other) == []
 
 
-def test_of_a_node_the_operator_keeps_only_its_name_and_whether_it_is_cordoned() -> None:
-    """Nodes are watched cluster-wide; their status (image lists) is most of their size and is never read."""
+def test_of_a_node_the_operator_keeps_only_its_name_labels_and_whether_it_is_cordoned() -> None:
+    """Nodes are watched cluster-wide; their status (image lists) is most of their size and is never read. Their
+    labels describe the network (spec.topology)."""
     node = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -266,7 +267,7 @@ def test_of_a_node_the_operator_keeps_only_its_name_and_whether_it_is_cordoned()
     }
     kept = trimmed_node(node)
     assert kept == {
-        "metadata": {"name": "node-a", "uid": "u1", "resourceVersion": "7"},
+        "metadata": {"name": "node-a", "uid": "u1", "resourceVersion": "7", "labels": {"zone": "a"}},
         "spec": {"unschedulable": True},
     }
     assert unschedulable(kept) and not unschedulable(trimmed_node({"metadata": {"name": "node-b"}}))
