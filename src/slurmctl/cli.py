@@ -24,6 +24,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from slurmctl import __version__, reconcilers
 from slurmctl.api.v1 import KIND, check_cluster
 from slurmctl.reconcilers.base import Context
+from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.render import rbac
 from slurmctl.render.manifests import Inputs
 from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions
@@ -67,6 +68,16 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be a number of seconds, 0 or more")
     return value
 
 
@@ -161,6 +172,15 @@ def _parser() -> argparse.ArgumentParser:
         "default: never, watch events alone)",
     )
     run.add_argument(
+        "--node-lost-after",
+        type=_seconds,
+        default=_seconds(_env("node-lost-after") or str(DEFAULT_NODE_LOST_AFTER)),
+        metavar="SECONDS",
+        help="a Kubernetes node NotReady this long (by the operator's clock) is lost: its workers are drained in "
+        "Slurm, and those whose slurmd Slurm cannot reach either are set DOWN, leave Slurm and have their pods "
+        "force-deleted so that their StatefulSets re-create them on Ready nodes (default: 60; 0: never)",
+    )
+    run.add_argument(
         "--graceful-shutdown-timeout",
         type=float,
         default=float(_env("graceful-shutdown-timeout", "30") or "30"),
@@ -248,7 +268,10 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
         manager = Manager(Client(api), manager_options(args))
         if register is None:
             ctx = await reconcilers.register(
-                manager, allow_host_path=args.allow_host_path, rsa_host_keys=args.ssh_rsa_host_keys
+                manager,
+                allow_host_path=args.allow_host_path,
+                rsa_host_keys=args.ssh_rsa_host_keys,
+                node_lost_after=args.node_lost_after,
             )
         else:
             await register(manager)
@@ -317,6 +340,7 @@ def main(argv: Sequence[str] | None = None, *, register: Register | None = None)
             namespaces=",".join(args.namespace) or "*",
             leader_elect=args.leader_elect,
             allow_host_path=args.allow_host_path,
+            node_lost_after=args.node_lost_after,
         ),
     )
     return asyncio.run(_run(args, register))

@@ -190,3 +190,18 @@ def test_resync_period_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) 
     assert manager_options(_parser().parse_args(["run", "--resync-period", "5"])).resync_period == 5.0
     monkeypatch.setenv("SLURMCTL_RESYNC_PERIOD", "7")
     assert manager_options(_parser().parse_args(["run"])).resync_period == 7.0
+
+
+def test_node_lost_after_is_60_seconds_unless_asked_for(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("SLURMCTL_NODE_LOST_AFTER", raising=False)
+    assert _parser().parse_args(["run"]).node_lost_after == 60.0
+    assert _parser().parse_args(["run", "--node-lost-after", "15"]).node_lost_after == 15.0
+    assert _parser().parse_args(["run", "--node-lost-after=0"]).node_lost_after == 0.0, "0: never"
+    monkeypatch.setenv("SLURMCTL_NODE_LOST_AFTER", "20")
+    assert _parser().parse_args(["run"]).node_lost_after == 20.0
+    for bad in ("-1", "soon", "nan"):
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["run", "--node-lost-after", bad])
+        assert "seconds" in capsys.readouterr().err

@@ -25,6 +25,7 @@ from slurmctl.api.v1 import (
     check_cluster,
 )
 from slurmctl.api.v1 import Component as Image
+from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.observed import uid
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.reconcilers.status import StatusWriter
@@ -205,6 +206,7 @@ class Context:
     reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
     loops: dict[str, Callable[[Request], Awaitable[Result | None]]] = field(default_factory=dict)  # the others
     host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
+    node_lost_after: float = DEFAULT_NODE_LOST_AFTER  # seconds NotReady before a node is lost (0: never)
     slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
     status: StatusWriter = field(init=False)  # every component's status goes through it
 

@@ -7,9 +7,11 @@ no job, or once the group's `drainTimeout` has passed since the drain began. Eve
 Slurm says now (level-based): nothing is remembered between passes, so an operator restart resumes where it was.
 A node drained by someone else (another reason) is never re-drained or resumed: its reason is theirs.
 
-Two more drains are slurmctl's, both kept by the same rule as the gate's (`upkeep`): a worker pod's Kubernetes node
-being cordoned drains its Slurm node (running jobs finish, no new job lands) until it is uncordoned, and a worker
-pod's preStop (images/scripts/worker-prestop) drains its node before it leaves Slurm. And one question is answered
+Three more drains are slurmctl's, all kept by the same rule as the gate's (`upkeep`): a worker pod's Kubernetes node
+being cordoned drains its Slurm node (running jobs finish, no new job lands) until it is uncordoned, a worker pod's
+Kubernetes node lost (NotReady past the operator's threshold, reconcilers/lost_nodes.py) drains it until the pod runs
+on a Ready node, and a worker pod's preStop (images/scripts/worker-prestop) drains its node before it leaves
+Slurm. And one question is answered
 here for evictions (`evictable`): whether Slurm says no job can run on a worker pod's node.
 """
 
@@ -152,23 +154,36 @@ def cordon_reason(k8s_node: str) -> str:
     return f"{DRAIN_PREFIX} Kubernetes node {k8s_node} is cordoned"
 
 
+def lost_reason(k8s_node: str) -> str:
+    """The drain (and DOWN) reason of a worker whose Kubernetes node is lost (reconcilers/lost_nodes.py)."""
+    return f"{DRAIN_PREFIX} node {k8s_node} NotReady"
+
+
 @dataclass(frozen=True)
 class Upkeep:
     """What the Slurm node loop changes in Slurm this pass (the drain gate drains the nodes that must go)."""
 
-    drain: Mapping[str, tuple[str, ...]]  # reason -> nodes to drain now: their Kubernetes node is cordoned
+    drain: Mapping[str, tuple[str, ...]]  # reason -> nodes to drain now: their Kubernetes node is cordoned or lost
     resume: tuple[str, ...]  # nodes slurmctl drained for a reason that no longer holds
 
 
 def upkeep(
-    pods: Iterable[WorkerPod], nodes: Mapping[str, Node], *, cordoned: Collection[str], leaving: Collection[str]
+    pods: Iterable[WorkerPod],
+    nodes: Mapping[str, Node],
+    *,
+    cordoned: Collection[str],
+    leaving: Collection[str],
+    lost: Mapping[str, str] | None = None,
 ) -> Upkeep:
     """The one rule for slurmctl's drains. A drain with a `slurmctl:` reason holds while its node must go
-    (`leaving`: the gate's), its pod is terminating (the preStop's), or its pod's Kubernetes node is cordoned
-    (`cordoned`: pod names); once none holds it is resumed, whichever of them set it. A node whose pod is gone is
-    left as it is (nothing would run there). A cordoned node is drained unless it is drained already (any reason:
-    an administrator's stays theirs, and is never resumed) or must go (the gate drains it, with that reason).
-    Nodes Slurm does not know are neither drained nor resumed."""
+    (`leaving`: the gate's), its pod is terminating (the preStop's), its pod's Kubernetes node is cordoned
+    (`cordoned`: pod names) or lost (`lost`: pod name -> its Kubernetes node, NotReady past the threshold); once none
+    holds it is resumed, whichever of them set it. A node whose pod is gone is left as it is (nothing would run
+    there). A lost node is drained unless it is drained already (any reason), even when it must go: a pod on a lost
+    node runs no preStop. A cordoned node is drained unless it is drained already (an administrator's drain stays
+    theirs, and is never resumed) or must go (the gate drains it, with that reason). Nodes Slurm does not know are
+    neither drained nor resumed."""
+    lost = lost or {}
     drain: dict[str, list[str]] = defaultdict(list)
     resume: list[str] = []
     for pod in pods:
@@ -176,9 +191,11 @@ def upkeep(
         if node is None:
             continue
         must_go = pod.name in leaving or pod.terminating
-        if pod.name in cordoned and not must_go and not node.drain:
+        if pod.name in lost and not node.drain:
+            drain[lost_reason(lost[pod.name])].append(pod.name)
+        elif pod.name in cordoned and not must_go and not node.drain:
             drain[cordon_reason(pod.node_name)].append(pod.name)
-        elif not must_go and pod.name not in cordoned and drained_by_us(node):
+        elif not must_go and pod.name not in cordoned and pod.name not in lost and drained_by_us(node):
             resume.append(pod.name)
     return Upkeep({reason: tuple(names) for reason, names in sorted(drain.items())}, tuple(sorted(resume)))
 

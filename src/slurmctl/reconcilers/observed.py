@@ -98,12 +98,36 @@ def unschedulable(node: Live | None) -> bool:
     return bool(((node or {}).get("spec") or {}).get("unschedulable"))
 
 
+def node_ready(node: Live | None) -> bool | None:
+    """A Kubernetes node's Ready condition: True, False (NotReady: the kubelet says so, or the node lifecycle
+    controller set it Unknown because the kubelet stopped reporting), None when the node has none (or is unknown)."""
+    cond = _ready_condition(node)
+    return None if cond is None else cond.get("status") == "True"
+
+
+def ready_since(node: Live | None) -> str:
+    """When the Ready condition last changed (its lastTransitionTime, as the API wrote it); "" when unknown. Tells one
+    NotReady spell from the next."""
+    return str((_ready_condition(node) or {}).get("lastTransitionTime") or "")
+
+
+def _ready_condition(node: Live | None) -> Mapping[str, Any] | None:
+    return next((c for c in _status(node).get("conditions") or [] if c.get("type") == "Ready"), None)
+
+
 def trimmed_node(node: Live) -> dict[str, Any]:
-    """What the operator keeps of a Node in its cache: its identity, its labels (spec.topology) and whether it is
-    cordoned (a Node's status, with its image list, is most of its size, and nothing here reads it)."""
+    """What the operator keeps of a Node in its cache: its identity and labels, whether it is cordoned, and its Ready
+    condition's status and lastTransitionTime (a Node's status, with its image list, is most of its size; the other
+    conditions and the heartbeat times change often and nothing here reads them)."""
     md = node.get("metadata") or {}
-    kept = {k: md[k] for k in ("name", "uid", "resourceVersion", "labels") if k in md}
-    return {"metadata": kept, "spec": {"unschedulable": unschedulable(node)}}
+    kept: dict[str, Any] = {k: md[k] for k in ("name", "uid", "resourceVersion") if k in md}
+    if md.get("labels"):
+        kept["labels"] = dict(md["labels"])
+    out: dict[str, Any] = {"metadata": kept, "spec": {"unschedulable": unschedulable(node)}}
+    if (ready := _ready_condition(node)) is not None:
+        cond = {k: ready[k] for k in ("type", "status", "lastTransitionTime") if k in ready}
+        out["status"] = {"conditions": [cond]}
+    return out
 
 
 def node_labels(node: Live | None) -> dict[str, str]:
@@ -134,6 +158,7 @@ class WorkerPod:
     slurmd_running: bool  # the slurmd container is running (only then can it register with slurmctld)
     terminating: bool
     evictable: bool  # carries the evictable label (see render/disruption.py)
+    uid: str = ""  # this pod's; a pod re-created under the same name has another
 
     @classmethod
     def of(cls, pod: Live) -> WorkerPod:
@@ -148,6 +173,7 @@ class WorkerPod:
             slurmd_running="running" in (slurmd.get("state") or {}),
             terminating=deleting(pod),
             evictable=((md.get("labels") or {}).get(LABEL_EVICTABLE)) == "true",
+            uid=str(md.get("uid", "")),
         )
 
 

@@ -32,11 +32,12 @@ from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.controller import ControllerReconciler
 from slurmctl.reconcilers.login import LoginReconciler
+from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.observed import cluster_of_pod, trimmed_node
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
 from slurmctl.reconcilers.rest import RestReconciler
 from slurmctl.reconcilers.slurm_access import REST_COMPONENT
-from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, worker_pod_changed
+from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, ready_changed, worker_pod_changed
 from slurmctl.reconcilers.workers import WorkersReconciler
 from slurmctl.render import manifests, meta
 from slurmctl.render.kinds import (
@@ -123,10 +124,12 @@ async def register(
     *,
     allow_host_path: bool = False,
     rsa_host_keys: bool = False,
+    node_lost_after: float = DEFAULT_NODE_LOST_AFTER,
 ) -> Context:
     """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
     manager's informers. `allow_host_path` is the operator's policy on hostPath volumes in specs; `rsa_host_keys`:
-    new clusters get an RSA SSH host key besides ed25519 and ECDSA."""
+    new clusters get an RSA SSH host key besides ed25519 and ECDSA; `node_lost_after`: seconds a Kubernetes node
+    stays NotReady before its workers are handled as lost (reconcilers/lost_nodes.py; 0: never)."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
     # Secrets: only those the operator labels as its own are listed and watched; the user's (a database password)
@@ -143,6 +146,7 @@ async def register(
         served,
         loader=Loader(allow_host_path=allow_host_path),
         host_key_types=host_key_types,
+        node_lost_after=node_lost_after,
     )
     for component in components:
         reconciler = ctx.reconcilers[component.name] = component.reconciler(ctx, component)
@@ -160,8 +164,9 @@ async def register(
 def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
     """Slurm's view on the pods: polls each cluster's slurmrestd (it sends no events); the slurmrestd pod turning
     ready starts the first poll at once, as does a worker pod turning ready or not, or its Kubernetes node being
-    cordoned or uncordoned. Pods are listed through the owned-children selector only; Nodes are trimmed (see
-    `register`)."""
+    cordoned or uncordoned or turning Ready or NotReady. Pods are listed through the owned-children selector only; of
+    Nodes (read cluster-wide) only their identity and labels, whether they are cordoned and their Ready condition are
+    kept."""
     loop = ctx.loops["slurm-nodes"] = SlurmNodesReconciler(ctx)
     builder = manager.controller(
         "slurm-nodes", loop, for_=SLURM_CLUSTER, predicates=[any_of(generation_changed, resync)]
@@ -169,4 +174,4 @@ def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
     builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(REST_COMPONENT)])
     workers = component_is(*next(c for c in ctx.components if c.name == "workers").labels)
     builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[all_of(workers, worker_pod_changed)])
-    builder.watches(*NODE, enqueue_mapped(loop.clusters_on), predicates=[cordon_changed])
+    builder.watches(*NODE, enqueue_mapped(loop.clusters_on), predicates=[any_of(cordon_changed, ready_changed)])

@@ -2,8 +2,8 @@
 
 The address is the ready slurmrestd pod's IP from the pod cache, not the Service's DNS name: the operator may run
 where the cluster's DNS does not answer (outside the cluster, as the tests and `make run` do), and pod IPs route
-wherever the pod network does. Tokens are minted for SlurmUser, which may drain, resume and delete nodes; they are
-cached per key (a new key Secret means a new uid) and never logged.
+wherever the pod network does. Tokens are minted for SlurmUser, which may drain, resume, set DOWN and delete nodes;
+they are cached per key (a new key Secret means a new uid) and never logged.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ class SlurmApi(Protocol):
     async def drain(self, names: Sequence[str], *, reason: str) -> None: ...
 
     async def resume(self, names: Sequence[str]) -> None: ...
+
+    async def set_down(self, names: Sequence[str], *, reason: str) -> None: ...
+
+    async def delete_node(self, name: str) -> None: ...
 
     async def accounting_records(self, kind: AccountingKind) -> list[dict[str, Any]]: ...
 

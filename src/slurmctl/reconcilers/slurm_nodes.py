@@ -12,7 +12,10 @@ Kubernetes node is cordoned or uncordoned, or a worker pod's readiness changes):
 - slurmctl's drains outside the drain gate (drain.upkeep): a worker whose Kubernetes node is cordoned is drained
   (`slurmctl: Kubernetes node N is cordoned`) so that its jobs finish, no new one lands, and it becomes evictable;
   a node slurmctl drained for a reason that no longer holds (uncordoned, or the group grew back before it went) is
-  resumed. A drain with another reason is an administrator's and is left alone.
+  resumed. A drain with another reason is an administrator's and is left alone;
+- lost Kubernetes nodes (NotReady past `--node-lost-after`, reconcilers/lost_nodes.py): their workers are drained
+  (`slurmctl: node N NotReady`); those whose slurmd Slurm cannot reach either are set DOWN, deleted from Slurm, and
+  their pods force-deleted so that their StatefulSets re-create them on Ready nodes.
 
 Draining the nodes that must go is the workers reconciler's (the drain gate).
 """
@@ -25,17 +28,18 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
 from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_part
-from slurmctl.reconcilers.drain import Upkeep, evictable, jobs_by_node, upkeep
-from slurmctl.reconcilers.observed import WorkerPod, unschedulable
+from slurmctl.reconcilers.drain import Upkeep, evictable, jobs_by_node, lost_reason, upkeep
+from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost, slurmd_unreachable
+from slurmctl.reconcilers.observed import WorkerPod, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.reconcilers.slurm_metrics import Snapshot, collector_for
 from slurmctl.reconcilers.workers import DRAIN_POLL_SECONDS, WorkersReconciler
 from slurmctl.render import meta
 from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
-from slurmctl.runtime import Event, EventType, NotFound, Request, Result
+from slurmctl.runtime import ApiError, Conflict, Event, EventType, NotFound, Request, Result
 from slurmctl.runtime.errors import Invalid as InvalidObject
 from slurmctl.runtime.logs import kv
-from slurmctl.slurm import Node, SlurmError
+from slurmctl.slurm import Node, SlurmApiError, SlurmError
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +92,14 @@ def cordon_changed(event: Event) -> bool:
     return event.type is EventType.UPDATED and old is not None and unschedulable(old) != unschedulable(event.obj)
 
 
+def ready_changed(event: Event) -> bool:
+    """A Kubernetes node turning Ready or NotReady (or starting another NotReady spell): what makes it lost."""
+    old = event.old
+    if event.type is not EventType.UPDATED or old is None:
+        return False
+    return (node_ready(old), ready_since(old)) != (node_ready(event.obj), ready_since(event.obj))
+
+
 def _drain_inputs(pod: Mapping[str, Any]) -> tuple[object, ...]:
     worker = WorkerPod.of(pod)
     return worker.ready, worker.slurmd_running, worker.terminating, worker.node_name, worker.has_address
@@ -109,6 +121,13 @@ class SlurmNodesReconciler:
         self.cache = ctx.manager.cache
         self.metrics = collector_for(ctx.manager.metrics.registry)
         self._warned: dict[tuple[str, str], str] = {}
+        self.not_ready = NotReadyClock(ctx.manager.clock)
+        # By cluster (namespace, name): the uids of pods force-deleted for a lost node (the cache may still show them
+        # for a moment: never twice), of pods reported drained only (their slurmd answers: one Event), and whether the
+        # full-disruption WARNING was logged.
+        self._force_deleted: dict[tuple[str, str], set[str]] = {}
+        self._drained_only: dict[tuple[str, str], set[str]] = {}
+        self._disrupted: set[tuple[str, str]] = set()
 
     @property
     def workers(self) -> WorkersReconciler:
@@ -122,6 +141,9 @@ class SlurmNodesReconciler:
             self.metrics.forget(req.namespace, req.name)
             self.ctx.slurm.forget(req.name, req.namespace)
             self._warned.pop((req.namespace, req.name), None)
+            for memory in (self._force_deleted, self._drained_only):
+                memory.pop((req.namespace, req.name), None)
+            self._disrupted.discard((req.namespace, req.name))
             return None
         pods = self.workers.pods(req.name, req.namespace)
         loaded = self.ctx.loader.load(obj)
@@ -145,8 +167,10 @@ class SlurmNodesReconciler:
             workers = [WorkerPod.of(pod) for pod in pods]
             cordoned = {pod.name for pod in workers if self._cordoned(pod)}
             leaving = {going.node for going in self.workers.leaving(loaded)}
-            plan = upkeep(workers, mine, cordoned=cordoned, leaving=leaving)
+            lost = await self._lost(loaded, workers)
+            plan = upkeep(workers, mine, cordoned=cordoned, leaving=leaving, lost=lost.lost)
             await self._upkeep(loaded, plan, mine, api)
+            gone = await self._recover(loaded, workers, lost, mine, api)
         except SlurmError as exc:
             self.metrics.set(req.namespace, req.name, Snapshot(up=False))
             if self._warned.get((req.namespace, req.name)) != str(exc):
@@ -154,6 +178,9 @@ class SlurmNodesReconciler:
             self._warned[(req.namespace, req.name)] = str(exc)
             await self._evictable(req.namespace, pods, set())
             return Result(requeue_after=POLL_SECONDS)
+        if gone:
+            pods = [pod for pod in pods if (pod.get("metadata") or {}).get("name") not in gone]
+            workers = [worker for worker in workers if worker.name not in gone]
         await self._pod_conditions(loaded, pods, mine)
         # From this read of Slurm; a node drained or resumed just now is judged again on the next pass.
         running = jobs_by_node(jobs)
@@ -164,7 +191,11 @@ class SlurmNodesReconciler:
         counts = node_counts(list(mine.values()))
         self.ctx.status.submit(loaded.obj, status_part(SlurmClusterStatus(slurm_nodes=counts)))
         # A node drained for a cordon is often idle at once: look again soon, so that `kubectl drain` waits little.
-        return Result(requeue_after=DRAIN_POLL_SECONDS if plan.drain else POLL_SECONDS)
+        # A NotReady node is looked at again when it reaches the threshold.
+        after = DRAIN_POLL_SECONDS if plan.drain else POLL_SECONDS
+        if lost.next_check is not None:
+            after = max(min(after, lost.next_check), 0.5)
+        return Result(requeue_after=after)
 
     def clusters_on(self, node: Mapping[str, Any]) -> list[Request]:
         """The clusters with a worker pod on a Kubernetes node (from the pod cache): those a cordon concerns."""
@@ -191,6 +222,128 @@ class SlurmNodesReconciler:
                 why = nodes[name].reason.removeprefix("slurmctl:").strip()
                 message = f"resumed {name} in Slurm: its drain ({why}) no longer holds"
                 self.workers.event(loaded, "Normal", "Resumed", message)
+
+    async def _lost(self, loaded: Loaded, workers: list[WorkerPod]) -> LostVerdict:
+        """The cluster's worker pods on lost Kubernetes nodes, each node confirmed NotReady (in the same spell) by a
+        read from the API server just now; none when the threshold is 0, in a full disruption, or when the API
+        server does not answer (its cache may be stale). Pods already force-deleted are left out."""
+        key = (loaded.namespace, loaded.name)
+        uids = {worker.uid for worker in workers}
+        deleted = self._force_deleted.setdefault(key, set())
+        deleted &= uids  # forget the pods that left the cache
+        threshold = self.ctx.node_lost_after
+        if threshold <= 0:
+            return LostVerdict()
+        hosts = {worker.node_name for worker in workers if worker.node_name}
+        nodes = {host: self.cache.get(*NODE, host) for host in hosts}
+        verdict = judge_lost(workers, nodes, self.not_ready, threshold=threshold)
+        if verdict.disrupted:
+            if key not in self._disrupted:
+                log.warning(
+                    "every Kubernetes node with workers of the cluster is NotReady: acting on none %s",
+                    kv(namespace=loaded.namespace, name=loaded.name, nodes=",".join(sorted(hosts))),
+                )
+            self._disrupted.add(key)
+            return verdict
+        self._disrupted.discard(key)
+        confirmed = set()
+        for host in sorted(set(verdict.lost.values())):
+            try:
+                live = await self.ctx.manager.client.get(*NODE, host)
+            except NotFound:
+                continue  # deleted: the pod garbage collector removes its pods
+            except ApiError as exc:
+                log.warning(
+                    "cannot confirm that a Kubernetes node is lost: acting on none %s",
+                    kv(namespace=loaded.namespace, name=loaded.name, node=host, error=exc),
+                )
+                return LostVerdict(not_ready=verdict.not_ready, next_check=verdict.next_check)
+            if self.not_ready.same_spell(host, live):
+                confirmed.add(host)
+        by_name = {worker.name: worker for worker in workers}
+        lost = {
+            pod: host
+            for pod, host in verdict.lost.items()
+            if host in confirmed and by_name[pod].uid and by_name[pod].uid not in deleted
+        }
+        reported = self._drained_only.setdefault(key, set())
+        reported &= {by_name[pod].uid for pod in lost}
+        return LostVerdict(lost, verdict.not_ready, verdict.next_check)
+
+    async def _recover(
+        self, loaded: Loaded, workers: list[WorkerPod], lost: LostVerdict, nodes: Mapping[str, Node], api: SlurmApi
+    ) -> set[str]:
+        """Two witnesses: a worker on a lost Kubernetes node whose slurmd Slurm cannot reach either is set DOWN,
+        deleted from Slurm and its pod force-deleted; one whose slurmd still answers is left drained. Returns the pods
+        deleted. A Slurm outage raises (nothing more is done); a refused delete in Slurm does not hold the pod."""
+        key = (loaded.namespace, loaded.name)
+        gone: set[str] = set()
+        for worker in workers:
+            host = lost.lost.get(worker.name)
+            if host is None:
+                continue
+            node = nodes.get(worker.name)
+            seconds = round(lost.not_ready.get(host, 0.0))
+            if not slurmd_unreachable(node):
+                reported = self._drained_only.setdefault(key, set())
+                if worker.uid not in reported:
+                    message = (
+                        f"Kubernetes node {host} has been NotReady for {seconds}s but slurmd on {worker.name} still "
+                        f"answers Slurm: {worker.name} is drained and its pod stays (its jobs still run)"
+                    )
+                    self.workers.warn(loaded, "NodeLost", message)
+                    reported.add(worker.uid)
+                continue
+            reason = lost_reason(host)
+            if node is not None and node.base != "DOWN":
+                await api.set_down([worker.name], reason=reason)
+                message = (
+                    f"set {worker.name} DOWN in Slurm ({reason}): Kubernetes node {host} has been NotReady for "
+                    f"{seconds}s and slurmctld cannot reach its slurmd; Slurm requeues or ends its jobs"
+                )
+                self.workers.warn(loaded, "NodeDown", message)
+            if node is not None:
+                try:
+                    await api.delete_node(worker.name)
+                except SlurmApiError as exc:
+                    log.warning(
+                        "Slurm refused to delete the node of a lost pod; the pod goes anyway %s",
+                        kv(namespace=loaded.namespace, name=loaded.name, node=worker.name, error=exc),
+                    )
+                else:
+                    message = f"deleted {worker.name} from Slurm ({reason}): its new pod registers it anew"
+                    self.workers.event(loaded, "Normal", "SlurmNodeDeleted", message)
+            if await self._force_delete(loaded, worker, host, seconds):
+                gone.add(worker.name)
+        return gone
+
+    async def _force_delete(self, loaded: Loaded, worker: WorkerPod, host: str, seconds: int) -> bool:
+        """Delete this incarnation of the pod (its uid) at once: its kubelet is gone and would never confirm."""
+        deleted = self._force_deleted.setdefault((loaded.namespace, loaded.name), set())
+        try:
+            await self.ctx.manager.client.delete(
+                *POD, worker.name, namespace=loaded.namespace, grace_period_seconds=0, uid=worker.uid
+            )
+        except Conflict as exc:  # the name holds another pod already: this one is gone
+            log.info(
+                "pod of a lost node already replaced %s",
+                kv(namespace=loaded.namespace, pod=worker.name, uid=worker.uid, error=exc),
+            )
+            deleted.add(worker.uid)
+            return True
+        except ApiError as exc:
+            log.warning(
+                "cannot delete the pod of a lost node %s",
+                kv(namespace=loaded.namespace, pod=worker.name, node=host, error=exc),
+            )
+            return False
+        deleted.add(worker.uid)
+        message = (
+            f"force-deleted Pod {worker.name} (uid {worker.uid}): Kubernetes node {host} has been NotReady for "
+            f"{seconds}s and Slurm cannot reach its slurmd; its StatefulSet re-creates it on a Ready node"
+        )
+        self.workers.event(loaded, "Normal", "Deleted", message)
+        return True
 
     async def _pod_conditions(
         self, loaded: Loaded, pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node]

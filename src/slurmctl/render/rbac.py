@@ -55,7 +55,9 @@ RULES: Final[tuple[Rule, ...]] = (
          (*READ, "create", "patch")),
     Rule("Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition and its evictable label "
          "(server-side apply); a worker pod deleted (once its node is drained) to re-create it from a new template or "
-         "a new StatefulSet. Listed and watched only through the owned-children label selector.", ("",), ("pods",),
+         "a new StatefulSet, or force-deleted (grace period 0, uid precondition) when its Kubernetes node is lost "
+         "and Slurm cannot reach its slurmd. Listed and watched only through the owned-children label selector.",
+         ("",), ("pods",),
          (*READ, "patch", "delete")),
     Rule("The SlurmNodeState condition on worker pods (server-side apply on /status).", ("",), ("pods/status",),
          ("patch",)),
@@ -63,8 +65,9 @@ RULES: Final[tuple[Rule, ...]] = (
          ("create", "patch")),
     Rule("Accounting through mariadb-operator, when its CRD is installed.", ("k8s.mariadb.com",), ("mariadbs",),
          READ + WRITE),
-    Rule("Nodes, read only: a worker pod's Kubernetes node being cordoned (spec.unschedulable) drains its Slurm "
-         "node. Cluster-scoped: the namespaced mode grants it with a ClusterRole of its own.", ("",), ("nodes",), READ,
+    Rule("Nodes, read only: a worker pod's Kubernetes node being cordoned (spec.unschedulable) or lost (NotReady "
+         "past --node-lost-after) drains its Slurm node. Cluster-scoped: the namespaced mode grants it with a "
+         "ClusterRole of its own.", ("",), ("nodes",), READ,
          cluster_scoped=True),
 )  # fmt: skip
 

@@ -390,13 +390,30 @@ class Client:
         return obj
 
     async def delete(
-        self, api_version: str, kind: str, name: str, *, namespace: str | None = None, propagation: str = "Background"
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation: str = "Background",
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
     ) -> None:
         """Delete (dependents by `propagation`: Background, Foreground or Orphan); an object already gone is not an
-        error."""
+        error. `grace_period_seconds` overrides the object's own (0: removed at once, without waiting for a kubelet:
+        `kubectl delete --force --grace-period=0`); `uid` deletes only that incarnation of the name (a precondition:
+        Conflict when the object is another one now)."""
         res = await self.resource(api_version, kind)
+        body: dict[str, Any] | None = None
+        if grace_period_seconds is not None or uid:
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+            if grace_period_seconds is not None:
+                body["gracePeriodSeconds"] = grace_period_seconds
+            if uid:
+                body["preconditions"] = {"uid": uid}
         try:
-            await self.request("DELETE", res.path(namespace, name), query={"propagationPolicy": propagation})
+            await self.request("DELETE", res.path(namespace, name), query={"propagationPolicy": propagation}, body=body)
         except NotFound:
             log.debug("delete of a missing object %s", kv(kind=kind, namespace=namespace or "", name=name))
 

@@ -134,6 +134,8 @@ class FakeClient(Client):
         self.objects: dict[Key, Obj] = {}
         self._stores: dict[tuple[str, str], Store] = {}  # the same objects, indexed as an informer's store is
         self.writes: list[Write] = []
+        # Every delete's options: (apiVersion, kind, namespace, name, gracePeriodSeconds, uid precondition).
+        self.delete_options: list[tuple[str, str, str, str, int | None, str | None]] = []
         self._served = set(served)
         self._managed: dict[Key, dict[tuple[str, str], set[Path]]] = {}
         self._rv = itertools.count(1)
@@ -273,10 +275,23 @@ class FakeClient(Client):
         return copy.deepcopy(self._store(key, new))
 
     async def delete(
-        self, api_version: str, kind: str, name: str, *, namespace: str | None = None, propagation: str = "Background"
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation: str = "Background",
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
     ) -> None:
         key = _key(api_version, kind, namespace, name)
+        live = self.objects.get(key)
+        if uid and live is not None and live["metadata"].get("uid") != uid:
+            raise Conflict(f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                           f"{live['metadata'].get('uid')}", status=409)  # fmt: skip
         self.writes.append(Write("delete", *key, subresource=propagation))
+        self.delete_options.append((*key, grace_period_seconds, uid))
         gone = self._forget(key)
         if gone is None or propagation == "Orphan":
             return

@@ -142,6 +142,16 @@ class SlurmClient:
         if node_names:
             await self._request("POST", "nodes/", body={"name": node_names, "state": ["DRAIN"], "reason": reason})
 
+    async def set_down(self, names: Sequence[str], *, reason: str) -> None:
+        """Set the named nodes DOWN with `reason`: slurmctld ends what runs there at once (a batch job that may be
+        requeued is, a job with --no-kill loses the node and runs on, any other ends NODE_FAIL) and starts nothing
+        there until the node registers again (ReturnToService=2)."""
+        node_names = _check_names(names)
+        if not reason.strip():
+            raise ValueError("Slurm needs a reason to set a node DOWN")
+        if node_names:
+            await self._request("POST", "nodes/", body={"name": node_names, "state": ["DOWN"], "reason": reason})
+
     async def resume(self, names: Sequence[str]) -> None:
         """Undo a drain (or a DOWN) on the named nodes."""
         if node_names := _check_names(names):

@@ -34,7 +34,8 @@ case "$*" in
     elif [ "$n" != forever ]; then
         sed -i 's/ALLOCATED/IDLE/; s/MIXED/IDLE/' "$d/state"
     fi
-    echo "NodeName=$4 Arch=x86_64 State=$(cat "$d/state") ThreadsPerCore=1 Reason=x"
+    addr=$(cat "$d/addr" 2>/dev/null)
+    echo "NodeName=$4 Arch=x86_64 NodeAddr=$addr State=$(cat "$d/state") ThreadsPerCore=1 Reason=x"
     ;;
 *state=DRAIN*) sed -i 's/$/+DRAIN/' "$d/state" ;;
 *state=DOWN*) echo DOWN+DRAIN+DYNAMIC_NORM > "$d/state"; echo 0 > "$d/jobs_for" ;;
@@ -60,6 +61,9 @@ class Slurm:
         (self.dir / "state").write_text(state + "\n")
         (self.dir / "jobs_for").write_text(f"{jobs_for}\n")
         (self.dir / "refusals").write_text(f"{refusals}\n")
+
+    def registered_from(self, addr: str) -> None:
+        (self.dir / "addr").write_text(addr + "\n")
 
     def hang(self) -> None:
         (self.dir / "hang").touch()
@@ -157,3 +161,21 @@ def test_a_slurmctld_that_does_not_answer_cannot_hold_the_pod(slurm: Slurm, tmp_
     assert elapsed < 3 + 4, "every call is cut at the deadline"
     assert "could not remove node" in hook.stderr
     assert slurm.registered, "nothing could be done, and nothing failed"
+
+
+def test_a_node_registered_from_another_pods_address_is_left_alone(slurm: Slurm, tmp_path: Path) -> None:
+    """This pod's Kubernetes node was lost and the operator replaced the pod: the node of that name is the new pod's
+    now, and the old pod's kubelet, back, runs this hook as it stops what was left."""
+    slurm.node("ALLOCATED+DYNAMIC_NORM", jobs_for="forever")
+    slurm.registered_from("10.0.2.7")
+    hook, elapsed = prestop(slurm, tmp_path, WORKER_POD_ADDRESSES="10.0.1.5")
+    assert slurm.calls == [SHOW] and slurm.registered
+    assert "another pod has its name now" in hook.stderr
+    assert elapsed < 5
+
+
+def test_a_node_registered_from_this_pods_address_leaves_as_before(slurm: Slurm, tmp_path: Path) -> None:
+    slurm.node("IDLE+DYNAMIC_NORM")
+    slurm.registered_from("10.0.1.5")
+    prestop(slurm, tmp_path, WORKER_POD_ADDRESSES="fd00::5 10.0.1.5")
+    assert slurm.calls == [SHOW, DRAIN, DELETE]

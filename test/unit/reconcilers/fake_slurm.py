@@ -94,6 +94,32 @@ class FakeSlurm:
         for name in names:
             self._set(name, self.table[name].state - {"DRAIN"}, reason="", reason_changed_at=None)
 
+    async def set_down(self, names: Sequence[str], *, reason: str) -> None:
+        """As slurmctld does: its jobs end at once (requeued or failed: gone from the node), DOWN with the reason,
+        the DRAIN flag kept."""
+        self._check()
+        self.calls.append(("down", tuple(names), reason))
+        for name in names:
+            for job in [j for j in self.queue if name in j.nodes]:
+                self.queue.remove(job)
+            state = (self.table[name].state - {"IDLE", "ALLOCATED", "MIXED", "COMPLETING"}) | {"DOWN"}
+            self._set(name, state, reason=reason, reason_changed_at=datetime.now(UTC))
+
+    async def delete_node(self, name: str) -> None:
+        """`scontrol delete node`: refused while the node runs a job, or when Slurm does not know it."""
+        self._check()
+        self.calls.append(("delete", (name,), ""))
+        node = self.table.get(name)
+        if node is None:
+            raise SlurmApiError("Slurm refused (HTTP 500): Invalid node name specified", status=500, errors=["x"])
+        if node.busy:
+            raise SlurmApiError("Slurm refused (HTTP 500): Node has jobs", status=500, errors=["busy"])
+        del self.table[name]
+
+    def not_responding(self, name: str) -> None:
+        """slurmctld's ping of the node's slurmd went unanswered."""
+        self._set(name, self.table[name].state | {"NOT_RESPONDING"})
+
     async def accounting_records(self, kind: AccountingKind) -> list[dict[str, Any]]:
         self._check()
         return copy.deepcopy(list(self.records[kind].values()))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from slurmctl.reconcilers.drain import evictable
-from slurmctl.reconcilers.observed import WorkerPod, trimmed_node, unschedulable
+from slurmctl.reconcilers.observed import WorkerPod, node_ready, ready_since, trimmed_node, unschedulable
 from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, worker_pod_changed
 from slurmctl.render import meta
 from slurmctl.render.kinds import NODE, PDB, PDB_V1BETA1, POD, STATEFULSET
@@ -255,19 +255,31 @@ async def test_the_disruption_budget_is_applied_in_the_version_the_api_server_se
         assert tuple(other) not in served or env.fake.of_kind(*other) == []
 
 
-def test_of_a_node_the_operator_keeps_only_its_name_labels_and_whether_it_is_cordoned() -> None:
-    """Nodes are watched cluster-wide; their status (image lists) is most of their size and is never read. Their
-    labels describe the network (spec.topology)."""
+def test_of_a_node_the_operator_keeps_its_identity_labels_cordon_and_ready_condition() -> None:
+    """Nodes are watched cluster-wide; their status (image lists, heartbeats) is most of their size and changes
+    often: only the Ready condition's status and lastTransitionTime are kept."""
+    ready = {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}
     node = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": "node-a", "uid": "u1", "resourceVersion": "7", "labels": {"zone": "a"}},
         "spec": {"unschedulable": True, "podCIDR": "10.244.0.0/24"},
-        "status": {"images": [{"names": ["x"], "sizeBytes": 1}] * 50},
+        "status": {
+            "images": [{"names": ["x"], "sizeBytes": 1}] * 50,
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": "2026-01-01T00:01:00Z"},
+                {**ready, "reason": "KubeletNotReady", "lastHeartbeatTime": "2026-01-01T00:01:00Z"},
+            ],
+        },
     }
     kept = trimmed_node(node)
     assert kept == {
         "metadata": {"name": "node-a", "uid": "u1", "resourceVersion": "7", "labels": {"zone": "a"}},
         "spec": {"unschedulable": True},
+        "status": {"conditions": [ready]},
     }
     assert unschedulable(kept) and not unschedulable(trimmed_node({"metadata": {"name": "node-b"}}))
+    assert node_ready(kept) is False and ready_since(kept) == "2026-01-01T00:00:00Z"
+    bare = trimmed_node({"metadata": {"name": "node-b"}})
+    assert bare == {"metadata": {"name": "node-b"}, "spec": {"unschedulable": False}}
+    assert node_ready(bare) is None, "no Ready condition: unknown"

@@ -198,6 +198,18 @@ async def test_drain_and_resume_send_what_slurmrestd_accepted(
     assert seen.requests[0]["json"] == sent
 
 
+async def test_set_down_sends_the_drain_body_with_state_down(session: aiohttp.ClientSession) -> None:
+    """slurmrestd answers a DOWN as it answers a DRAIN (the same POST /nodes/, another state)."""
+    sent = {**recording("drain")["request"]["json"], "state": ["DOWN"], "reason": "slurmctl: node k1 NotReady"}
+    async with serve({("POST", f"{P}/nodes/"): replay("drain")}) as (url, seen):
+        c = client(session, url)
+        await c.set_down(sent["name"], reason=sent["reason"])
+        await c.set_down([], reason="slurmctl: nothing")
+        with pytest.raises(ValueError, match="reason"):
+            await c.set_down(["vm"], reason="")
+    assert [r["json"] for r in seen.requests] == [sent]
+
+
 async def test_drain_or_resume_of_no_nodes_sends_nothing(session: aiohttp.ClientSession) -> None:
     async with serve({}) as (url, seen):
         c = client(session, url)
