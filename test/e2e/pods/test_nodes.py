@@ -90,6 +90,12 @@ class Fleet:
         words = ["sbatch", "--parsable", f"--output=/tmp/{NAME}-%j.out", *args]
         return self.in_jail(" ".join(words), timeout=timeout).strip().split(";")[0]
 
+    def events(self, reason: str) -> list[str]:
+        """The messages of the SlurmCluster's Events with this reason, oldest first."""
+        items = self.kube.json("events", "--field-selector", f"involvedObject.name={NAME},reason={reason}")["items"]
+        items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return [str(e.get("message", "")) for e in items]
+
     def srun_all(self) -> set[str]:
         """The hosts `srun -N3` ran on; empty when it could not run (within 60 s)."""
         try:
@@ -223,7 +229,9 @@ def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet
     figures: dict[str, float] = {}
 
     def drained() -> bool:
-        return f"slurmctl: node {lost_node} NotReady" in fleet.slurm_node(victim).get("Reason", "")
+        # In Slurm the drain may last only a moment: once slurmctld cannot reach the slurmd either, the same pass
+        # sets the node DOWN and deletes it. The Events tell.
+        return any(f"{victim} in Slurm (slurmctl: node {lost_node} NotReady)" in m for m in fleet.events("Draining"))
 
     until(drained, timeout=240, interval=2, what=f"{victim} drained for {lost_node}")
     figures["Slurm node drained"] = time.monotonic() - t0
@@ -239,6 +247,8 @@ def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet
 
     until(moved, timeout=300, interval=2, what=f"{victim} Ready on another node")
     figures["new pod Ready elsewhere"] = time.monotonic() - t0
+    for reason in ("NodeDown", "SlurmNodeDeleted", "Deleted"):
+        assert any(victim in m for m in fleet.events(reason)), (reason, fleet.events(reason))
     until(lambda: len(fleet.srun_all()) == 3, timeout=240, interval=3, what="srun -N3 working again")
     figures["srun -N3 works again"] = time.monotonic() - t0
     state = fleet.job(job)
