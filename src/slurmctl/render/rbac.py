@@ -102,8 +102,8 @@ def namespaced(
 ) -> list[dict[str, Any]]:
     """A Role and a RoleBinding in each watched namespace, granting the operator's ServiceAccount the namespaced
     `RULES` there and nowhere else (for `slurmctl run --watch-namespace` with the same list), and a ClusterRole
-    `<name>-cluster-scoped` with its ClusterRoleBinding for the cluster-scoped rules (reading Nodes), which no Role
-    can grant."""
+    `<name>-cluster-scoped` with its ClusterRoleBinding for the cluster-scoped rules (reading Nodes, cordoning an
+    unhealthy worker's), which no Role can grant."""
     objects: list[dict[str, Any]] = []
     subject = {"kind": "ServiceAccount", "name": service_account, "namespace": service_account_namespace}
     for namespace in namespaces:
