@@ -317,6 +317,15 @@ class WorkerGroup(Scheduling):
         "jobs still run on it, e.g. 2h; after that its pod goes and the jobs are killed. Empty means wait for the "
         "jobs forever.",
     )
+    replace_unhealthy: bool = Field(
+        False,
+        description="Move a worker drained by one of slurmctl's own health checks (reason starting slurmctl-gpu: or "
+        "slurmctl-nccl:, never an administrator's drain) off its Kubernetes node once it runs no job: the node is "
+        "cordoned and labelled slurm.slurmctl.io/unhealthy=gpu or nccl (with the Slurm reason in the "
+        "slurm.slurmctl.io/unhealthy-reason annotation; it stays cordoned until an administrator uncordons it) and "
+        "the pod is deleted, so that its StatefulSet re-creates it on another node. One pod of the group at a time, "
+        "and none while another pod of the group is not Ready; nothing while Slurm cannot be asked.",
+    )
 
     @property
     def is_gpu(self) -> bool:

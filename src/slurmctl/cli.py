@@ -203,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
         help="render as an operator started with --allow-host-path would (default: hostPath volumes are refused)",
     )
     rbac = sub.add_parser(
-        "rbac", help="print the Roles and RoleBindings of the namespaced mode (and the ClusterRole reading Nodes)"
+        "rbac", help="print the Roles and RoleBindings of the namespaced mode (and the ClusterRole on Nodes)"
     )
     rbac.add_argument(
         "--watch-namespace",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
@@ -159,6 +160,7 @@ class WorkerPod:
     terminating: bool
     evictable: bool  # carries the evictable label (see render/disruption.py)
     uid: str = ""  # this pod's; a pod re-created under the same name has another
+    created: datetime | None = None  # its creationTimestamp; None when unknown
 
     @classmethod
     def of(cls, pod: Live) -> WorkerPod:
@@ -174,7 +176,16 @@ class WorkerPod:
             terminating=deleting(pod),
             evictable=((md.get("labels") or {}).get(LABEL_EVICTABLE)) == "true",
             uid=str(md.get("uid", "")),
+            created=timestamp(md.get("creationTimestamp")),
         )
+
+
+def timestamp(value: Any) -> datetime | None:
+    """An API timestamp (RFC 3339, e.g. 2026-01-01T00:00:00Z) as an aware datetime; None when absent or unreadable."""
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
 
 
 def cluster_of_pod(pod: Live) -> list[Request]:

@@ -15,7 +15,10 @@ Kubernetes node is cordoned or uncordoned, or a worker pod's readiness changes):
   resumed. A drain with another reason is an administrator's and is left alone;
 - lost Kubernetes nodes (NotReady past `--node-lost-after`, reconcilers/lost_nodes.py): their workers are drained
   (`slurmctl: node N NotReady`); those whose slurmd Slurm cannot reach either are set DOWN, deleted from Slurm, and
-  their pods force-deleted so that their StatefulSets re-create them on Ready nodes.
+  their pods force-deleted so that their StatefulSets re-create them on Ready nodes;
+- unhealthy workers (reconcilers/unhealthy.py): in a group with `replaceUnhealthy`, an idle worker drained by one of
+  slurmctl's health checks (`slurmctl-gpu:`, `slurmctl-nccl:`) has its Kubernetes node cordoned and labelled, and its
+  pod deleted so that its StatefulSet re-creates it on another node; one pod of a group at a time.
 
 Draining the nodes that must go is the workers reconciler's (the drain gate).
 """
@@ -33,6 +36,14 @@ from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lo
 from slurmctl.reconcilers.observed import WorkerPod, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.reconcilers.slurm_metrics import Snapshot, collector_for
+from slurmctl.reconcilers.unhealthy import (
+    ANNOTATION_UNHEALTHY_REASON,
+    CHECK_NAMES,
+    LABEL_UNHEALTHY,
+    Replacement,
+    judge_unhealthy,
+    still_remembered,
+)
 from slurmctl.reconcilers.workers import DRAIN_POLL_SECONDS, WorkersReconciler
 from slurmctl.render import meta
 from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
@@ -128,6 +139,8 @@ class SlurmNodesReconciler:
         self._force_deleted: dict[tuple[str, str], set[str]] = {}
         self._drained_only: dict[tuple[str, str], set[str]] = {}
         self._disrupted: set[tuple[str, str]] = set()
+        # By cluster: the unhealthy workers replaced, by pod name (never twice for one drain: reconcilers/unhealthy.py).
+        self._replaced: dict[tuple[str, str], dict[str, Replacement]] = {}
 
     @property
     def workers(self) -> WorkersReconciler:
@@ -143,6 +156,7 @@ class SlurmNodesReconciler:
             self._warned.pop((req.namespace, req.name), None)
             for memory in (self._force_deleted, self._drained_only):
                 memory.pop((req.namespace, req.name), None)
+            self._replaced.pop((req.namespace, req.name), None)
             self._disrupted.discard((req.namespace, req.name))
             return None
         pods = self.workers.pods(req.name, req.namespace)
@@ -171,6 +185,8 @@ class SlurmNodesReconciler:
             plan = upkeep(workers, mine, cordoned=cordoned, leaving=leaving, lost=lost.lost)
             await self._upkeep(loaded, plan, mine, api)
             gone = await self._recover(loaded, workers, lost, mine, api)
+            running = jobs_by_node(jobs)
+            gone |= await self._replace_unhealthy(loaded, workers, mine, running, leaving=leaving, lost=lost.lost)
         except SlurmError as exc:
             self.metrics.set(req.namespace, req.name, Snapshot(up=False))
             if self._warned.get((req.namespace, req.name)) != str(exc):
@@ -183,7 +199,6 @@ class SlurmNodesReconciler:
             workers = [worker for worker in workers if worker.name not in gone]
         await self._pod_conditions(loaded, pods, mine)
         # From this read of Slurm; a node drained or resumed just now is judged again on the next pass.
-        running = jobs_by_node(jobs)
         changed = {*plan.resume, *(name for names in plan.drain.values() for name in names)}
         may_go = {w.name for w in workers if w.name not in changed and evictable(w, mine.get(w.name), running)}
         await self._evictable(req.namespace, pods, may_go)
@@ -343,6 +358,65 @@ class SlurmNodesReconciler:
             f"{seconds}s and Slurm cannot reach its slurmd; its StatefulSet re-creates it on a Ready node"
         )
         self.workers.event(loaded, "Normal", "Deleted", message)
+        return True
+
+    async def _replace_unhealthy(
+        self,
+        loaded: Loaded,
+        workers: list[WorkerPod],
+        nodes: Mapping[str, Node],
+        running: Mapping[str, tuple[int, ...]],
+        *,
+        leaving: Collection[str],
+        lost: Collection[str],
+    ) -> set[str]:
+        """Move each opted-in group's idle worker drained by a health check (one per group) off its Kubernetes node:
+        cordon and label the node, then delete the pod. Returns the pods deleted."""
+        key = (loaded.namespace, loaded.name)
+        replaced = self._replaced[key] = still_remembered(self._replaced.get(key, {}), workers, nodes)
+        # A pod on a Kubernetes node that is not Ready (or unknown) is not replaced, and holds its group back.
+        unsettled = {
+            *lost,
+            *(w.name for w in workers if not w.node_name or node_ready(self.cache.get(*NODE, w.node_name)) is not True),
+        }
+        verdict = judge_unhealthy(
+            loaded.name, loaded.cluster.spec.workers, workers, nodes, running, leaving=leaving, lost=unsettled,
+            replaced=replaced,
+        )  # fmt: skip
+        gone: set[str] = set()
+        for replacement in verdict:
+            if await self._replace(loaded, replacement):
+                replaced[replacement.pod] = replacement
+                gone.add(replacement.pod)
+        return gone
+
+    async def _replace(self, loaded: Loaded, r: Replacement) -> bool:
+        """Cordon (and label) the Kubernetes node first: a pod deleted from an uncordoned node could come back to it.
+        Nothing is deleted when the cordon fails. The node is never uncordoned here: that is an administrator's."""
+        patch = {
+            "metadata": {"labels": {LABEL_UNHEALTHY: r.check}, "annotations": {ANNOTATION_UNHEALTHY_REASON: r.reason}},
+            "spec": {"unschedulable": True},
+        }
+        where = {"namespace": loaded.namespace, "name": loaded.name, "pod": r.pod, "node": r.k8s_node}
+        try:
+            await self.ctx.manager.client.merge_patch(NODE.api_version, NODE.kind, r.k8s_node, patch)
+        except ApiError as exc:
+            log.warning("cannot cordon the node of an unhealthy worker: its pod stays %s", kv(**where, error=exc))
+            return False
+        try:
+            await self.ctx.manager.client.delete(*POD, r.pod, namespace=loaded.namespace, uid=r.uid)
+        except Conflict:
+            log.info("pod of an unhealthy worker already replaced %s", kv(**where))
+            return True
+        except ApiError as exc:
+            log.warning("cannot delete the pod of an unhealthy worker %s", kv(**where, error=exc))
+            return False
+        message = (
+            f"replacing Pod {r.pod} (uid {r.uid}): the {CHECK_NAMES[r.check]} drained it in Slurm ({r.reason}); "
+            f"cordoned Kubernetes node {r.k8s_node} ({LABEL_UNHEALTHY}={r.check}; uncordon it once repaired) and "
+            "deleted the pod, which its StatefulSet re-creates on another node"
+        )
+        self.workers.warn(loaded, "Replacing", message)
         return True
 
     async def _pod_conditions(

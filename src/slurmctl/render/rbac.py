@@ -9,7 +9,8 @@ authenticated client may read). Secrets need list/watch because the operator wat
 API server sends no other Secret, but RBAC cannot express a selector) and get for the user's password Secret.
 
 Nodes are cluster-scoped: a Role cannot grant them. The namespaced mode therefore renders the `cluster_scoped` rules
-(read-only Nodes) as one small ClusterRole and its binding beside the Roles; nothing namespaced is granted there.
+(Nodes: read, and patched only to cordon the node of an unhealthy worker) as one small ClusterRole and its binding
+beside the Roles; nothing namespaced is granted there.
 """
 
 from __future__ import annotations
@@ -65,10 +66,12 @@ RULES: Final[tuple[Rule, ...]] = (
          ("create", "patch")),
     Rule("Accounting through mariadb-operator, when its CRD is installed.", ("k8s.mariadb.com",), ("mariadbs",),
          READ + WRITE),
-    Rule("Nodes, read only: a worker pod's Kubernetes node being cordoned (spec.unschedulable) or lost (NotReady "
-         "past --node-lost-after) drains its Slurm node. Cluster-scoped: the namespaced mode grants it with a "
-         "ClusterRole of its own.", ("",), ("nodes",), READ,
-         cluster_scoped=True),
+    Rule("Nodes: read, as a worker pod's Kubernetes node being cordoned (spec.unschedulable) or lost (NotReady "
+         "past --node-lost-after) drains its Slurm node; patched only to cordon (spec.unschedulable, the "
+         "slurm.slurmctl.io/unhealthy label and its reason annotation) the node of a worker that slurmctl's GPU or "
+         "NCCL health check drained, in a group with replaceUnhealthy: never uncordoned, never another field. "
+         "Cluster-scoped: the namespaced mode grants it with a ClusterRole of its own.", ("",), ("nodes",),
+         (*READ, "patch"), cluster_scoped=True),
 )  # fmt: skip
 
 
@@ -99,8 +102,8 @@ def namespaced(
 ) -> list[dict[str, Any]]:
     """A Role and a RoleBinding in each watched namespace, granting the operator's ServiceAccount the namespaced
     `RULES` there and nowhere else (for `slurmctl run --watch-namespace` with the same list), and a ClusterRole
-    `<name>-cluster-scoped` with its ClusterRoleBinding for the cluster-scoped rules (reading Nodes), which no Role
-    can grant."""
+    `<name>-cluster-scoped` with its ClusterRoleBinding for the cluster-scoped rules (reading Nodes, cordoning an
+    unhealthy worker's), which no Role can grant."""
     objects: list[dict[str, Any]] = []
     subject = {"kind": "ServiceAccount", "name": service_account, "namespace": service_account_namespace}
     for namespace in namespaces:

@@ -96,8 +96,9 @@ def test_operator_role_grants_what_the_reconcilers_need_and_nothing_else() -> No
     assert {verb for g, r, verb in grants if (g, r) == ("policy", "poddisruptionbudgets")} == crud - {"delete"}
     unused = ("persistentvolumeclaims", "customresourcedefinitions", "namespaces")
     assert not [(g, r, v) for g, r, v in grants if r in unused], "claims hold user data; nothing reads CRDs"
-    # Nodes are only read (a cordon drains the Slurm node).
-    assert {v for g, r, v in grants if r == "nodes"} == {"get", "list", "watch"}
+    # Nodes are read (a cordon drains the Slurm node) and patched only to cordon an unhealthy worker's: no create,
+    # no delete.
+    assert {v for g, r, v in grants if r == "nodes"} == {"get", "list", "watch", "patch"}
     # Pods are read (slurmrestd's address, worker pods' state), deleted only to re-create a drained worker, patched
     # (server-side apply) only for the evictable label, and only their status is written (SlurmNodeState).
     assert {v for g, r, v in grants if r == "pods"} == {"get", "list", "watch", "patch", "delete"}
@@ -124,7 +125,7 @@ def test_the_namespaced_mode_grants_the_cluster_roles_rules_in_each_watched_name
     )
     assert [r["metadata"]["namespace"] for r in roles] == ["team-a", "team-b"]
     cluster_scoped = _grants(nodes_role)
-    assert cluster_scoped == {("", "nodes", v) for v in ("get", "list", "watch")}, "beyond the Roles: reading Nodes"
+    assert cluster_scoped == {("", "nodes", v) for v in ("get", "list", "watch", "patch")}, "beyond the Roles: Nodes"
     assert all(_grants(r) | cluster_scoped == _grants(cluster_role) for r in roles), "one source of truth"
     assert not any(_grants(r) & cluster_scoped for r in roles)
     subject = [{"kind": "ServiceAccount", "name": "slurmctl-operator", "namespace": "slurmctl-system"}]
