@@ -1,5 +1,6 @@
 """Several Kubernetes nodes on this machine (hack/node.sh add): workers spread over them, topology from their labels,
-a node lost with a job on it, the primary controller's node lost with a standby slurmctld.
+a node lost with a job on it, the primary controller's node lost with a standby slurmctld, a worker drained by a
+health check moved off its node.
 
 Nodes 2 and 3 join the package's cluster for this module only (each its own kubelet and containerd; `crash` kills one
 as a machine failure would: pods off the network, every process SIGKILLed; `start` is its reboot). One SlurmCluster
@@ -136,7 +137,7 @@ def fleet(node: Node, nodes: list[str], kube: Kube, operator: Path) -> Iterator[
         controller={"standby": True, "nodeSelector": {CONTROLLERS_LABEL: "yes"}},
         slurm={"config": {"slurmctldTimeout": 20}, "extraConfig": "SlurmdTimeout=30", "allowOperatorOwnedKeys": True},
     )
-    objects[1]["spec"]["workers"][0]["size"] = 3
+    objects[1]["spec"]["workers"][0].update(size=3, replaceUnhealthy=True)
     kube.apply(objects)
     kube.until_available(NAME, operator, timeout=600)
     f = Fleet(node, kube)
@@ -311,3 +312,55 @@ def test_the_primary_controller_s_node_lost_the_standby_takes_over(fleet: Fleet)
         what=f"jobs {running} and {after} done",
     )
     assert fleet.job(running).get("Restarts") == "0", fleet.job(running)
+
+
+def test_a_worker_drained_by_a_health_check_moves_off_its_node(fleet: Fleet) -> None:
+    """The GPU health check's drain (simulated: the same `scontrol update` the check makes, with its reason prefix) on
+    an idle worker of a group that opts in: slurmctl cordons the Kubernetes node, labelled with why, and the pod
+    comes back on another node, registered anew (idle, not drained). An administrator's drain is left alone."""
+    placement = fleet.placement()
+    admin = next(w for w, n in placement.items() if n == NODES[0])
+    victim, bad_node = next((w, n) for w, n in placement.items() if n in NODES[1:])
+    old_uid = fleet.workers()[victim]["metadata"]["uid"]
+    fleet.login("scontrol", "update", f"NodeName={admin}", "State=DRAIN", "Reason=admin: cable check")
+    t0 = time.monotonic()
+    fleet.login("scontrol", "update", f"NodeName={victim}", "State=DRAIN", "Reason=slurmctl-gpu: simulated XID 79")
+    try:
+
+        def cordoned() -> dict[str, Any] | None:
+            obj = json.loads(fleet.node.kubectl("get", "node", bad_node, "-o", "json").stdout)
+            return obj if obj["spec"].get("unschedulable") else None
+
+        node = until(cordoned, timeout=120, interval=2, what=f"{bad_node} cordoned")
+        cordon_s = time.monotonic() - t0
+        assert node["metadata"]["labels"].get("slurm.slurmctl.io/unhealthy") == "gpu", node["metadata"]["labels"]
+        assert "simulated XID 79" in node["metadata"]["annotations"].get("slurm.slurmctl.io/unhealthy-reason", "")
+
+        def moved() -> bool:
+            pod = fleet.workers().get(victim)
+            return (
+                pod is not None
+                and pod["metadata"]["uid"] != old_uid
+                and pod["spec"].get("nodeName") not in ("", bad_node)
+                and pod_ready(pod)
+            )
+
+        until(moved, timeout=240, interval=2, what=f"{victim} Ready on another node")
+        moved_s = time.monotonic() - t0
+        until(
+            lambda: (
+                fleet.slurm_node(victim).get("State", "").startswith("IDLE")
+                and "DRAIN" not in fleet.slurm_node(victim).get("State", "")
+            ),
+            timeout=120,
+            what=f"{victim} idle in Slurm again",
+        )
+        assert any(bad_node in m and "simulated XID 79" in m for m in fleet.events("Replacing"))
+        # The administrator's drain: still there, its pod untouched.
+        assert fleet.slurm_node(admin).get("Reason", "").startswith("admin: cable check")
+        assert fleet.workers()[admin]["spec"]["nodeName"] == NODES[0]
+        print(f"unhealthy worker: node cordoned after {cordon_s:.0f}s, pod Ready on another node after {moved_s:.0f}s")
+    finally:
+        fleet.node.kubectl("uncordon", bad_node, check=False)
+        fleet.node.kubectl("label", "node", bad_node, "slurm.slurmctl.io/unhealthy-", check=False)
+        fleet.login("scontrol", "update", f"NodeName={admin}", "State=RESUME")
