@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,28 @@ class Fleet:
         items = self.kube.json("events", "--field-selector", f"involvedObject.name={NAME},reason={reason}")["items"]
         items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
         return [str(e.get("message", "")) for e in items]
+
+    def explain(self) -> None:
+        """What explains a wait that timed out: pods, Slurm's view, slurmrestd's and slurmctld's last words."""
+        print(self.kube.run("get", "pods", "-o", "wide", check=False))
+        for args in (("sinfo", "-N", "-l"), ("scontrol", "ping"), ("squeue",)):
+            try:
+                print(self.login(*args, timeout=60))
+            except AssertionError as exc:
+                print(exc)
+        for args in (
+            f"deployment/{NAME}-rest --tail=30",
+            f"{PRIMARY} -c slurmctld --tail=40",
+            f"{BACKUP} -c slurmctld --tail=20",
+        ):
+            print(self.kube.run("logs", *args.split(), check=False))
+
+    def until(self, probe: Callable[[], Any], *, timeout: float, what: str, interval: float = 2) -> Any:
+        try:
+            return until(probe, timeout=timeout, interval=interval, what=what)
+        except AssertionError:
+            self.explain()
+            raise
 
     def srun_all(self) -> set[str]:
         """The hosts `srun -N3` ran on; empty when it could not run (within 60 s)."""
@@ -234,7 +256,7 @@ def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet
         # sets the node DOWN and deletes it. The Events tell.
         return any(f"{victim} in Slurm (slurmctl: node {lost_node} NotReady)" in m for m in fleet.events("Draining"))
 
-    until(drained, timeout=240, interval=2, what=f"{victim} drained for {lost_node}")
+    fleet.until(drained, timeout=240, interval=2, what=f"{victim} drained for {lost_node}")
     figures["Slurm node drained"] = time.monotonic() - t0
 
     def moved() -> bool:
@@ -246,11 +268,11 @@ def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet
             and pod_ready(pod)
         )
 
-    until(moved, timeout=300, interval=2, what=f"{victim} Ready on another node")
+    fleet.until(moved, timeout=300, interval=2, what=f"{victim} Ready on another node")
     figures["new pod Ready elsewhere"] = time.monotonic() - t0
     for reason in ("NodeDown", "SlurmNodeDeleted", "Deleted"):
         assert any(victim in m for m in fleet.events(reason)), (reason, fleet.events(reason))
-    until(lambda: len(fleet.srun_all()) == 3, timeout=240, interval=3, what="srun -N3 working again")
+    fleet.until(lambda: len(fleet.srun_all()) == 3, timeout=240, interval=3, what="srun -N3 working again")
     figures["srun -N3 works again"] = time.monotonic() - t0
     state = fleet.job(job)
     print(f"the job on {victim}: JobState={state.get('JobState')} Restarts={state.get('Restarts')}")
@@ -288,7 +310,7 @@ def test_the_primary_controller_s_node_lost_the_standby_takes_over(fleet: Fleet)
             return False
         return True
 
-    until(takes_jobs, timeout=180, interval=2, what="a controller accepting jobs")
+    fleet.until(takes_jobs, timeout=180, interval=2, what="a controller accepting jobs")
     failover = time.monotonic() - t0
     ping = fleet.login("scontrol", "ping", timeout=60)
     print(ping)
@@ -345,7 +367,7 @@ def test_a_worker_drained_by_a_health_check_moves_off_its_node(fleet: Fleet) -> 
                 and pod_ready(pod)
             )
 
-        until(moved, timeout=240, interval=2, what=f"{victim} Ready on another node")
+        fleet.until(moved, timeout=240, interval=2, what=f"{victim} Ready on another node")
         moved_s = time.monotonic() - t0
         until(
             lambda: (
