@@ -735,12 +735,16 @@ unmount_under() {
     done
 }
 
+# delete_leftover_netns [MOUNT_NS]: the network namespaces remove_containers noted, unmounted and deleted (in node K's
+# mount namespace MOUNT_NS, where its pods' namespaces are mounted; the files themselves are the machine's).
 delete_leftover_netns() {
-    local ns
+    local ns in=()
     [ -f "$NODE/leftover-netns" ] || return 0
+    [ -z "${1:-}" ] || in=(nsenter --mount="$1")
     while read -r ns; do
         [ -e "$ns" ] || continue
-        ip netns delete "$(basename "$ns")" 2>/dev/null || { umount "$ns" 2>/dev/null && rm -f "$ns"; } || true
+        "${in[@]}" ip netns delete "$(basename "$ns")" 2>/dev/null ||
+            { "${in[@]}" umount "$ns" 2>/dev/null; rm -f "$ns"; } || true
     done < <(sort -u "$NODE/leftover-netns")
 }
 
@@ -963,6 +967,7 @@ cmd_remove() {
     CTR_SOCK=$XSOCK NODE=$XDIR remove_containers "containerd-$XK"
     stop_pid "containerd-$XK" containerd
     CTR_SOCK=$XSOCK kill_leftover_shims
+    NODE=$XDIR delete_leftover_netns "$XNS"
     remove_mount_namespace
     remove_node_address
     unmount_under "$XDIR"

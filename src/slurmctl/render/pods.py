@@ -185,22 +185,40 @@ def avoid_nodes_of(*selectors: tuple[int, dict[str, str]]) -> dict[str, Any]:
     }
 
 
+# The taints the node lifecycle controller puts on a node that stops answering (NoExecute: its pods are evicted once
+# their toleration of them runs out; without one of ours, the API server's default is 300 s).
+LOST_NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def leave_lost_nodes(seconds: int) -> list[dict[str, Any]]:
+    """Tolerations that have a pod evicted `seconds` after its node stopped answering: for stateless pods
+    (slurmrestd) whose controller starts a replacement elsewhere as soon as the pod is terminating."""
+    return [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+        for key in LOST_NODE_TAINTS
+    ]
+
+
 def scheduling(
     s: Scheduling,
     *,
     default_spread: list[dict[str, Any]] | None = None,
     default_anti_affinity: dict[str, Any] | None = None,
+    default_tolerations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The placement fields of a Pod spec: the user's, plus the component's defaults where the user left them out.
 
     `default_spread` is used while `topologySpreadConstraints` is absent (`[]` is the user's choice of none).
     `default_anti_affinity` becomes the affinity's podAntiAffinity unless the user's affinity has one: their node
-    and pod affinity are kept either way, and their podAntiAffinity (even `{}`) is used as given, ours dropped."""
+    and pod affinity are kept either way, and their podAntiAffinity (even `{}`) is used as given, ours dropped.
+    `default_tolerations` are added for the taint keys none of the user's tolerations names."""
     out: dict[str, Any] = {}
     if s.node_selector:
         out["nodeSelector"] = dict(s.node_selector)
-    if s.tolerations:
-        out["tolerations"] = list(s.tolerations)
+    theirs = {t.get("key") for t in s.tolerations or ()}
+    tolerations = [*(s.tolerations or ()), *(t for t in default_tolerations or () if t["key"] not in theirs)]
+    if tolerations:
+        out["tolerations"] = tolerations
     affinity = dict(s.affinity or {})
     if default_anti_affinity and "podAntiAffinity" not in affinity:
         affinity["podAntiAffinity"] = default_anti_affinity

@@ -57,6 +57,11 @@ def render_rest_service(cluster: SlurmCluster) -> dict[str, Any]:
     return meta.service(cluster, meta.rest(c), COMPONENT, port_name="http", port=meta.SLURMRESTD_PORT)
 
 
+# How long slurmrestd stays bound to a node that stopped answering before it is evicted and started elsewhere: the
+# operator asks Slurm nothing meanwhile (it fails closed), so a lost node's workers wait for it.
+LOST_NODE_SECONDS = 30
+
+
 def render_rest_deployment(cluster: SlurmCluster, *, configs: Mapping[str, str]) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     rest = cluster.spec.rest
@@ -98,7 +103,9 @@ def render_rest_deployment(cluster: SlurmCluster, *, configs: Mapping[str, str])
         "automountServiceAccountToken": False,
         "containers": [slurmrestd],
         "volumes": [{"name": "slurm-configs", "configMap": {"name": meta.slurm_configs(c)}}],
-        **pods.scheduling(rest),
+        # Stateless, and the cluster's only way in for the operator: on a node that stopped answering it is
+        # evicted after LOST_NODE_SECONDS (not the API server's 300 s), and the Deployment starts it elsewhere.
+        **pods.scheduling(rest, default_tolerations=pods.leave_lost_nodes(LOST_NODE_SECONDS)),
     }
     return {
         "apiVersion": "apps/v1",

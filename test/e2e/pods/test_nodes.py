@@ -1,14 +1,16 @@
-"""Several Kubernetes nodes on this machine (hack/node.sh add): workers spread over them, topology from their labels,
-a node lost with a job on it, the primary controller's node lost with a standby slurmctld, a worker drained by a
-health check moved off its node.
+"""Several Kubernetes nodes on this machine (hack/node.sh add): workers spread over them, topology from their labels, a
+node lost with a job on it, the primary controller's node lost with a standby slurmctld, a worker drained by a health
+check moved off its node.
 
 Nodes 2 and 3 join the package's cluster for this module only (each its own kubelet and containerd; `crash` kills one
 as a machine failure would: pods off the network, every process SIGKILLed; `start` is its reboot). One SlurmCluster
 (three workers, a login node, slurmrestd, slurmctld with a standby) is shared by the tests, in order. Node labels:
-switch `sw1` = nodes 1 and 2, `sw2` = node 3; the two slurmctld pods may run on nodes 2 and 3 only (so the login pod
-and one worker stay on node 1, which is never crashed: it runs the scheduler and DNS). The operator runs with a short
-lost-node threshold and Slurm with short timeouts so that the module stays short; kube-controller-manager keeps its
-default 40 s before a silent node is NotReady. Each test prints its figures (seconds from the crash).
+switch `sw1` = nodes 1 and 2, `sw2` = node 3; the two slurmctld pods may run on nodes 2 and 3 only and the login pod
+(through which the tests reach Slurm) on node 1 only, which is never crashed: it runs the scheduler and DNS.
+slurmrestd goes wherever the scheduler puts it: when that node is crashed, it has to come back elsewhere for slurmctl
+to act. The operator runs with a short lost-node threshold and Slurm with short timeouts so that the module stays
+short; kube-controller-manager keeps its default 40 s before a silent node is NotReady. Each test prints its figures
+(seconds from the crash).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,6 +160,7 @@ def fleet(node: Node, nodes: list[str], kube: Kube, operator: Path) -> Iterator[
         NAME,
         topology={"tree": {"levels": [SWITCH_LABEL]}},
         controller={"standby": True, "nodeSelector": {CONTROLLERS_LABEL: "yes"}},
+        login={"nodeSelector": {"kubernetes.io/hostname": NODE_NAME}},
         slurm={"config": {"slurmctldTimeout": 20}, "extraConfig": "SlurmdTimeout=30", "allowOperatorOwnedKeys": True},
     )
     objects[1]["spec"]["workers"][0].update(size=3, replaceUnhealthy=True)
@@ -238,6 +242,17 @@ def start(fleet: Fleet, node_name: str) -> None:
     assert started.returncode == 0, started.stderr
 
 
+@contextmanager
+def crashed(fleet: Fleet, node_name: str) -> Iterator[float]:
+    """The node crashed (yields when, by the monotonic clock) and started again on the way out, also when the test
+    failed: the next test gets three nodes."""
+    t0 = crash(fleet, node_name)
+    try:
+        yield t0
+    finally:
+        start(fleet, node_name)
+
+
 def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet) -> None:
     """The standby controller's node crashes with a job on its worker: slurmctl drains that Slurm node once Kubernetes
     has said NotReady for the threshold and Slurm cannot reach its slurmd, removes the stranded worker pod, the
@@ -248,37 +263,37 @@ def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet
     job = fleet.sbatch("--requeue", "-w", victim, "--wrap", "'sleep 600'")
     until(lambda: fleet.job(job).get("JobState") == "RUNNING", timeout=60, what=f"job {job} running")
     old_uid = fleet.workers()[victim]["metadata"]["uid"]
-    t0 = crash(fleet, lost_node)
-    figures: dict[str, float] = {}
+    with crashed(fleet, lost_node) as t0:
+        figures: dict[str, float] = {}
 
-    def drained() -> bool:
-        # In Slurm the drain may last only a moment: once slurmctld cannot reach the slurmd either, the same pass
-        # sets the node DOWN and deletes it. The Events tell.
-        return any(f"{victim} in Slurm (slurmctl: node {lost_node} NotReady)" in m for m in fleet.events("Draining"))
+        def drained() -> bool:
+            # In Slurm the drain may last only a moment: once slurmctld cannot reach the slurmd either, the same pass
+            # sets the node DOWN and deletes it. The Events tell.
+            return any(
+                f"{victim} in Slurm (slurmctl: node {lost_node} NotReady)" in m for m in fleet.events("Draining")
+            )
 
-    fleet.until(drained, timeout=240, interval=2, what=f"{victim} drained for {lost_node}")
-    figures["Slurm node drained"] = time.monotonic() - t0
+        fleet.until(drained, timeout=240, interval=2, what=f"{victim} drained for {lost_node}")
+        figures["Slurm node drained"] = time.monotonic() - t0
 
-    def moved() -> bool:
-        pod = fleet.workers().get(victim)
-        return (
-            pod is not None
-            and pod["metadata"]["uid"] != old_uid
-            and pod["spec"].get("nodeName") not in ("", lost_node)
-            and pod_ready(pod)
-        )
+        def moved() -> bool:
+            pod = fleet.workers().get(victim)
+            return (
+                pod is not None
+                and pod["metadata"]["uid"] != old_uid
+                and pod["spec"].get("nodeName") not in ("", lost_node)
+                and pod_ready(pod)
+            )
 
-    fleet.until(moved, timeout=300, interval=2, what=f"{victim} Ready on another node")
-    figures["new pod Ready elsewhere"] = time.monotonic() - t0
-    for reason in ("NodeDown", "SlurmNodeDeleted", "Deleted"):
-        assert any(victim in m for m in fleet.events(reason)), (reason, fleet.events(reason))
-    fleet.until(lambda: len(fleet.srun_all()) == 3, timeout=240, interval=3, what="srun -N3 working again")
-    figures["srun -N3 works again"] = time.monotonic() - t0
-    state = fleet.job(job)
-    print(f"the job on {victim}: JobState={state.get('JobState')} Restarts={state.get('Restarts')}")
-    print(f"node {lost_node} lost: " + ", ".join(f"{k} {v:.0f}s" for k, v in figures.items()))
-
-    start(fleet, lost_node)
+        fleet.until(moved, timeout=300, interval=2, what=f"{victim} Ready on another node")
+        figures["new pod Ready elsewhere"] = time.monotonic() - t0
+        for reason in ("NodeDown", "SlurmNodeDeleted", "Deleted"):
+            assert any(victim in m for m in fleet.events(reason)), (reason, fleet.events(reason))
+        fleet.until(lambda: len(fleet.srun_all()) == 3, timeout=240, interval=3, what="srun -N3 working again")
+        figures["srun -N3 works again"] = time.monotonic() - t0
+        state = fleet.job(job)
+        print(f"the job on {victim}: JobState={state.get('JobState')} Restarts={state.get('Restarts')}")
+        print(f"node {lost_node} lost: " + ", ".join(f"{k} {v:.0f}s" for k, v in figures.items()))
     # Back: its kubelet finds the old worker pod gone from the API and starts nothing of it; the standby slurmctld
     # (its pod was left to Kubernetes) runs there again. One Slurm node per worker, all answering.
     until(lambda: fleet.ready(BACKUP), timeout=180, interval=2, what="the standby slurmctld back")
@@ -300,26 +315,24 @@ def test_the_primary_controller_s_node_lost_the_standby_takes_over(fleet: Fleet)
     safe = next(w for w, n in fleet.placement().items() if n == NODES[0])
     running = fleet.sbatch("-w", safe, "--wrap", "'sleep 90'")
     until(lambda: fleet.job(running).get("JobState") == "RUNNING", timeout=60, what=f"job {running} running")
-    t0 = crash(fleet, lost_node)
-    accepted: list[str] = []
+    with crashed(fleet, lost_node) as t0:
+        accepted: list[str] = []
 
-    def takes_jobs() -> bool:
-        try:
-            accepted.append(fleet.sbatch("-w", safe, "--wrap", "true", timeout=60))
-        except AssertionError:
-            return False
-        return True
+        def takes_jobs() -> bool:
+            try:
+                accepted.append(fleet.sbatch("-w", safe, "--wrap", "true", timeout=60))
+            except AssertionError:
+                return False
+            return True
 
-    fleet.until(takes_jobs, timeout=180, interval=2, what="a controller accepting jobs")
-    failover = time.monotonic() - t0
-    ping = fleet.login("scontrol", "ping", timeout=60)
-    print(ping)
-    assert re.search(rf"at {BACKUP} is UP", ping), ping
-    assert fleet.job(running).get("JobState") == "RUNNING"
-    until(lambda: fleet.job(accepted[0]).get("JobState") == "COMPLETED", timeout=120, what="the new job done")
-    print(f"primary slurmctld's node {lost_node} lost: a job accepted again after {failover:.0f}s")
-
-    start(fleet, lost_node)
+        fleet.until(takes_jobs, timeout=180, interval=2, what="a controller accepting jobs")
+        failover = time.monotonic() - t0
+        ping = fleet.login("scontrol", "ping", timeout=60)
+        print(ping)
+        assert re.search(rf"at {BACKUP} is UP", ping), ping
+        assert fleet.job(running).get("JobState") == "RUNNING"
+        until(lambda: fleet.job(accepted[0]).get("JobState") == "COMPLETED", timeout=120, what="the new job done")
+        print(f"primary slurmctld's node {lost_node} lost: a job accepted again after {failover:.0f}s")
     until(lambda: fleet.ready(PRIMARY), timeout=240, interval=2, what="the primary slurmctld back")
     until(
         lambda: re.search(rf"at {PRIMARY} is UP", fleet.login("scontrol", "ping", timeout=60)) is not None,

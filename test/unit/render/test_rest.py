@@ -8,7 +8,8 @@ from typing import Any
 from slurmctl.render import accounting
 from slurmctl.render.rest import SLURMRESTD_UID
 from slurmctl.render.slurm_conf import render_slurm_conf
-from test.unit.render.samples import DBD_PASSWORD, manifests, sample
+from slurmctl.api.v1 import SlurmCluster
+from test.unit.render.samples import DBD_PASSWORD, manifests, sample, sample_doc
 
 JWT_LINES = ["AuthAltTypes=auth/jwt", "AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key"]
 
@@ -95,3 +96,23 @@ def test_a_new_jwt_key_rolls_slurmctld_and_slurmdbd_but_not_slurmrestd() -> None
     before, after = hashes("old-uid"), hashes("new-uid")
     changed = sorted(k for k in before if before[k] != after[k])
     assert changed == ["Deployment/research-accounting", "StatefulSet/research-controller"]
+
+
+def test_slurmrestd_leaves_a_node_that_stopped_answering_after_30s_not_300s() -> None:
+    """The operator asks Slurm nothing while slurmrestd is unreachable (it fails closed), so a lost node's workers wait
+    for slurmrestd to be evicted and started elsewhere: 30 s after the node's NoExecute taint, not the default 300 s."""
+    pod = _pod(manifests(sample("minimal")), "Deployment", "minimal-rest")
+    assert {(t["key"], t["effect"], t["tolerationSeconds"]) for t in pod["tolerations"]} == {
+        ("node.kubernetes.io/not-ready", "NoExecute", 30),
+        ("node.kubernetes.io/unreachable", "NoExecute", 30),
+    }
+
+
+def test_a_users_toleration_of_a_lost_node_taint_replaces_ours_for_that_key() -> None:
+    doc = sample_doc("minimal")
+    theirs = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}  # forever
+    extra = {"key": "dedicated", "operator": "Equal", "value": "slurm", "effect": "NoSchedule"}
+    doc["spec"].setdefault("rest", {})["tolerations"] = [theirs, extra]
+    pod = _pod(manifests(SlurmCluster.model_validate(doc)), "Deployment", "minimal-rest")
+    assert pod["tolerations"][:2] == [theirs, extra]
+    assert [t["key"] for t in pod["tolerations"][2:]] == ["node.kubernetes.io/not-ready"]
