@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import accounting
 from slurmctl.render.rest import SLURMRESTD_UID
 from slurmctl.render.slurm_conf import render_slurm_conf
-from slurmctl.api.v1 import SlurmCluster
 from test.unit.render.samples import DBD_PASSWORD, manifests, sample, sample_doc
 
 JWT_LINES = ["AuthAltTypes=auth/jwt", "AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key"]
