@@ -403,28 +403,29 @@ def test_steps_started_while_configs_are_reinstalled_all_run_in_the_jail(cluster
     assert_nothing_lost(outcome(c, "configs re-installed while 25 steps start", jobs))
 
 
-@pytest.mark.timeout(420)  # a 75 s job, then two worker re-creations and the login's ConfigMap update
+@pytest.mark.timeout(540)  # a 75 s job, then two worker re-creations and the login's ConfigMap update
 def test_a_change_only_a_restart_applies_interrupts_no_job(cluster: Cluster) -> None:
     """PluginDir, written out (its default path, so nothing else changes): slurmctld restarts with its state saved,
     each worker is drained and re-created once its jobs are done, the login pod stays, and afterwards every daemon
     runs with the new setting. The job running across the change completes once, in its own time."""
     c = cluster
     plugin_dir = c.kube.exec(W0, "slurmd", "sh", "-c", "dirname /usr/lib/*-linux-gnu/slurm-wlm/libslurmfull.so").strip()
-    # Long enough that the roll reaches W0 while it runs: slurmctld's restart and W1's re-creation come first.
-    job = c.sbatch("-w", W0, wrap="sleep 75")
+    # On W1: the roll re-creates the highest ordinal first, so W1 is drained while its job runs whatever time
+    # slurmctld's restart takes (W0, behind W1's re-creation, may be reached only after a short job ended).
+    job = c.sbatch("-w", W1, wrap="sleep 75")
     c.running(job)
     before = {p: c.kube.json("pod", p)["metadata"]["uid"] for p in (CONTROLLER_POD, W0, W1, LOGIN_POD)}
     login_identity = identity(c.kube.json("pod", LOGIN_POD))
     c.patch({"op": "add", "path": "/spec/slurm/extraConfig", "value": f"PluginDir={plugin_dir}"})
     until(lambda: c.ready(CONTROLLER_POD, not_uid=before[CONTROLLER_POD]), timeout=240, interval=2, what="slurmctld")
     # The worker with the job stays, drained for its re-creation, while the job runs.
-    until(lambda: "re-created" in c.node(W0).get("Reason", ""), timeout=240, interval=2, what=f"{W0} drained")
+    until(lambda: "re-created" in c.node(W1).get("Reason", ""), timeout=240, interval=2, what=f"{W1} drained")
     holds(
-        lambda: c.kube.json("pod", W0)["metadata"]["uid"] == before[W0],
+        lambda: c.kube.json("pod", W1)["metadata"]["uid"] == before[W1],
         while_=lambda: c.state(job) == "RUNNING",
-        what=f"{W0} kept while its job runs",
+        what=f"{W1} kept while its job runs",
     )
-    for worker in (W0, W1):
+    for worker in (W1, W0):
         until(lambda w=worker: c.ready(w, not_uid=before[w]), timeout=300, interval=2, what=f"{worker} re-created")
         until(lambda w=worker: c.idle(w), timeout=120, interval=2, what=f"{worker} idle")
     row = outcome(c, "restart-requiring slurm.conf change (PluginDir)", [job])
