@@ -169,8 +169,8 @@ def test_a_node_registered_from_another_pods_address_is_left_alone(slurm: Slurm,
     """This pod's Kubernetes node was lost and the operator replaced the pod: the node of that name is the new pod's
     now, and the old pod's kubelet, back, runs this hook as it stops what was left."""
     slurm.node("ALLOCATED+DYNAMIC_NORM", jobs_for="forever")
-    slurm.registered_from("10.0.2.7")
-    hook, elapsed = prestop(slurm, tmp_path, WORKER_POD_ADDRESSES="10.0.1.5")
+    slurm.registered_from("10.244.2.7")
+    hook, elapsed = prestop(slurm, tmp_path, WORKER_POD_ADDRESSES="10.244.1.5")
     assert slurm.calls == [SHOW] and slurm.registered
     assert "another pod has its name now" in hook.stderr
     assert elapsed < 5
@@ -178,6 +178,6 @@ def test_a_node_registered_from_another_pods_address_is_left_alone(slurm: Slurm,
 
 def test_a_node_registered_from_this_pods_address_leaves_as_before(slurm: Slurm, tmp_path: Path) -> None:
     slurm.node("IDLE+DYNAMIC_NORM")
-    slurm.registered_from("10.0.1.5")
-    prestop(slurm, tmp_path, WORKER_POD_ADDRESSES="fd00::5 10.0.1.5")
+    slurm.registered_from("10.244.1.5")
+    prestop(slurm, tmp_path, WORKER_POD_ADDRESSES="fd00::5 10.244.1.5")
     assert slurm.calls == [SHOW, DRAIN, DELETE]
