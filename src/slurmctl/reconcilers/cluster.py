@@ -25,7 +25,7 @@ from slurmctl.reconcilers.base import (
     make_condition,
 )
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
-from slurmctl.reconcilers.observed import WorkerPod, cluster_of_pod, node_labels, topology_placement
+from slurmctl.reconcilers.observed import WorkerPod, cluster_of_pod, clusters_on, node_labels, topology_placement
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
@@ -111,13 +111,8 @@ class ClusterReconciler(ComponentReconciler):
 
     def clusters_on(self, node: Mapping[str, Any]) -> list[Request]:
         """The clusters with a worker pod on a Kubernetes node (from the pod cache)."""
-        name = (node.get("metadata") or {}).get("name")
-        found = set()
-        for label in WORKER_LABELS:
-            for pod in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: label}):
-                if (pod.get("spec") or {}).get("nodeName") == name:
-                    found.update(cluster_of_pod(pod))
-        return sorted(found)
+        pods = (p for label in WORKER_LABELS for p in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: label}))
+        return clusters_on(node, pods)
 
     def placement(self, loaded: Loaded) -> dict[str, dict[str, str]]:
         """Where the cluster's ready workers run, for topology.conf (nothing without spec.topology)."""

@@ -195,6 +195,13 @@ def cluster_of_pod(pod: Live) -> list[Request]:
     return [Request(md.get("namespace") or "", instance)] if instance else []
 
 
+def clusters_on(node: Live, pods: Iterable[Live]) -> list[Request]:
+    """The SlurmClusters with one of `pods` on this Kubernetes node: those its cordon or labels concern."""
+    name = (node.get("metadata") or {}).get("name")
+    on_node = (pod for pod in pods if (pod.get("spec") or {}).get("nodeName") == name)
+    return sorted({req for pod in on_node for req in cluster_of_pod(pod)})
+
+
 def deleting(obj: Live | None) -> bool:
     return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
 

@@ -33,7 +33,7 @@ from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
 from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_part
 from slurmctl.reconcilers.drain import Upkeep, evictable, jobs_by_node, lost_reason, upkeep
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost, slurmd_unreachable
-from slurmctl.reconcilers.observed import WorkerPod, node_ready, ready_since, unschedulable
+from slurmctl.reconcilers.observed import WorkerPod, clusters_on, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.reconcilers.slurm_metrics import Snapshot, collector_for
 from slurmctl.reconcilers.unhealthy import (
@@ -214,15 +214,8 @@ class SlurmNodesReconciler:
 
     def clusters_on(self, node: Mapping[str, Any]) -> list[Request]:
         """The clusters with a worker pod on a Kubernetes node (from the pod cache): those a cordon concerns."""
-        name = (node.get("metadata") or {}).get("name")
-        found = set()
-        for label in self.workers.decl.labels:
-            for pod in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: label}):
-                if (pod.get("spec") or {}).get("nodeName") == name:
-                    md = pod.get("metadata") or {}
-                    if instance := (md.get("labels") or {}).get(meta.LABEL_INSTANCE):
-                        found.add(Request(md.get("namespace") or "", instance))
-        return sorted(found)
+        labels = self.workers.decl.labels
+        return clusters_on(node, (p for lb in labels for p in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: lb})))
 
     def _cordoned(self, pod: WorkerPod) -> bool:
         return bool(pod.node_name) and not pod.terminating and unschedulable(self.cache.get(*NODE, pod.node_name))
