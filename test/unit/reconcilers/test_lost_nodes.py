@@ -41,10 +41,13 @@ def move(env: Env, pod: str, node: str) -> None:
     env.fake.put({**live, "spec": {**live.get("spec", {}), "nodeName": node}})
 
 
-async def three_nodes(env: Env, slurm: FakeSlurm) -> None:
-    """An Available cluster with one worker on each of node-a, node-b and node-c, each registered in Slurm, idle."""
-    await env.available(spec(size=3))
-    for node in ("node-a", "node-b", "node-c"):
+async def three_nodes(
+    env: Env, slurm: FakeSlurm, *, cluster: dict[str, Any] | None = None, spare: bool = False
+) -> None:
+    """An Available cluster (`cluster`: its spec, default three workers) with one worker on each of node-a, node-b
+    and node-c (and an empty node-d when `spare`), each registered in Slurm, idle."""
+    await env.available(cluster or spec(size=3))
+    for node in ("node-a", "node-b", "node-c", *(["node-d"] if spare else [])):
         k8s_node(env, node)
     for pod, node in zip(env.worker_pods(), ("node-a", "node-b", "node-c"), strict=True):
         move(env, pod, node)

@@ -16,8 +16,9 @@ from slurmctl.render.kinds import NODE
 from slurmctl.runtime.errors import ServerError
 from slurmctl.slurm import Node
 from test.unit.reconcilers.env import NAME, Env, spec
-from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
-from test.unit.reconcilers.test_lost_nodes import k8s_node, move, pod_deletes, uid_of
+from test.unit.reconcilers.fake_slurm import FakeSlurm
+from test.unit.reconcilers.test_lost_nodes import k8s_node, pod_deletes, uid_of
+from test.unit.reconcilers.test_lost_nodes import three_nodes as lost_nodes_three
 
 CPU = f"{NAME}-worker-cpu"
 P0, P1, P2 = f"{CPU}-0", f"{CPU}-1", f"{CPU}-2"
@@ -32,16 +33,8 @@ def opted_in(*, replace: bool = True) -> dict[str, Any]:
 
 
 async def three_nodes(env: Env, slurm: FakeSlurm, *, replace: bool = True) -> None:
-    """An Available cluster with one worker on each of node-a, node-b and node-c (and a spare node-d), each
-    registered in Slurm, idle."""
-    await env.available(opted_in(replace=replace))
-    for node in ("node-a", "node-b", "node-c", "node-d"):
-        k8s_node(env, node)
-    for pod, node in zip(env.worker_pods(), ("node-a", "node-b", "node-c"), strict=True):
-        move(env, pod, node)
-        slurm.add_node(pod)
-    connect(env, slurm)
-    await env.poll_slurm()
+    """One worker on each of node-a, node-b and node-c, and a spare node-d (test_lost_nodes.three_nodes)."""
+    await lost_nodes_three(env, slurm, cluster=opted_in(replace=replace), spare=True)
 
 
 def node_of(env: Env, name: str) -> dict[str, Any]:
