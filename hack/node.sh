@@ -880,6 +880,13 @@ sync_images() {
 }
 
 # start_extra K: containerd and kubelet of node K (again, after `crash`), until its Node is Ready.
+# Node K's containerd, in its mount namespace (unless it runs), answering on its socket.
+start_extra_containerd() {
+    daemon_running "containerd-$XK" ||
+        start_bg "containerd-$XK" nsenter --mount="$XNS" containerd --config "$XDIR/containerd/config.toml"
+    wait_containerd "containerd-$XK" "$XSOCK"
+}
+
 start_extra() {
     local bin
     bin=$(kube_bin_dir) || die "no kubelet cached in $CACHE; run 'hack/node.sh build' first"
@@ -890,9 +897,7 @@ start_extra() {
     CFG_ROOT=$XSTORE/root CFG_NODE=$XDIR CFG_OPT=$XSTORE/opt \
         containerd_config "$XDIR/containerd/config.toml" "$XDIR/containerd/state" "$XSOCK" cri
     write_cni_config "$XDIR" "$XRANGE"
-    daemon_running "containerd-$XK" ||
-        start_bg "containerd-$XK" nsenter --mount="$XNS" containerd --config "$XDIR/containerd/config.toml"
-    wait_containerd "containerd-$XK" "$XSOCK" || die "containerd of $XNAME did not start (log: $STATE/logs/containerd-$XK.log)"
+    start_extra_containerd || die "containerd of $XNAME did not start (log: $STATE/logs/containerd-$XK.log)"
     sync_images
     if ! daemon_running "kubelet-$XK"; then
         kubelet_flags "$XDIR" "$XNAME" "$XIP" "$XSOCK"
@@ -961,8 +966,7 @@ cmd_remove() {
     stop_pid "kubelet-$XK" kubelet
     if ! daemon_running "containerd-$XK" && [ -f "$XDIR/containerd/config.toml" ] &&
         nsenter --mount="$XNS" true 2>/dev/null; then
-        start_bg "containerd-$XK" nsenter --mount="$XNS" containerd --config "$XDIR/containerd/config.toml"
-        wait_containerd "containerd-$XK" "$XSOCK" || true
+        start_extra_containerd || true
     fi
     CTR_SOCK=$XSOCK NODE=$XDIR remove_containers "containerd-$XK"
     stop_pid "containerd-$XK" containerd
