@@ -113,7 +113,7 @@ class StatusWriter:
         self._due: dict[Key, float] = {}  # when each key's pending parts go out
         self._failures: dict[Key, int] = {}
         self._in_flight: set[Key] = set()
-        self._written: dict[Key, _Written] = {}  # what this writer wrote last, until the cache shows it
+        self._written: dict[Key, _Written] = {}  # what this writer wrote last, per cluster
         self._wake = asyncio.Event()
 
     # ---- what components call ---------------------------------------------------------------------------------
@@ -258,14 +258,15 @@ class StatusWriter:
                 self._written[key] = _Written(str(rv), applied.get("status") or {})
 
     def _base(self, key: Key, obj: Mapping[str, Any]) -> Status:
-        """The status as last written: this writer's last write until the cache has caught up with it."""
+        """The status as last written: `obj`'s own when it is not older than this writer's last write, else that
+        write's. The last write is kept (until the next, or the cluster is gone), not dropped once one copy shows
+        the cache caught up: a reconcile still holding a copy loaded before the write must see it too."""
         live: Status = dict(obj.get("status") or {})
         written = self._written.get(key)
         if written is None:
             return live
         live_rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         if live_rv and _not_older(live_rv, written.resource_version):
-            del self._written[key]
             return live
         return written.status
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from slurmctl.reconcilers.status import COALESCE_SECONDS, FIELD_MANAGER, PROGRESS_SECONDS
+from slurmctl.render.kinds import SLURM_CLUSTER
 from slurmctl.runtime import Request
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.runtime.fakes import FakeClock
@@ -92,3 +94,25 @@ async def test_progress_alone_is_written_once_its_window_has_passed() -> None:
         assert status_writes(env, mark) == 1
         assert env.reason("JailPopulated") == ("True", "Populated")
         assert env.phase() == "Reconciling"
+
+
+async def test_a_copy_of_the_cluster_from_before_a_write_still_sees_what_was_written() -> None:
+    """A reconcile that loaded the cluster before the status write compares its part with the written status, also
+    after another component's newer copy showed the cache caught up (else it takes old news for new: the populate-jail
+    component warned twice about one refused volume)."""
+    clock = FakeClock()
+    async with writing(clock) as env:
+        env.create(spec())
+        older = env.get(SLURM_CLUSTER, NAME)
+        assert older is not None
+        await reconcile_all(env)
+        await clock.advance(COALESCE_SECONDS)
+        newer = env.get(SLURM_CLUSTER, NAME)
+        assert newer is not None and status_writes(env) == 1
+
+        def populated(obj: dict[str, Any]) -> str | None:
+            conditions = env.ctx.status.view(obj).get("conditions") or []
+            return next((c["reason"] for c in conditions if c["type"] == "JailPopulated"), None)
+
+        assert populated(newer) == "Populating"
+        assert populated(older) == "Populating"
