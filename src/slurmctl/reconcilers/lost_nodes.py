@@ -31,13 +31,15 @@ What is done about a lost node's workers, each pass, from what Slurm says now:
    new, as every re-created worker pod does (the preStop deletes the node of a pod that goes normally; a lost pod
    runs no preStop). When Slurm refuses the delete (a job still completing there), the pod goes anyway: its new
    slurmd then takes the old record over, which ReturnToService=2 brings back.
+3. The standby slurmctld's pod on a lost node is judged the same way, its second witness slurmrestd's ping of it:
+   force-deleted once that goes unanswered (slurm_nodes.py `_recover_standby` says why), kept while it answers.
 
 Fail-safe: nothing is acted on
 
 - when Slurm cannot be asked (the pass ends before any of this: no drain, no DOWN, no delete);
-- when every Kubernetes node that hosts the cluster's workers is NotReady at once (as kube-controller-manager's
-  full-disruption mode: far more likely the control plane or the network than every node; one WARNING); the counts
-  start anew once it ends;
+- when every Kubernetes node that hosts the cluster's workers (or its standby slurmctld) is NotReady at once (as
+  kube-controller-manager's full-disruption mode: far more likely the control plane or the network than every node;
+  one WARNING); the counts start anew once it ends;
 - when the API server does not confirm, in a read right before acting, that the node is still NotReady in the same
   spell (an API server outage: the cache is stale; one WARNING per pass);
 - on a pod already force-deleted (its uid is remembered until it leaves the cache, which may lag the delete).

@@ -15,7 +15,8 @@ Kubernetes node is cordoned or uncordoned, or a worker pod's readiness changes):
   resumed. A drain with another reason is an administrator's and is left alone;
 - lost Kubernetes nodes (NotReady past `--node-lost-after`, reconcilers/lost_nodes.py): their workers are drained
   (`slurmctl: node N NotReady`); those whose slurmd Slurm cannot reach either are set DOWN, deleted from Slurm, and
-  their pods force-deleted so that their StatefulSets re-create them on Ready nodes;
+  their pods force-deleted so that their StatefulSets re-create them on Ready nodes; a standby slurmctld there that
+  Slurm cannot reach either is force-deleted too (it would stall every reconfigure of the primary);
 - unhealthy workers (reconcilers/unhealthy.py): in a group with `replaceUnhealthy`, an idle worker drained by one of
   slurmctl's health checks (`slurmctl-gpu:`, `slurmctl-nccl:`) has its Kubernetes node cordoned and labelled, and its
   pod deleted so that its StatefulSet re-creates it on another node; one pod of a group at a time.
@@ -179,12 +180,14 @@ class SlurmNodesReconciler:
             self.metrics.set(req.namespace, req.name, Snapshot(True, nodes, jobs, partitions))
             mine = {n.name: n for n in nodes if n.name.startswith(meta.worker_group(loaded.name, ""))}
             workers = [WorkerPod.of(pod) for pod in pods]
+            standby = self._standby(loaded)
             cordoned = {pod.name for pod in workers if self._cordoned(pod)}
             leaving = {going.node for going in self.workers.leaving(loaded)}
-            lost = await self._lost(loaded, workers)
+            lost = await self._lost(loaded, [*workers, *standby])
             plan = upkeep(workers, mine, cordoned=cordoned, leaving=leaving, lost=lost.lost)
             await self._upkeep(loaded, plan, mine, api)
             gone = await self._recover(loaded, workers, lost, mine, api)
+            await self._recover_standby(loaded, standby, lost, api)
             running = jobs_by_node(jobs)
             gone |= await self._replace_unhealthy(loaded, workers, mine, running, leaving=leaving, lost=lost.lost)
         except SlurmError as exc:
@@ -231,10 +234,18 @@ class SlurmNodesReconciler:
                 message = f"resumed {name} in Slurm: its drain ({why}) no longer holds"
                 self.workers.event(loaded, "Normal", "Resumed", message)
 
+    def _standby(self, loaded: Loaded) -> list[WorkerPod]:
+        """The standby slurmctld's pod (spec.controller.standby), when there is one: a lost node concerns it too."""
+        if not loaded.cluster.spec.controller.standby:
+            return []
+        pod = self.cache.get(*POD, f"{meta.controller_backup(loaded.name)}-0", namespace=loaded.namespace)
+        return [WorkerPod.of(pod)] if pod is not None else []
+
     async def _lost(self, loaded: Loaded, workers: list[WorkerPod]) -> LostVerdict:
-        """The cluster's worker pods on lost Kubernetes nodes, each node confirmed NotReady (in the same spell) by a
-        read from the API server just now; none when the threshold is 0, in a full disruption, or when the API
-        server does not answer (its cache may be stale). Pods already force-deleted are left out."""
+        """The cluster's pods (its workers and its standby slurmctld) on lost Kubernetes nodes, each node confirmed
+        NotReady (in the same spell) by a read from the API server just now; none when the threshold is 0, in a full
+        disruption, or when the API server does not answer (its cache may be stale). Pods already force-deleted are
+        left out."""
         key = (loaded.namespace, loaded.name)
         uids = {worker.uid for worker in workers}
         deleted = self._force_deleted.setdefault(key, set())
@@ -321,11 +332,38 @@ class SlurmNodesReconciler:
                 else:
                     message = f"deleted {worker.name} from Slurm ({reason}): its new pod registers it anew"
                     self.workers.event(loaded, "Normal", "SlurmNodeDeleted", message)
-            if await self._force_delete(loaded, worker, host, seconds):
+            if await self._force_delete(loaded, worker, host, seconds, why="Slurm cannot reach its slurmd"):
                 gone.add(worker.name)
         return gone
 
-    async def _force_delete(self, loaded: Loaded, worker: WorkerPod, host: str, seconds: int) -> bool:
+    async def _recover_standby(
+        self, loaded: Loaded, standby: list[WorkerPod], lost: LostVerdict, api: SlurmApi
+    ) -> None:
+        """The standby slurmctld on a lost Kubernetes node that Slurm cannot reach either (slurmrestd's ping of it
+        goes unanswered) is force-deleted, so that its StatefulSet starts it on a Ready node. Out of reach it takes
+        over nothing, and it stalls the primary: each start or `scontrol reconfigure` of the primary first asks every
+        backup to yield control and waits for the answer (up to 30 s per try, Slurm 24.11 controller.c
+        _shutdown_backup_controller), so Slurm stops answering while the operator applies a topology change. The
+        primary is left where it is: its standby takes over, and it takes control back when its node returns."""
+        key = (loaded.namespace, loaded.name)
+        for pod in standby:
+            host = lost.lost.get(pod.name)
+            if host is None:
+                continue
+            seconds = round(lost.not_ready.get(host, 0.0))
+            if (await api.controllers()).get(pod.name, False):
+                reported = self._drained_only.setdefault(key, set())
+                if pod.uid not in reported:
+                    message = (
+                        f"Kubernetes node {host} has been NotReady for {seconds}s but the standby slurmctld "
+                        f"{pod.name} still answers Slurm: its pod stays"
+                    )
+                    self.workers.warn(loaded, "NodeLost", message)
+                    reported.add(pod.uid)
+                continue
+            await self._force_delete(loaded, pod, host, seconds, why="the standby slurmctld does not answer Slurm")
+
+    async def _force_delete(self, loaded: Loaded, worker: WorkerPod, host: str, seconds: int, *, why: str) -> bool:
         """Delete this incarnation of the pod (its uid) at once: its kubelet is gone and would never confirm."""
         deleted = self._force_deleted.setdefault((loaded.namespace, loaded.name), set())
         try:
@@ -348,7 +386,7 @@ class SlurmNodesReconciler:
         deleted.add(worker.uid)
         message = (
             f"force-deleted Pod {worker.name} (uid {worker.uid}): Kubernetes node {host} has been NotReady for "
-            f"{seconds}s and Slurm cannot reach its slurmd; its StatefulSet re-creates it on a Ready node"
+            f"{seconds}s and {why}; its StatefulSet re-creates it on a Ready node"
         )
         self.workers.event(loaded, "Normal", "Deleted", message)
         return True

@@ -125,6 +125,11 @@ class SlurmClient:
                 f"slurmrestd at {self.base_url}: slurmctld does not answer ({', '.join(unreachable)})"
             )
 
+    async def controllers(self) -> dict[str, bool]:
+        """Each SlurmctldHost (by hostname) and whether it answered slurmrestd's ping just now."""
+        pings = await self._get("ping/", WirePings)
+        return {p.hostname: p.responding for p in pings.pings}
+
     async def nodes(self) -> list[Node]:
         return (await self._get("nodes/", WireNodes, query=NODES_QUERY)).parse()
 

@@ -25,6 +25,7 @@ class FakeSlurm:
         self.parts: list[Partition] = []
         self.down = ""  # when set, every call fails with this as the reason
         self.calls: list[tuple[str, tuple[str, ...], str]] = []  # (verb, nodes, reason) of every change
+        self.pings: dict[str, bool] = {}  # SlurmctldHost -> answers slurmrestd's ping
         # Accounting records by kind and key; what a fresh slurmdbd has, and an account an administrator made.
         self.records: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {
             "qos": {("normal",): {"name": "normal", "id": 1}},
@@ -68,6 +69,10 @@ class FakeSlurm:
     def _check(self) -> None:
         if self.down:
             raise SlurmUnavailable(self.down)
+
+    async def controllers(self) -> dict[str, bool]:
+        self._check()
+        return dict(self.pings)
 
     async def nodes(self) -> list[Node]:
         self._check()

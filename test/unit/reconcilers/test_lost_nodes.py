@@ -13,11 +13,11 @@ import pytest
 from slurmctl.reconcilers.lost_nodes import NotReadyClock, judge_lost, slurmd_unreachable
 from slurmctl.reconcilers.observed import WorkerPod
 from slurmctl.reconcilers.slurm_nodes import ready_changed
-from slurmctl.render.kinds import NODE, POD
+from slurmctl.render.kinds import NODE, POD, STATEFULSET
 from slurmctl.runtime import Event, EventType
 from slurmctl.runtime.errors import ServerError
 from slurmctl.slurm import Node, SlurmApiError
-from test.unit.reconcilers.env import NAME, Env, spec
+from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
 from test.unit.runtime.fakes import FakeClock
 
@@ -119,6 +119,70 @@ async def test_a_lost_node_is_drained_after_the_threshold_and_its_pod_replaced_o
         k8s_node(env, "node-a", since="2026-01-01T00:05:00Z")
         await env.poll_slurm()
         assert slurm.calls[mark:] == [] and len(pod_deletes(env)) == 1
+
+
+def controller_pod(env: Env, statefulset: str, node: str) -> str:
+    """A slurmctld StatefulSet (the primary's or the standby's) made its pod, running on `node`."""
+    sts = env.get(STATEFULSET, statefulset)
+    assert sts is not None, statefulset
+    pod = f"{statefulset}-0"
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "name": sts["metadata"]["name"],
+        "uid": sts["metadata"]["uid"],
+    }
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    metadata = {"name": pod, "namespace": NS, "labels": labels, "ownerReferences": [owner]}
+    env.fake.put({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"nodeName": node}})
+    env.pod_runs(pod)
+    return pod
+
+
+async def test_a_standby_slurmctld_on_a_lost_node_is_moved_once_slurm_cannot_reach_it_either() -> None:
+    """Out of reach, a standby fails over nothing and stalls each reconfigure of the primary: it is force-deleted
+    (its StatefulSet starts it on a Ready node) once slurmrestd's ping of it goes unanswered; one that still answers
+    stays, said once."""
+    clock = FakeClock()
+    async with Env(clock=clock) as env:
+        slurm = FakeSlurm()
+        await three_nodes(env, slurm, cluster=spec(size=3, controller={"standby": True}))
+        standby = controller_pod(env, f"{NAME}-controller-backup", "node-d")  # no worker there
+        primary = controller_pod(env, f"{NAME}-controller", "node-b")
+        slurm.pings = {primary: True, standby: True}
+        k8s_node(env, "node-d", ready="Unknown")
+        await env.poll_slurm()
+        await clock.advance(60)
+        await env.poll_slurm()
+        await env.poll_slurm()
+        assert pod_deletes(env) == [] and slurm.calls == [], "it still answers Slurm: only the kubelet is gone"
+        lost = [e for e in env.events() if e[1] == "NodeLost"]
+        assert lost == [
+            ("Warning", "NodeLost", f"Kubernetes node node-d has been NotReady for 60s but the standby slurmctld "
+             f"{standby} still answers Slurm: its pod stays")
+        ]  # fmt: skip
+
+        old_uid = uid_of(env, standby)
+        slurm.pings[standby] = False
+        await env.poll_slurm()
+        assert pod_deletes(env) == [(standby, 0, old_uid)], "force-deleted, only this incarnation"
+        assert slurm.calls == [], "nothing of the workers' Slurm nodes changes"
+        assert env.events()[-1][1:] == (
+            "Deleted",
+            f"force-deleted Pod {standby} (uid {old_uid}): Kubernetes node node-d has been NotReady for 60s and the "
+            "standby slurmctld does not answer Slurm; its StatefulSet re-creates it on a Ready node",
+        )
+        await env.poll_slurm()
+        assert len(pod_deletes(env)) == 1, "once"
+
+        # A primary on a lost node is left to Slurm's failover (its standby takes over).
+        k8s_node(env, "node-b", ready="Unknown")
+        slurm.pings[primary] = False
+        slurm.not_responding(P1)
+        await env.poll_slurm()
+        await clock.advance(60)
+        await env.poll_slurm()
+        assert [name for name, _, _ in pod_deletes(env)] == [standby, P1]
 
 
 async def test_a_node_slow_to_report_is_not_acted_on_before_the_threshold_and_a_flap_starts_the_count_anew() -> None:
