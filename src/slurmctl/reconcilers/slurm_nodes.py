@@ -341,10 +341,10 @@ class SlurmNodesReconciler:
     ) -> None:
         """The standby slurmctld on a lost Kubernetes node that Slurm cannot reach either (slurmrestd's ping of it
         goes unanswered) is force-deleted, so that its StatefulSet starts it on a Ready node. Out of reach it takes
-        over nothing, and it stalls the primary: each start or `scontrol reconfigure` of the primary first asks every
-        backup to yield control and waits for the answer (up to 30 s per try, Slurm 24.11 controller.c
-        _shutdown_backup_controller), so Slurm stops answering while the operator applies a topology change. The
-        primary is left where it is: its standby takes over, and it takes control back when its node returns."""
+        over nothing, and it stalls the primary: on each start, `scontrol reconfigure` and every SlurmctldTimeout
+        seconds the primary asks every backup to yield control and waits for the answer, up to 30 s, holding the
+        config read lock in its background loop (Slurm 24.11 controller.c _shutdown_backup_controller). The primary
+        is left where it is: its standby takes over, and it takes control back when its node returns."""
         key = (loaded.namespace, loaded.name)
         for pod in standby:
             host = lost.lost.get(pod.name)
