@@ -370,6 +370,7 @@ def test_the_login_and_database_pods_deleted_while_jobs_run(cluster: Cluster) ->
     assert_nothing_lost(outcome(c, "login and database pods deleted while jobs run", jobs))
 
 
+@pytest.mark.timeout(600)  # CI (2 cores, the install loop busy on one): 25 steps once took over 300 s
 def test_steps_started_while_configs_are_reinstalled_all_run_in_the_jail(cluster: Cluster) -> None:
     """The worker installs its configs again and again (as it does when the ConfigMap changes) while steps start:
     each step reads plugstack.conf at its start, and every one of them finds the chroot plugin there."""
@@ -390,7 +391,7 @@ def test_steps_started_while_configs_are_reinstalled_all_run_in_the_jail(cluster
         out = c.as_user(
             "for i in $(seq 25); do srun -w " + W0 + " -J reinstall cat /etc/slurmctl-fault-marker || echo FAILED;"
             " done",
-            timeout=300,
+            timeout=540,
         )
     finally:
         c.kube.exec(W0, "slurmd", "touch", stop)
