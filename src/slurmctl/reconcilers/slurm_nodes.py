@@ -135,10 +135,10 @@ class SlurmNodesReconciler:
         self._warned: dict[tuple[str, str], str] = {}
         self.not_ready = NotReadyClock(ctx.manager.clock)
         # By cluster (namespace, name): the uids of pods force-deleted for a lost node (the cache may still show them
-        # for a moment: never twice), of pods reported drained only (their slurmd answers: one Event), and whether the
-        # full-disruption WARNING was logged.
+        # for a moment: never twice), of pods on a lost node kept because Slurm still reaches them (one Event each),
+        # and whether the full-disruption WARNING was logged.
         self._force_deleted: dict[tuple[str, str], set[str]] = {}
-        self._drained_only: dict[tuple[str, str], set[str]] = {}
+        self._kept: dict[tuple[str, str], set[str]] = {}
         self._disrupted: set[tuple[str, str]] = set()
         # By cluster: the unhealthy workers replaced, by pod name (never twice for one drain: reconcilers/unhealthy.py).
         self._replaced: dict[tuple[str, str], dict[str, Replacement]] = {}
@@ -155,7 +155,7 @@ class SlurmNodesReconciler:
             self.metrics.forget(req.namespace, req.name)
             self.ctx.slurm.forget(req.name, req.namespace)
             self._warned.pop((req.namespace, req.name), None)
-            for memory in (self._force_deleted, self._drained_only):
+            for memory in (self._force_deleted, self._kept):
                 memory.pop((req.namespace, req.name), None)
             self._replaced.pop((req.namespace, req.name), None)
             self._disrupted.discard((req.namespace, req.name))
@@ -285,7 +285,7 @@ class SlurmNodesReconciler:
             for pod, host in verdict.lost.items()
             if host in confirmed and by_name[pod].uid and by_name[pod].uid not in deleted
         }
-        reported = self._drained_only.setdefault(key, set())
+        reported = self._kept.setdefault(key, set())
         reported &= {by_name[pod].uid for pod in lost}
         return LostVerdict(lost, verdict.not_ready, verdict.next_check)
 
@@ -295,7 +295,6 @@ class SlurmNodesReconciler:
         """Two witnesses: a worker on a lost Kubernetes node whose slurmd Slurm cannot reach either is set DOWN,
         deleted from Slurm and its pod force-deleted; one whose slurmd still answers is left drained. Returns the pods
         deleted. A Slurm outage raises (nothing more is done); a refused delete in Slurm does not hold the pod."""
-        key = (loaded.namespace, loaded.name)
         gone: set[str] = set()
         for worker in workers:
             host = lost.lost.get(worker.name)
@@ -304,14 +303,8 @@ class SlurmNodesReconciler:
             node = nodes.get(worker.name)
             seconds = round(lost.not_ready.get(host, 0.0))
             if not slurmd_unreachable(node):
-                reported = self._drained_only.setdefault(key, set())
-                if worker.uid not in reported:
-                    message = (
-                        f"Kubernetes node {host} has been NotReady for {seconds}s but slurmd on {worker.name} still "
-                        f"answers Slurm: {worker.name} is drained and its pod stays (its jobs still run)"
-                    )
-                    self.workers.warn(loaded, "NodeLost", message)
-                    reported.add(worker.uid)
+                why = f"slurmd on {worker.name} still answers Slurm: {worker.name} is drained and its pod stays"
+                self._keep(loaded, worker, f"{why} (its jobs still run)", host=host, seconds=seconds)
                 continue
             reason = lost_reason(host)
             if node is not None and node.base != "DOWN":
@@ -345,23 +338,23 @@ class SlurmNodesReconciler:
         seconds the primary asks every backup to yield control and waits for the answer, up to 30 s, holding the
         config read lock in its background loop (Slurm 24.11 controller.c _shutdown_backup_controller). The primary
         is left where it is: its standby takes over, and it takes control back when its node returns."""
-        key = (loaded.namespace, loaded.name)
         for pod in standby:
             host = lost.lost.get(pod.name)
             if host is None:
                 continue
             seconds = round(lost.not_ready.get(host, 0.0))
             if (await api.controllers()).get(pod.name, False):
-                reported = self._drained_only.setdefault(key, set())
-                if pod.uid not in reported:
-                    message = (
-                        f"Kubernetes node {host} has been NotReady for {seconds}s but the standby slurmctld "
-                        f"{pod.name} still answers Slurm: its pod stays"
-                    )
-                    self.workers.warn(loaded, "NodeLost", message)
-                    reported.add(pod.uid)
+                why = f"the standby slurmctld {pod.name} still answers Slurm: its pod stays"
+                self._keep(loaded, pod, why, host=host, seconds=seconds)
                 continue
             await self._force_delete(loaded, pod, host, seconds, why="the standby slurmctld does not answer Slurm")
+
+    def _keep(self, loaded: Loaded, pod: WorkerPod, why: str, *, host: str, seconds: int) -> None:
+        """A pod on a lost node that Slurm still reaches stays: one Warning `NodeLost` per pod (its uid) saying why."""
+        kept = self._kept.setdefault((loaded.namespace, loaded.name), set())
+        if pod.uid not in kept:
+            self.workers.warn(loaded, "NodeLost", f"Kubernetes node {host} has been NotReady for {seconds}s but {why}")
+            kept.add(pod.uid)
 
     async def _force_delete(self, loaded: Loaded, worker: WorkerPod, host: str, seconds: int, *, why: str) -> bool:
         """Delete this incarnation of the pod (its uid) at once: its kubelet is gone and would never confirm."""

@@ -62,6 +62,9 @@ def sinfo_state(slurm: LocalSlurm) -> str:
 
 async def test_ping_and_the_node_as_slurm_sees_it(rest_slurm: LocalSlurm, client: SlurmClient) -> None:
     await client.ping()
+    # The one SlurmctldHost, by the name `scontrol ping` gives it, answering.
+    (host,) = (await client.controllers()).items()
+    assert host[1] and f"at {host[0]} is UP" in rest_slurm.run("scontrol", "ping").stdout, host
     node = await read_until(lambda: the_node(client, rest_slurm.node), lambda n: n.base == "IDLE", what="idle node")
     assert (node.display, node.drain, node.busy) == ("Idle", False, False)
     assert node.partitions == ("debug",)
@@ -178,6 +181,7 @@ async def test_slurmctld_gone_is_unavailable_and_slurmrestd_stops_with_the_insta
             slurm.wait_until(lambda: not Path(f"/proc/{ctld}").exists(), what="slurmctld to exit")
             with pytest.raises(SlurmUnavailable, match="slurmctld does not answer"):
                 await c.ping()
+            assert set((await c.controllers()).values()) == {False}, "each SlurmctldHost listed, none answering"
             with pytest.raises(SlurmUnavailable, match="Unable to contact slurm controller"):
                 await c.nodes()
     # `down` stopped the slurmrestd it started (by its recorded PID).

@@ -353,6 +353,13 @@ async def test_slurmctld_gone_fails_ping_though_slurmrestd_answers_200(session: 
     assert "slurmctld does not answer" in assert_one_line(info.value)
 
 
+async def test_controllers_says_which_slurmctld_host_answered_slurmrestds_ping(session: aiohttp.ClientSession) -> None:
+    async with serve(dict([route("ping")])) as (url, _):
+        assert await client(session, url).controllers() == {"vm": True}
+    async with serve(dict([route("ctld_down_ping")])) as (url, _):
+        assert await client(session, url).controllers() == {"vm": False}, "an answer, not an error: the host is down"
+
+
 async def test_slurmctld_gone_makes_nodes_unavailable_not_a_slurm_refusal(session: aiohttp.ClientSession) -> None:
     assert recording("ctld_down_nodes")["status"] == 502
     async with serve(dict([route("ctld_down_nodes")])) as (url, _):
