@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,20 @@ class Leftovers:
 
     def empty(self) -> bool:
         return not (self.processes or self.mounts or self.links or self.netns or self.paths)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that used a cluster's namespace (a `Kube` argument) reports what Slurm said at that moment: a
+    job that never ran or a node Slurm drained on its own explains most timeouts, and the namespace is gone later."""
+    report: pytest.TestReport = yield
+    if report.when == "call" and report.failed:
+        for kube in {id(v): v for v in getattr(item, "funcargs", {}).values() if isinstance(v, Kube)}.values():
+            try:
+                report.sections.append((f"Slurm in {kube.ns} at the failure", kube.slurm_state()))
+            except (AssertionError, ValueError, subprocess.SubprocessError) as exc:  # the API server is gone, ...
+                report.sections.append((f"Slurm in {kube.ns} at the failure", f"not readable: {exc}"))
+    return report
 
 
 def cmdline(pid: str) -> str:

@@ -59,6 +59,21 @@ class Kube:
         items: list[dict[str, Any]] = self.json("pods", "-l", selector)["items"]
         return items
 
+    def slurm_state(self) -> str:
+        """What Slurm says now and what its daemons said last, for a failed test's report: `sinfo -R` and every job
+        (through each login pod), and the last lines of every slurmctld and slurmd log in the namespace."""
+        out = []
+        for pod in self.pods("app.kubernetes.io/component=login"):
+            name, command = pod["metadata"]["name"], "sinfo -R; squeue -a -t all"
+            found = self.cp.kubectl("-n", self.ns, "exec", name, "-c", "sshd", "--", "sh", "-c", command, check=False)
+            out.append(f"--- {name}: {command}\n{found.stdout}{found.stderr}")
+        for component, container in (("controller", "slurmctld"), ("workers", "slurmd")):
+            for pod in self.pods(f"app.kubernetes.io/component={component}"):
+                name = pod["metadata"]["name"]
+                logs = self.run("logs", name, "-c", container, "--tail=30", check=False)
+                out.append(f"--- {name}/{container}, last lines\n{logs}")
+        return "\n".join(out)
+
     def apply(self, objects: list[dict[str, Any]]) -> None:
         """Server-side apply, as one List."""
         items = {"apiVersion": "v1", "kind": "List", "items": objects}
