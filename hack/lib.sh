@@ -3,6 +3,9 @@
 #   LOG_PREFIX   what log/die print in front of each line (e.g. "control-plane")
 #   CACHE        the binary/log cache (~/.cache/slurmctl)
 #   STATE        the state directory; start_bg/stop_pid keep PIDs in $STATE/pids and logs in $STATE/logs
+#
+# Under `set -o pipefail`, `cmd | grep -q X` can fail although X was there: grep exits at the first match and cmd,
+# still writing, dies of SIGPIPE. These scripts test pipes with `grep X >/dev/null`, which reads everything.
 
 log() { printf '%s: %s\n' "$LOG_PREFIX" "$*" >&2; }
 die() {
@@ -40,7 +43,7 @@ apt_updated=0
 ensure_apt_packages() {
     local missing=() p
     for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep 'install ok installed' >/dev/null || missing+=("$p")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
     mkdir -p "$CACHE/logs"
@@ -102,7 +105,7 @@ pid_alive() {
     cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
     [[ $cmdline == *"$name"* ]] || return 1
     [ "${PID_MATCH_STATE:-0}" != 1 ] || [[ $cmdline == *"$STATE"* ]] ||
-        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "LOCAL_SLURM_DIR=$STATE"
+        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -xF "LOCAL_SLURM_DIR=$STATE" >/dev/null
 }
 
 recorded_pid() {

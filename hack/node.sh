@@ -307,7 +307,7 @@ cmd_build_image() {
 # The pause image: compiled on the host (no image with a compiler exists here, nothing is pulled) into a build
 # context with images/pause/Dockerfile.
 ensure_pause_image() {
-    if [ -n "${STORE_SOCK:-}" ] && ctr_at "$STORE_SOCK" images ls -q "name==$PAUSE_IMAGE" | grep -q .; then
+    if [ -n "${STORE_SOCK:-}" ] && ctr_at "$STORE_SOCK" images ls -q "name==$PAUSE_IMAGE" | grep . >/dev/null; then
         return 0
     fi
     local ctx start=$SECONDS
@@ -321,7 +321,7 @@ ensure_pause_image() {
 }
 
 has_pause_image() {
-    list_images | grep -qx "$PAUSE_IMAGE"
+    list_images | grep -x "$PAUSE_IMAGE" >/dev/null
 }
 
 cmd_build() {
@@ -667,7 +667,7 @@ delete_pods() {
     # volume cleanup, which the kubelet need not finish: what it leaves is unmounted below.
     local deadline=$((SECONDS + 45))
     while [ $SECONDS -lt $deadline ]; do
-        ctr_at "$CTR_SOCK" tasks ls 2>/dev/null | grep -q RUNNING || return 0
+        ctr_at "$CTR_SOCK" tasks ls 2>/dev/null | grep RUNNING >/dev/null || return 0
         sleep 0.3
     done
     log "some pods were still running after 45s; removing their containers directly"
@@ -717,7 +717,20 @@ pids_of_shims() {
     local p
     for p in /proc/[0-9]*; do
         [ -r "$p/cmdline" ] || continue
-        tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $1 " && printf '%s\n' "${p#/proc/}"
+        tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -F -- "-address $1 " >/dev/null && printf '%s\n' "${p#/proc/}"
+    done
+    return 0
+}
+
+# The shims' children of the containerd at socket $1: processes in its pods' network namespaces, host-network pods
+# (whose namespace is the machine's) left out.
+pod_netns_pids() {
+    local shim pid host
+    host=$(readlink /proc/self/ns/net)
+    for shim in $(pids_of_shims "$1"); do
+        for pid in $(pgrep -P "$shim" || true); do
+            [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" = "$host" ] || printf '%s\n' "$pid"
+        done
     done
     return 0
 }
@@ -843,12 +856,12 @@ make_mount_namespace() {
 # The kubelet accepts a node IP only if an interface of the machine has it: 127.0.0.K is added to lo (as a /32, so
 # no route changes: all of 127.0.0.0/8 is local already), labelled as ours, and removed with the node.
 add_node_address() {
-    ip -o addr show dev lo | grep -qF " $XIP/" && return 0
+    ip -o addr show dev lo | grep -F " $XIP/" >/dev/null && return 0
     ip addr add "$XIP/32" dev lo label "lo:slurmctl$XK"
 }
 
 remove_node_address() {
-    ip -o addr show dev lo label "lo:slurmctl$XK" | grep -qF " $XIP/32" || return 0
+    ip -o addr show dev lo label "lo:slurmctl$XK" | grep -F " $XIP/32" >/dev/null || return 0
     ip addr del "$XIP/32" dev lo label "lo:slurmctl$XK" || log "could not remove $XIP from lo"
 }
 
@@ -928,12 +941,12 @@ cmd_add() {
 cmd_crash() {
     extra_node "$1"
     [ -d "$XDIR" ] || die "node $XNAME is not up"
-    local ns pid
-    if nsenter --mount="$XNS" true 2>/dev/null; then
-        for ns in $(nsenter --mount="$XNS" sh -c 'ls /run/netns 2>/dev/null' | grep '^cni-' || true); do
-            nsenter --mount="$XNS" ip -n "$ns" link set eth0 down 2>/dev/null || true
-        done
-    fi
+    local pid
+    # Only node K's pods: found through its own shims' processes, never through /run/netns, where node K's mount
+    # namespace (a slave of the machine's) also sees node 1's pods' namespaces.
+    for pid in $(pod_netns_pids "$XSOCK"); do
+        nsenter --net="/proc/$pid/ns/net" ip link set eth0 down 2>/dev/null || true
+    done
     for pid in $(recorded_pid "kubelet-$XK") $(recorded_pid "containerd-$XK"); do
         kill -KILL "$pid" 2>/dev/null || true
     done

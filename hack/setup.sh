@@ -13,7 +13,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 SYSTEM_PACKAGES=(openssh-client munge)
 missing=()
 for pkg in "${SYSTEM_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep 'install ok installed' >/dev/null || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]} from apt"

@@ -60,11 +60,12 @@ class Kube:
         return items
 
     def slurm_state(self) -> str:
-        """What Slurm says now and what its daemons said last, for a failed test's report: `sinfo -R` and every job
-        (through each login pod), and the last lines of every slurmctld and slurmd log in the namespace."""
-        out = []
+        """What Slurm says now and what its daemons said last, for a failed test's report: where the pods run,
+        `sinfo -R`, every job and which controller answers (through each login pod), and the last lines of every
+        slurmctld and slurmd log in the namespace."""
+        out = [self.run("get", "pods", "-o", "wide", check=False)]
         for pod in self.pods("app.kubernetes.io/component=login"):
-            name, command = pod["metadata"]["name"], "sinfo -R; squeue -a -t all"
+            name, command = pod["metadata"]["name"], "sinfo -R; squeue -a -t all; scontrol ping"
             found = self.cp.kubectl("-n", self.ns, "exec", name, "-c", "sshd", "--", "sh", "-c", command, check=False)
             out.append(f"--- {name}: {command}\n{found.stdout}{found.stderr}")
         for component, container in (("controller", "slurmctld"), ("workers", "slurmd")):
@@ -130,6 +131,15 @@ def small_cluster(name: str, **spec: Any) -> list[dict[str, Any]]:
             "spec": {"jail": {"volume": {"claimName": f"{name}-jail"}}, "workers": [worker], **spec},
         },
     ]
+
+
+def node_fields(shown: str) -> dict[str, str]:
+    """The fields of one `scontrol show node -o` line; Reason, the last field, may hold spaces."""
+    head, _, reason = shown.strip().partition(" Reason=")
+    fields = dict(kv.split("=", 1) for kv in head.split() if "=" in kv)
+    if reason:
+        fields["Reason"] = reason
+    return fields
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:

@@ -34,6 +34,7 @@ from test.e2e.pods.slurm import (
     accounting_into,
     database,
     identity,
+    node_fields,
     pod_ready,
     small_cluster,
 )
@@ -103,17 +104,11 @@ class Cluster:
         )
 
     def node(self, name: str) -> dict[str, str]:
-        """`scontrol show node` fields; {} when Slurm does not know the node. Reason (the last field) may hold
-        spaces."""
+        """`scontrol show node` fields; {} when Slurm does not know the node."""
         try:
-            out = self.login("scontrol", "show", "node", "-o", name)
+            return node_fields(self.login("scontrol", "show", "node", "-o", name))
         except AssertionError:
             return {}
-        head, _, reason = out.strip().partition(" Reason=")
-        fields = dict(kv.split("=", 1) for kv in head.split() if "=" in kv)
-        if reason:
-            fields["Reason"] = reason
-        return fields
 
     def idle(self, name: str) -> bool:
         """Idle and taking jobs (a dynamic node's state reads IDLE+DYNAMIC_NORM)."""

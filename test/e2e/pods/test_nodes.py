@@ -1,21 +1,27 @@
-"""Several Kubernetes nodes on this machine (hack/node.sh add): each its own node, workers spread over them, the
-controller away from the login node with a standby slurmctld on another node, topology from their labels.
+"""Several Kubernetes nodes on this machine (hack/node.sh add): workers spread over them, topology from their labels,
+the primary slurmctld's node crashed (the standby takes over), a node lost with a job and the standby slurmctld on
+it, a worker drained by a health check moved off its node.
 
-Nodes 2 and 3 join the package's cluster for this module only (each its own kubelet and containerd). One SlurmCluster
-(three workers, a login node, slurmrestd, slurmctld with a standby) is shared by the tests. Node labels: switch `sw1`
-= nodes 1 and 2, `sw2` = node 3; the two slurmctld pods may run on nodes 2 and 3 only and the login pod (through which
-the tests reach Slurm) on node 1 only.
-
-The crash tests (a lost node, the primary controller's node lost, a worker drained by a health check moved) are not
-here yet: see issue 22's notes. `hack/node.sh crash K` / `start K` are the verbs they use.
+Nodes 2 and 3 join the package's cluster for this module only (each its own kubelet and containerd; `crash` kills one
+as a machine failure would: pods off the network, every process SIGKILLed; `start` is its reboot). One SlurmCluster
+(three workers, a login node, slurmrestd, slurmctld with a standby) is shared by the tests, in order. Node labels:
+switch `sw1` = nodes 1 and 2, `sw2` = node 3; the two slurmctld pods may run on nodes 2 and 3 only and the login pod
+(through which the tests reach Slurm) on node 1 only, which is never crashed: it runs the scheduler and DNS.
+slurmrestd goes wherever the scheduler puts it: when that node is crashed, it has to come back elsewhere for slurmctl
+to act. The operator runs with a short lost-node threshold and Slurm with short timeouts so that the module stays
+short; kube-controller-manager keeps its default 40 s before a silent node is NotReady. Each test prints its figures
+(seconds from the crash).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +30,7 @@ import pytest
 
 from test.e2e.harness import NODE_NAME, Node, node_script
 from test.e2e.pods.conftest import SLURM_IMAGES, TEST_IMAGE
-from test.e2e.pods.slurm import Kube, small_cluster
+from test.e2e.pods.slurm import Kube, node_fields, pod_ready, small_cluster
 from test.waiting import until
 
 pytestmark = pytest.mark.e2e
@@ -38,6 +44,9 @@ PRIMARY, BACKUP = f"{NAME}-controller-0", f"{NAME}-controller-backup-0"
 LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
 WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
 JAIL = "/mnt/jail"
+STATE_FILE = "/var/spool/slurmctld/job_state"  # in the state directory both controllers share
+LOST_AFTER = 10  # seconds: the operator's --node-lost-after in this module
+OPERATOR_ARGS = ("--node-lost-after", str(LOST_AFTER))
 
 
 @dataclass
@@ -58,6 +67,68 @@ class Fleet:
     def placement(self) -> dict[str, str]:
         """Worker pod -> the Kubernetes node it runs on."""
         return {name: p["spec"].get("nodeName", "") for name, p in self.workers().items()}
+
+    def slurm_node(self, name: str) -> dict[str, str]:
+        try:
+            return node_fields(self.login("scontrol", "show", "node", "-o", name))
+        except AssertionError:
+            return {}
+
+    def moved(self, worker: str, old_uid: str, away_from: str) -> bool:
+        """The worker's pod is a new one, Ready on another node than `away_from`."""
+        pod = self.workers().get(worker)
+        return (
+            pod is not None
+            and pod["metadata"]["uid"] != old_uid
+            and pod["spec"].get("nodeName") not in ("", away_from)
+            and pod_ready(pod)
+        )
+
+    def job(self, job: str) -> dict[str, str]:
+        try:
+            out = self.login("scontrol", "show", "job", "-o", job)
+        except AssertionError:
+            return {}
+        return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+
+    def node_of(self, pod: str) -> str:
+        return str(self.kube.json("pod", pod)["spec"].get("nodeName", ""))
+
+    def ready(self, pod: str) -> bool:
+        found = self.kube.cp.kubectl("-n", self.kube.ns, "get", "pod", pod, "-o", "json", check=False)
+        return found.returncode == 0 and pod_ready(json.loads(found.stdout))
+
+    def sbatch(self, *args: str, timeout: float = 120) -> str:
+        words = ["sbatch", "--parsable", f"--output=/tmp/{NAME}-%j.out", *args]
+        return self.in_jail(" ".join(words), timeout=timeout).strip().split(";")[0]
+
+    def events(self, reason: str) -> list[str]:
+        """The messages of the SlurmCluster's Events with this reason, oldest first."""
+        items = self.kube.json("events", "--field-selector", f"involvedObject.name={NAME},reason={reason}")["items"]
+        items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return [str(e.get("message", "")) for e in items]
+
+    def configs_installed(self) -> bool:
+        """Every slurmctld and slurmd has installed the configs ConfigMap as it is now. The kubelet updates each pod's
+        copy up to about a minute after the API, at a different moment per pod, and each install reconfigures that
+        daemon: slurmd re-executes itself, dropping what its RPC threads had not finished within MessageTimeout (Slurm
+        24.11 slurmd.c `_try_to_reconfig`): a job ending then stays COMPLETING until slurmctld re-sends its
+        termination, up to KillWait + 2 x MessageTimeout later, checked once a minute. Tests that time jobs start
+        once every copy is current."""
+        data: dict[str, str] = self.kube.json("configmap", f"{NAME}-slurm-configs")["data"]
+        want = {f"/etc/slurm/{k}": hashlib.sha256(v.encode()).hexdigest() for k, v in data.items()}
+        daemons = [(pod, "slurmd") for pod in self.workers()] + [(PRIMARY, "slurmctld"), (BACKUP, "slurmctld")]
+        for pod, container in daemons:
+            try:
+                out = self.kube.exec(pod, container, "sha256sum", *want, timeout=30)
+            except (AssertionError, subprocess.SubprocessError):
+                return False
+            if {path: digest for digest, path in (line.split() for line in out.splitlines())} != want:
+                return False
+        return True
+
+    def until_configs_installed(self) -> None:
+        until(self.configs_installed, timeout=180, interval=3, what="every Slurm daemon on the current configs")
 
     def srun_all(self) -> set[str]:
         """The hosts `srun -N3` ran on; empty when it could not run (within 60 s)."""
@@ -98,8 +169,9 @@ def fleet(node: Node, nodes: list[str], kube: Kube, operator: Path) -> Iterator[
         topology={"tree": {"levels": [SWITCH_LABEL]}},
         controller={"standby": True, "nodeSelector": {CONTROLLERS_LABEL: "yes"}},
         login={"nodeSelector": {"kubernetes.io/hostname": NODE_NAME}},
+        slurm={"config": {"slurmctldTimeout": 20}, "extraConfig": "SlurmdTimeout=30", "allowOperatorOwnedKeys": True},
     )
-    objects[1]["spec"]["workers"][0].update(size=3)
+    objects[1]["spec"]["workers"][0].update(size=3, replaceUnhealthy=True)
     kube.apply(objects)
     kube.until_available(NAME, operator, timeout=600)
     f = Fleet(node, kube)
@@ -159,3 +231,208 @@ def test_topology_follows_the_node_labels(fleet: Fleet) -> None:
     print(f"topology: {shown}")
     ran = fleet.in_jail("srun -N2 --switches=1@60 hostname", timeout=120).split()
     assert sorted(ran) == expected["sw1"], ran
+
+
+def number(node_name: str) -> str:
+    """hack/node.sh's K of an extra node."""
+    assert node_name in NODES[1:], f"{node_name} is not an extra node"
+    return node_name.rsplit("-", 1)[1]
+
+
+def crash(fleet: Fleet, node_name: str) -> float:
+    assert fleet.node.state_dir is not None
+    t0 = time.monotonic()
+    crashed = node_script("crash", fleet.node.state_dir, number(node_name))
+    assert crashed.returncode == 0, crashed.stderr
+    return t0
+
+
+def start(fleet: Fleet, node_name: str) -> None:
+    assert fleet.node.state_dir is not None
+    started = node_script("start", fleet.node.state_dir, number(node_name))
+    assert started.returncode == 0, started.stderr
+
+
+@contextmanager
+def crashed(fleet: Fleet, node_name: str) -> Iterator[float]:
+    """The node crashed (yields when, by the monotonic clock) and started again on the way out, also when the test
+    failed: the next test gets three nodes."""
+    t0 = crash(fleet, node_name)
+    try:
+        yield t0
+    finally:
+        start(fleet, node_name)
+
+
+@pytest.mark.timeout(480)
+def test_the_standby_takes_control_when_the_primary_s_node_crashes(fleet: Fleet) -> None:
+    """The primary slurmctld's node crashes: the standby takes control (SlurmctldTimeout is 20 s here), a job running
+    on another node goes on, a new job is accepted and runs. The node comes back before Kubernetes would call it lost:
+    its slurmctld takes control back, and the jobs are as they were (one state directory, nothing requeued)."""
+    primary_node, standby_node = fleet.node_of(PRIMARY), fleet.node_of(BACKUP)
+    placement = fleet.placement()
+    (steady,) = [w for w, n in placement.items() if n == NODES[0]]
+    (spare,) = [w for w, n in placement.items() if n == standby_node]
+    fleet.until_configs_installed()
+    running = fleet.sbatch("-w", steady, "--wrap", "'sleep 600'")
+    until(lambda: fleet.job(running).get("JobState") == "RUNNING", timeout=60, what=f"job {running} running")
+    started = fleet.job(running)["StartTime"]
+    # A crash loses what slurmctld had not saved yet (README "What a crash can still lose"): it saves at most every
+    # 5 s. Measured here without this wait: the standby, knowing the job only as pending, launched it again on the
+    # same node, whose slurmd refused the duplicate; Slurm drained the node and held the job.
+    mark = float(fleet.kube.exec(PRIMARY, "slurmctld", "date", "+%s.%N"))
+    until(
+        lambda: float(fleet.kube.exec(PRIMARY, "slurmctld", "stat", "-c", "%.9Y", STATE_FILE)) > mark,
+        timeout=30,
+        interval=0.5,
+        what="slurmctld's next state save",
+    )
+    with crashed(fleet, primary_node) as t0:
+        accepted = until(
+            lambda: _try(lambda: fleet.sbatch("-w", spare, "--wrap", "hostname", timeout=90)),
+            timeout=180,
+            interval=2,
+            what="a job accepted by the standby",
+        )
+        accepted_s = time.monotonic() - t0
+        ping = fleet.login("scontrol", "ping", timeout=60)
+        assert re.search(rf"primary\) at {PRIMARY} is DOWN", ping), ping
+        during = fleet.job(running)
+        assert (during.get("JobState"), during.get("StartTime")) == ("RUNNING", started), during
+        # Back at once: within Kubernetes' 40 s before NotReady, nothing is moved (the next test loses a node).
+    until(
+        lambda: re.search(rf"primary\) at {PRIMARY} is UP", _try(lambda: fleet.login("scontrol", "ping")) or ""),
+        timeout=180,
+        interval=2,
+        what="the primary slurmctld answering again",
+    )
+    back_s = time.monotonic() - t0
+    print(f"primary's node crashed: a job accepted after {accepted_s:.0f}s, the primary back after {back_s:.0f}s")
+    until(lambda: fleet.job(accepted).get("JobState") == "COMPLETED", timeout=60, what=f"job {accepted} done")
+    after = fleet.job(running)
+    assert (after.get("JobState"), after.get("StartTime"), after.get("Restarts")) == ("RUNNING", started, "0"), after
+    fleet.login("scancel", running)
+    until(lambda: len(fleet.srun_all()) == 3, timeout=180, interval=3, what="srun -N3 on the three workers")
+
+
+def _try(call: Callable[[], str]) -> str | None:
+    """The call's answer, or None when it failed (Slurm not answering yet)."""
+    try:
+        return call()
+    except AssertionError:
+        return None
+
+
+@pytest.mark.timeout(720)  # NotReady after 40 s, slurmrestd back after 30 s more, the node restarted at the end
+def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet) -> None:
+    """The standby controller's node crashes with a job on its worker: slurmctl drains that Slurm node once Kubernetes
+    has said NotReady for the threshold and Slurm cannot reach its slurmd, removes the stranded worker pod, the
+    StatefulSet places it on another node, its new slurmd registers, and `srun -N3` works again without anyone
+    touching Slurm. The standby slurmctld, out of Slurm's reach too, is moved to a Ready node (unreachable, it would
+    stall the primary's reconfigure for the new topology); the primary goes on. The node's return duplicates
+    nothing."""
+    lost_node = fleet.node_of(BACKUP)
+    # (One worker there, unless the previous test's crash lasted long enough for its worker to be moved here too.)
+    victim = min(w for w, n in fleet.placement().items() if n == lost_node)
+    fleet.until_configs_installed()
+    job = fleet.sbatch("--requeue", "-w", victim, "--wrap", "'sleep 600'")
+    until(lambda: fleet.job(job).get("JobState") == "RUNNING", timeout=60, what=f"job {job} running")
+    old_uid = fleet.workers()[victim]["metadata"]["uid"]
+    with crashed(fleet, lost_node) as t0:
+        figures: dict[str, float] = {}
+
+        def drained() -> bool:
+            # In Slurm the drain may last only a moment: once slurmctld cannot reach the slurmd either, the same pass
+            # sets the node DOWN and deletes it. The Events tell.
+            return any(
+                f"{victim} in Slurm (slurmctl: node {lost_node} NotReady)" in m for m in fleet.events("Draining")
+            )
+
+        until(drained, timeout=240, interval=2, what=f"{victim} drained for {lost_node}")
+        figures["Slurm node drained"] = time.monotonic() - t0
+
+        until(
+            lambda: fleet.moved(victim, old_uid, lost_node),
+            timeout=300,
+            interval=2,
+            what=f"{victim} Ready on another node",
+        )
+        figures["new pod Ready elsewhere"] = time.monotonic() - t0
+        # (`NodeDown` too, unless slurmctld had already set the node DOWN itself: SlurmdTimeout is 30 s here.)
+        # (Both force-deletes are one `Deleted` Event: the runtime keeps the latest message of a repeated reason.)
+        assert any(victim in m for m in fleet.events("SlurmNodeDeleted")), fleet.events("SlurmNodeDeleted")
+        until(lambda: fleet.ready(BACKUP), timeout=180, what="the standby slurmctld Ready on another node")
+        figures["standby Ready elsewhere"] = time.monotonic() - t0
+        assert fleet.node_of(BACKUP) != lost_node
+
+        # The batch job was requeued by Slurm, not lost: it runs again (on the new pod: it asked for that node), so it
+        # is cancelled for `srun -N3` to find all three idle.
+        def requeued() -> dict[str, str] | None:
+            state = fleet.job(job)
+            return state if state.get("Restarts", "0") != "0" else None
+
+        state = until(requeued, timeout=60, what=f"job {job} requeued")
+        print(f"the job on {victim}: JobState={state.get('JobState')} Restarts={state.get('Restarts')}")
+        fleet.login("scancel", job)
+        until(lambda: len(fleet.srun_all()) == 3, timeout=240, interval=3, what="srun -N3 working again")
+        figures["srun -N3 works again"] = time.monotonic() - t0
+        print(f"node {lost_node} lost: " + ", ".join(f"{k} {v:.0f}s" for k, v in figures.items()))
+    # Back: its kubelet finds the old pods gone from the API and starts nothing of them. One Slurm node per worker,
+    # all answering; both controllers answer.
+    on_lost = fleet.node.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={lost_node}", "-o", "name")
+    assert not {f"pod/{victim}", f"pod/{BACKUP}"} & set(on_lost.stdout.split()), on_lost.stdout
+    ping = fleet.login("scontrol", "ping", timeout=60)
+    assert re.search(rf"at {PRIMARY} is UP", ping) and re.search(rf"at {BACKUP} is UP", ping), ping
+    assert len(fleet.workers()) == 3
+    in_slurm = fleet.login("sinfo", "-h", "-N", "-o", "%N").split()
+    assert sorted(set(in_slurm)) == sorted(fleet.workers()), in_slurm
+    assert len(fleet.srun_all()) == 3
+
+
+@pytest.mark.timeout(480)
+def test_a_worker_drained_by_a_health_check_moves_off_its_node(fleet: Fleet) -> None:
+    """The GPU health check's drain (simulated: the same `scontrol update` the check makes, with its reason prefix) on
+    an idle worker of a group that opts in: slurmctl cordons the Kubernetes node, labelled with why, and the pod
+    comes back on another node, registered anew (idle, not drained). An administrator's drain is left alone."""
+    placement = fleet.placement()
+    admin = next(w for w, n in placement.items() if n == NODES[0])
+    victim, bad_node = next((w, n) for w, n in placement.items() if n in NODES[1:])
+    old_uid = fleet.workers()[victim]["metadata"]["uid"]
+    fleet.login("scontrol", "update", f"NodeName={admin}", "State=DRAIN", "Reason=admin: cable check")
+    t0 = time.monotonic()
+    fleet.login("scontrol", "update", f"NodeName={victim}", "State=DRAIN", "Reason=slurmctl-gpu: simulated XID 79")
+    try:
+
+        def cordoned() -> dict[str, Any] | None:
+            obj = json.loads(fleet.node.kubectl("get", "node", bad_node, "-o", "json").stdout)
+            return obj if obj["spec"].get("unschedulable") else None
+
+        node = until(cordoned, timeout=120, interval=2, what=f"{bad_node} cordoned")
+        cordon_s = time.monotonic() - t0
+        assert node["metadata"]["labels"].get("slurm.slurmctl.io/unhealthy") == "gpu", node["metadata"]["labels"]
+        assert "simulated XID 79" in node["metadata"]["annotations"].get("slurm.slurmctl.io/unhealthy-reason", "")
+
+        until(
+            lambda: fleet.moved(victim, old_uid, bad_node),
+            timeout=240,
+            interval=2,
+            what=f"{victim} Ready on another node",
+        )
+        moved_s = time.monotonic() - t0
+        until(
+            lambda: (
+                fleet.slurm_node(victim).get("State", "").startswith("IDLE")
+                and "DRAIN" not in fleet.slurm_node(victim).get("State", "")
+            ),
+            timeout=120,
+            what=f"{victim} idle in Slurm again",
+        )
+        assert any(bad_node in m and "simulated XID 79" in m for m in fleet.events("Replacing"))
+        # The administrator's drain: still there, its pod untouched.
+        assert fleet.slurm_node(admin).get("Reason", "").startswith("admin: cable check")
+        assert fleet.workers()[admin]["spec"]["nodeName"] == NODES[0]
+        print(f"unhealthy worker: node cordoned after {cordon_s:.0f}s, pod Ready on another node after {moved_s:.0f}s")
+    finally:
+        fleet.node.kubectl("uncordon", bad_node, check=False)
+        fleet.node.kubectl("label", "node", bad_node, "slurm.slurmctl.io/unhealthy-", check=False)
+        fleet.login("scontrol", "update", f"NodeName={admin}", "State=RESUME")
