@@ -77,7 +77,7 @@ CTR_SOCK=$NODE/containerd/containerd.sock
 PAUSE_IMAGE=k8s.gcr.io/pause:3.2
 REGISTRY_HOSTS=(_default docker.io ghcr.io registry.k8s.io k8s.gcr.io gcr.io quay.io)
 NODE_PACKAGES=(containerd runc buildah containernetworking-plugins dnsmasq-base iptables iproute2 gcc libc6-dev
-    busybox-static)
+    busybox-static procps)
 # Daemons in start order; `down` stops them in reverse (kubelet first, containerd last).
 DAEMONS=(containerd dnsmasq dns-watcher kube-scheduler kubelet)
 BUILDAH=(buildah --root "$CACHE/buildah/root" --runroot "$CACHE/buildah/runroot" --storage-driver vfs)
