@@ -211,7 +211,7 @@ class Context:
     status: StatusWriter = field(init=False)  # every component's status goes through it
 
     def __post_init__(self) -> None:
-        self.slurm = SlurmAccess(self.manager.cache)
+        self.slurm = SlurmAccess(self.manager.cache, clock=self.manager.clock, registry=self.manager.metrics.registry)
         self.status = StatusWriter(self.manager)
         self.manager.add_runnable("status-writer", self.status.run)
 

@@ -4,22 +4,41 @@ The address is the ready slurmrestd pod's IP from the pod cache, not the Service
 where the cluster's DNS does not answer (outside the cluster, as the tests and `make run` do), and pod IPs route
 wherever the pod network does. Tokens are minted for SlurmUser, which may drain, resume, set DOWN and delete nodes;
 they are cached per key (a new key Secret means a new uid) and never logged.
+
+What each cluster's Slurm says is read here too, once for every reader (`snapshot`, reconcilers/slurm_snapshot.py);
+each read sets the `slurm_*` series, and every request to slurmrestd is counted
+(`slurmctl_slurmrestd_requests_total`, reconcilers/slurm_metrics.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import aiohttp
+from prometheus_client import CollectorRegistry
 
 from slurmctl.reconcilers.observed import deleting, pod_ready, uid
+from slurmctl.reconcilers.slurm_metrics import SlurmCollector, collector_for
+from slurmctl.reconcilers.slurm_snapshot import PARTITIONS_MAX_AGE, SlurmSnapshot
 from slurmctl.render import meta
 from slurmctl.render.cluster import JWT_KEY
 from slurmctl.render.kinds import POD, SECRET
 from slurmctl.runtime.cache import Cache
-from slurmctl.slurm import AccountingKind, Job, Node, Partition, SlurmClient, SlurmUnavailable, TokenSource
+from slurmctl.runtime.clock import REAL_CLOCK, Clock
+from slurmctl.slurm import (
+    AccountingKind,
+    Job,
+    Node,
+    Partition,
+    SlurmClient,
+    SlurmError,
+    SlurmUnavailable,
+    TokenSource,
+)
 
 REST_COMPONENT = "rest"
 TOKEN_USER = "slurm"  # noqa: S105 - a user name: tokens are minted for SlurmUser
@@ -59,14 +78,27 @@ def _ready(pod: Mapping[str, Any]) -> bool:
 
 
 class SlurmAccess:
-    """One per operator: the HTTP session all clusters' clients share, and each cluster's token source."""
+    """One per operator: the HTTP session all clusters' clients share, each cluster's token source, and each
+    cluster's latest snapshot of Slurm."""
 
-    def __init__(self, cache: Cache, *, timeout: float = 10.0, connect: Connect | None = None) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        timeout: float = 10.0,
+        connect: Connect | None = None,
+        clock: Clock = REAL_CLOCK,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self._cache = cache
         self._timeout = timeout
         self._connect = connect
+        self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._tokens: dict[tuple[str, str], tuple[str, TokenSource]] = {}  # (ns, cluster) -> (key uid, source)
+        self._snapshots: dict[tuple[str, str], SlurmSnapshot] = {}
+        self._reading: dict[tuple[str, str], asyncio.Lock] = {}
+        self.metrics: SlurmCollector | None = collector_for(registry) if registry is not None else None
 
     def address(self, c: str, namespace: str) -> str | None:
         """The ready slurmrestd pod's IP, if there is one (its readiness changes wake the callers)."""
@@ -87,9 +119,70 @@ class SlurmAccess:
         if self._session is None or self._session.closed:
             # Slurm is reached on pod IPs only: no proxy lookups, no netrc.
             self._session = aiohttp.ClientSession(trust_env=False)
+        metrics = self.metrics
         return SlurmClient(
-            session=self._session, base_url=base_url, token=token, user=TOKEN_USER, timeout=self._timeout
+            session=self._session,
+            base_url=base_url,
+            token=token,
+            user=TOKEN_USER,
+            timeout=self._timeout,
+            on_request=None if metrics is None else lambda method, path: metrics.count(namespace, c, method, path),
         )
+
+    # --- the shared snapshot -------------------------------------------------------------------------------------
+
+    async def snapshot(self, c: str, namespace: str, *, max_age: float) -> SlurmSnapshot:
+        """The cluster's latest snapshot if it is no older than `max_age` seconds (and nothing changed Slurm since),
+        else a new one, read once for every reader that asks meanwhile. An outage comes back as a snapshot whose
+        `error` says why; it is never raised here."""
+        key = (namespace, c)
+        found = self._snapshots.get(key)
+        if found is not None and found.fresh(self._clock.monotonic(), max_age):
+            return found
+        async with self._reading.setdefault(key, asyncio.Lock()):
+            found = self._snapshots.get(key)
+            if found is not None and found.fresh(self._clock.monotonic(), max_age):
+                return found  # taken by the reader this one waited for
+            taken = await self._read(c, namespace, found)
+            self._keep(key, taken)
+            return taken
+
+    def latest(self, c: str, namespace: str) -> SlurmSnapshot | None:
+        """The cluster's latest snapshot, however old (None before the first): what a reader that must not cause a
+        read looks at (an outage every reader saw)."""
+        return self._snapshots.get((namespace, c))
+
+    def unreachable(self, c: str, namespace: str, why: str) -> None:
+        """Slurm cannot be asked at all now (slurmrestd disabled, or no ready pod): the snapshot every reader sees
+        until the next one looks again (which costs no request while there is no address)."""
+        self._keep((namespace, c), SlurmSnapshot(self._clock.monotonic(), error=SlurmUnavailable(why), stale=True))
+
+    def changed(self, c: str, namespace: str) -> None:
+        """Someone changed Slurm (a drain, a resume, a node set DOWN or deleted): the next reader reads again."""
+        key = (namespace, c)
+        if (found := self._snapshots.get(key)) is not None:
+            self._snapshots[key] = dataclasses.replace(found, stale=True)
+
+    async def _read(self, c: str, namespace: str, previous: SlurmSnapshot | None) -> SlurmSnapshot:
+        started = self._clock.monotonic()
+        try:
+            api = self.client(c, namespace)
+            nodes = tuple(await api.nodes())
+            jobs = tuple(await api.jobs())
+            partitions: tuple[Partition, ...] = ()
+            partitions_at: float | None = None
+            if previous is not None and previous.partitions_at is not None:
+                partitions, partitions_at = previous.partitions, previous.partitions_at
+            if partitions_at is None or started - partitions_at > PARTITIONS_MAX_AGE:
+                partitions, partitions_at = tuple(await api.partitions()), started
+        except SlurmError as exc:
+            return SlurmSnapshot(started, error=exc)
+        return SlurmSnapshot(started, nodes, jobs, partitions, partitions_at)
+
+    def _keep(self, key: tuple[str, str], snapshot: SlurmSnapshot) -> None:
+        self._snapshots[key] = snapshot
+        if self.metrics is not None:
+            self.metrics.set(*key, snapshot)
 
     def _token(self, c: str, namespace: str) -> TokenSource:
         name = meta.jwt_key_secret(c)
@@ -105,7 +198,12 @@ class SlurmAccess:
         return cached[1]
 
     def forget(self, c: str, namespace: str) -> None:
+        """The cluster is gone: its token, its snapshot and its series with it."""
         self._tokens.pop((namespace, c), None)
+        self._snapshots.pop((namespace, c), None)
+        self._reading.pop((namespace, c), None)
+        if self.metrics is not None:
+            self.metrics.forget(namespace, c)
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -8,22 +8,24 @@ so a dashboard needs no separate exporter.
 | slurm_jobs | namespace, cluster, state | jobs slurmctld knows, by state (running, pending, completed, ...) |
 | slurm_partition_nodes | namespace, cluster, partition | nodes in each partition |
 | slurm_partition_cpus | namespace, cluster, partition | CPUs in each partition |
+| slurmctl_slurmrestd_requests_total | namespace, cluster, method, endpoint | requests the operator sent slurmrestd |
 
-Values are the last snapshot per cluster, served at scrape time; a deleted cluster's series disappear with it.
+Values are the last snapshot per cluster (reconcilers/slurm_snapshot.py), served at scrape time; a deleted cluster's
+series disappear with it. The request counter is how the cost of watching Slurm is measured (bench/ and the README's
+figures): `endpoint` is the path's first part after the API version (`nodes`, `jobs`, `node`, `qos`, ...).
 """
 
 from __future__ import annotations
 
 import weakref
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from slurmctl.slurm import Job, Node, Partition
+from slurmctl.reconcilers.slurm_snapshot import SlurmSnapshot
 
 _LABELS = ["namespace", "cluster"]
 
@@ -32,25 +34,32 @@ def state_label(name: str) -> str:
     return name.lower().replace("+", "_")
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    up: bool
-    nodes: Sequence[Node] = field(default_factory=tuple)
-    jobs: Sequence[Job] = field(default_factory=tuple)
-    partitions: Sequence[Partition] = field(default_factory=tuple)
+def endpoint(path: str) -> str:
+    """`/slurm/v0.0.42/node/w-0` -> `node`: a bounded label (no node names)."""
+    parts = [p for p in path.split("?", maxsplit=1)[0].split("/") if p]
+    return parts[2] if len(parts) > 2 else "/".join(parts)
 
 
 class SlurmCollector(Collector):
     def __init__(self) -> None:
-        self._snapshots: dict[tuple[str, str], Snapshot] = {}
+        self._snapshots: dict[tuple[str, str], SlurmSnapshot] = {}
+        self._requests: Counter[tuple[str, str, str, str]] = Counter()
 
-    def set(self, namespace: str, cluster: str, snapshot: Snapshot) -> None:
+    def set(self, namespace: str, cluster: str, snapshot: SlurmSnapshot) -> None:
         self._snapshots[(namespace, cluster)] = snapshot
+
+    def count(self, namespace: str, cluster: str, method: str, path: str) -> None:
+        self._requests[(namespace, cluster, method, endpoint(path))] += 1
+
+    def requests(self, namespace: str, cluster: str) -> int:
+        return sum(n for (ns, c, _, _), n in self._requests.items() if (ns, c) == (namespace, cluster))
 
     def forget(self, namespace: str, cluster: str) -> None:
         self._snapshots.pop((namespace, cluster), None)
+        for key in [k for k in self._requests if k[:2] == (namespace, cluster)]:
+            del self._requests[key]
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         up = GaugeMetricFamily("slurm_up", "Whether the operator's last read of slurmrestd succeeded", labels=_LABELS)
         nodes = GaugeMetricFamily("slurm_nodes", "Slurm nodes by state", labels=[*_LABELS, "state"])
         jobs = GaugeMetricFamily("slurm_jobs", "Slurm jobs by state", labels=[*_LABELS, "state"])
@@ -68,7 +77,14 @@ class SlurmCollector(Collector):
             for part in snap.partitions:
                 p_nodes.add_metric([*key, part.name], part.total_nodes)
                 p_cpus.add_metric([*key, part.name], part.total_cpus)
-        yield from (up, nodes, jobs, p_nodes, p_cpus)
+        requests = CounterMetricFamily(
+            "slurmctl_slurmrestd_requests",
+            "Requests the operator sent slurmrestd",
+            labels=[*_LABELS, "method", "endpoint"],
+        )
+        for (namespace, cluster, method, path), count in sorted(self._requests.items()):
+            requests.add_metric([namespace, cluster, method, path], count)
+        yield from (up, nodes, jobs, p_nodes, p_cpus, requests)
 
 
 _COLLECTORS: weakref.WeakKeyDictionary[CollectorRegistry, SlurmCollector] = weakref.WeakKeyDictionary()

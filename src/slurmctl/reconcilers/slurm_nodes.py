@@ -1,5 +1,7 @@
-"""Slurm's view on Kubernetes, read from each cluster's slurmrestd every `POLL_SECONDS` (and when a worker pod's
-Kubernetes node is cordoned or uncordoned, or a worker pod's readiness changes):
+"""Slurm's view on Kubernetes, from each cluster's Slurm snapshot (reconcilers/slurm_snapshot.py) every
+`POLL_SECONDS` (and when a worker pod's Kubernetes node is cordoned or uncordoned, or a worker pod's readiness
+changes). This loop is what keeps each cluster's snapshot fresh while slurmrestd is ready: it takes a new one when the
+last is older than NODE_LOOP_MAX_AGE (another reader, the drain gate, may have taken one just before):
 
 - each worker pod's `SlurmNodeState` condition (reason: the Slurm state, e.g. Idle, Allocated, Drained; message:
   Slurm's reason), applied to pods/status only when it differs from what the pod carries;
@@ -8,7 +10,7 @@ Kubernetes node is cordoned or uncordoned, or a worker pod's readiness changes):
   from evictions. When Slurm cannot be asked (slurmrestd disabled, not ready or failing), every such label is taken
   off: a stale "evictable" could let an eviction kill a job. Written only when it changes;
 - the node counts in the cluster status (the IDLE, ALLOC and DRAIN columns), written only when they change;
-- the `slurm_*` metrics (reconcilers/slurm_metrics.py);
+- the `slurm_*` metrics (reconcilers/slurm_metrics.py), set by every snapshot;
 - slurmctl's drains outside the drain gate (drain.upkeep): a worker whose Kubernetes node is cordoned is drained
   (`slurmctl: Kubernetes node N is cordoned`) so that its jobs finish, no new one lands, and it becomes evictable;
   a node slurmctl drained for a reason that no longer holds (uncordoned, or the group grew back before it went) is
@@ -36,7 +38,7 @@ from slurmctl.reconcilers.drain import Upkeep, evictable, jobs_by_node, lost_rea
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost, slurmd_unreachable
 from slurmctl.reconcilers.observed import WorkerPod, clusters_on, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_access import SlurmApi
-from slurmctl.reconcilers.slurm_metrics import Snapshot, collector_for
+from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE
 from slurmctl.reconcilers.unhealthy import (
     ANNOTATION_UNHEALTHY_REASON,
     CHECK_NAMES,
@@ -126,12 +128,11 @@ def worker_pod_changed(event: Event) -> bool:
 
 
 class SlurmNodesReconciler:
-    """Keyed by SlurmCluster; each pass reads Slurm once and requeues itself (Slurm sends no events)."""
+    """Keyed by SlurmCluster; each pass decides on one snapshot and requeues itself (Slurm sends no events)."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.cache = ctx.manager.cache
-        self.metrics = collector_for(ctx.manager.metrics.registry)
         self._warned: dict[tuple[str, str], str] = {}
         self.not_ready = NotReadyClock(ctx.manager.clock)
         # By cluster (namespace, name): the uids of pods force-deleted for a lost node (the cache may still show them
@@ -152,7 +153,6 @@ class SlurmNodesReconciler:
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
-            self.metrics.forget(req.namespace, req.name)
             self.ctx.slurm.forget(req.name, req.namespace)
             self._warned.pop((req.namespace, req.name), None)
             for memory in (self._force_deleted, self._kept):
@@ -165,33 +165,36 @@ class SlurmNodesReconciler:
         if isinstance(loaded, Invalid):
             await self._evictable(req.namespace, pods, set())  # Slurm was not asked: nothing is evictable
             return None
-        if not loaded.cluster.spec.rest.enabled or self.ctx.slurm.address(loaded.name, loaded.namespace) is None:
+        c, ns = loaded.name, loaded.namespace
+        if not loaded.cluster.spec.rest.enabled or self.ctx.slurm.address(c, ns) is None:
             # Nothing to ask: no polling until slurmrestd is enabled (a spec change) and its pod is ready (a pod
-            # event); both wake this loop.
-            self.metrics.set(req.namespace, req.name, Snapshot(up=False))
+            # event); both wake this loop. Every reader sees the outage.
+            why = "spec.rest.enabled is false" if not loaded.cluster.spec.rest.enabled else "no ready slurmrestd pod"
+            self.ctx.slurm.unreachable(c, ns, why)
             await self._evictable(req.namespace, pods, set())
             return None
+        workers = [WorkerPod.of(pod) for pod in pods]
+        standby = self._standby(loaded)
+        lost = await self._lost(loaded, [*workers, *standby])
+        # Setting a lost node's worker DOWN and deleting it is decided on a read taken for that decision.
+        before = self.ctx.slurm.latest(c, ns)
+        snapshot = await self.ctx.slurm.snapshot(c, ns, max_age=0.0 if lost.lost else NODE_LOOP_MAX_AGE)
         try:
-            api = self.ctx.slurm.client(loaded.name, loaded.namespace)
-            nodes = await api.nodes()
-            jobs = await api.jobs()
-            partitions = await api.partitions()
+            nodes = snapshot.check().nodes
             self._warned.pop((req.namespace, req.name), None)
-            self.metrics.set(req.namespace, req.name, Snapshot(True, nodes, jobs, partitions))
-            mine = {n.name: n for n in nodes if n.name.startswith(meta.worker_group(loaded.name, ""))}
-            workers = [WorkerPod.of(pod) for pod in pods]
-            standby = self._standby(loaded)
+            mine = {n.name: n for n in nodes if n.name.startswith(meta.worker_group(c, ""))}
             cordoned = {pod.name for pod in workers if self._cordoned(pod)}
             leaving = {going.node for going in self.workers.leaving(loaded)}
-            lost = await self._lost(loaded, [*workers, *standby])
             plan = upkeep(workers, mine, cordoned=cordoned, leaving=leaving, lost=lost.lost)
+            api = self.ctx.slurm.client(c, ns)
             await self._upkeep(loaded, plan, mine, api)
             gone = await self._recover(loaded, workers, lost, mine, api)
             await self._recover_standby(loaded, standby, lost, api)
-            running = jobs_by_node(jobs)
+            running = jobs_by_node(snapshot.jobs)
             gone |= await self._replace_unhealthy(loaded, workers, mine, running, leaving=leaving, lost=lost.lost)
         except SlurmError as exc:
-            self.metrics.set(req.namespace, req.name, Snapshot(up=False))
+            if snapshot.up:  # a write failed, perhaps half-way: the next reader reads again
+                self.ctx.slurm.changed(c, ns)
             if self._warned.get((req.namespace, req.name)) != str(exc):
                 log.warning("cannot read Slurm %s", kv(namespace=req.namespace, name=req.name, error=exc))
             self._warned[(req.namespace, req.name)] = str(exc)
@@ -201,7 +204,7 @@ class SlurmNodesReconciler:
             pods = [pod for pod in pods if (pod.get("metadata") or {}).get("name") not in gone]
             workers = [worker for worker in workers if worker.name not in gone]
         await self._pod_conditions(loaded, pods, mine)
-        # From this read of Slurm; a node drained or resumed just now is judged again on the next pass.
+        # From this snapshot; a node drained or resumed just now is judged again on the next pass.
         changed = {*plan.resume, *(name for names in plan.drain.values() for name in names)}
         may_go = {w.name for w in workers if w.name not in changed and evictable(w, mine.get(w.name), running)}
         await self._evictable(req.namespace, pods, may_go)
@@ -211,6 +214,10 @@ class SlurmNodesReconciler:
         # A node drained for a cordon is often idle at once: look again soon, so that `kubectl drain` waits little.
         # A NotReady node is looked at again when it reaches the threshold.
         after = DRAIN_POLL_SECONDS if plan.drain else POLL_SECONDS
+        if snapshot is before:
+            # Decided on an earlier read (a pod event woke this pass): what the event changed in Slurm (a slurmd
+            # registering, or gone) is looked at once that read is too old to share.
+            after = min(after, NODE_LOOP_MAX_AGE)
         if lost.next_check is not None:
             after = max(min(after, lost.next_check), 0.5)
         return Result(requeue_after=after)
@@ -224,6 +231,8 @@ class SlurmNodesReconciler:
         return bool(pod.node_name) and not pod.terminating and unschedulable(self.cache.get(*NODE, pod.node_name))
 
     async def _upkeep(self, loaded: Loaded, plan: Upkeep, nodes: Mapping[str, Node], api: SlurmApi) -> None:
+        if plan.drain or plan.resume:
+            self.ctx.slurm.changed(loaded.name, loaded.namespace)
         for reason, names in plan.drain.items():
             await api.drain(names, reason=reason)
             self.workers.event(loaded, "Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
@@ -307,6 +316,7 @@ class SlurmNodesReconciler:
                 self._keep(loaded, worker, f"{why} (its jobs still run)", host=host, seconds=seconds)
                 continue
             reason = lost_reason(host)
+            self.ctx.slurm.changed(loaded.name, loaded.namespace)
             if node is not None and node.base != "DOWN":
                 await api.set_down([worker.name], reason=reason)
                 message = (

@@ -47,6 +47,7 @@ from slurmctl.reconcilers.observed import (
     worker_replicas,
 )
 from slurmctl.reconcilers.populate_jail import jail_gate_open
+from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET, Kind
 from slurmctl.runtime import Result
@@ -208,8 +209,9 @@ class WorkersReconciler(ComponentReconciler):
         builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(*self.decl.labels)])
 
     async def _gate(self, loaded: Loaded, leaving: list[Leaving]) -> Gate:
-        """Ask Slurm about the nodes that must go and drain those not drained yet. Slurm is not asked at all when
-        no node must go, so a Slurm outage never holds scaling out or a new cluster."""
+        """Judge the nodes that must go on a Slurm snapshot no older than GATE_MAX_AGE, and drain those not drained
+        yet. Slurm is not asked at all when no node must go, so a Slurm outage never holds scaling out or a new
+        cluster."""
         if not leaving:
             return Gate(Verdict(frozenset(), (), {}, {}))
         c, ns = loaded.name, loaded.namespace
@@ -218,15 +220,17 @@ class WorkersReconciler(ComponentReconciler):
         if not loaded.cluster.spec.rest.enabled:
             return Gate(None, unreachable="slurmrestd is disabled (spec.rest.enabled is false)")
         try:
-            api = self.ctx.slurm.client(c, ns)
-            nodes = {node.name: node for node in await api.nodes()}
-            verdict = judge(leaving, nodes=nodes, jobs=await api.jobs(), now=now(), timeout=timeouts)
+            snapshot = (await self.ctx.slurm.snapshot(c, ns, max_age=GATE_MAX_AGE)).check()
+            verdict = judge(leaving, nodes=snapshot.by_name, jobs=snapshot.jobs, now=now(), timeout=timeouts)
             by_reason: dict[str, list[str]] = defaultdict(list)
             for going in verdict.to_drain:
                 by_reason[going.reason].append(going.node)
-            for reason, names in sorted(by_reason.items()):
-                await api.drain(names, reason=reason)
-                self.event(loaded, "Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
+            if by_reason:
+                api = self.ctx.slurm.client(c, ns)
+                self.ctx.slurm.changed(c, ns)
+                for reason, names in sorted(by_reason.items()):
+                    await api.drain(names, reason=reason)
+                    self.event(loaded, "Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
         except SlurmError as exc:
             return Gate(None, unreachable=str(exc))
         for node, jobs in sorted(verdict.timed_out.items()):

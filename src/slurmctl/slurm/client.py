@@ -93,7 +93,8 @@ def _check_names(names: Sequence[str]) -> list[str]:
 
 class SlurmClient:
     """slurmrestd's API as the operator uses it. `token` is called before every request (a `TokenSource`), `user` is
-    the Slurm user the token was minted for; `timeout` (seconds) bounds each call from connect to the last byte."""
+    the Slurm user the token was minted for; `timeout` (seconds) bounds each call from connect to the last byte;
+    `on_request(method, path)` is told of every request sent (the operator counts them)."""
 
     def __init__(
         self,
@@ -103,6 +104,7 @@ class SlurmClient:
         token: Callable[[], str],
         user: str = "slurm",
         timeout: float = DEFAULT_TIMEOUT,
+        on_request: Callable[[str, str], None] | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
@@ -111,6 +113,7 @@ class SlurmClient:
         self._token = token
         self.user = user
         self.timeout = timeout
+        self._on_request = on_request
 
     def __repr__(self) -> str:
         return f"SlurmClient(base_url={self.base_url!r}, user={self.user!r}, timeout={self.timeout})"
@@ -233,6 +236,8 @@ class SlurmClient:
             raise SlurmAuthError(f"{where}: cannot get a token: {type(exc).__name__}: {exc}") from None
         headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": token, "Accept": "application/json"}
         started = time.monotonic()
+        if self._on_request is not None:
+            self._on_request(method, full_path)
         try:
             async with asyncio.timeout(self.timeout):
                 async with self._session.request(

@@ -124,6 +124,10 @@ class Job:
     exit_code: ExitCode
     # The rest of Slurm's job_state list: "COMPLETING", "REQUEUED", ...
     state_flags: frozenset[str] = frozenset()
+    # Why it waits (Slurm's state_reason: "Resources", "Priority", "PartitionNodeLimit", ...); "" when Slurm says None.
+    reason: str = ""
+    partition: str = ""
+    node_count: int | None = None  # nodes requested (pending) or allocated (running)
 
 
 @dataclass(frozen=True)
@@ -251,6 +255,9 @@ class _WireJob(_Wire):
     nodes: _HostList = ()
     job_resources: _WireJobResources | None = None
     exit_code: _WireExitCode = Field(default_factory=_WireExitCode)
+    state_reason: str = ""
+    partition: str = ""
+    node_count: _NoVal = Field(default_factory=_NoVal)
 
     def node_names(self) -> tuple[str, ...]:
         """The allocation's names when Slurm gives them (running jobs), else the `nodes` host list."""
@@ -282,6 +289,9 @@ class WireJobs(WireEnvelope):
                         return_code=j.exit_code.return_code.value(),
                         signal=j.exit_code.signal.id.value(),
                     ),
+                    reason="" if j.state_reason == "None" else j.state_reason,
+                    partition=j.partition,
+                    node_count=j.node_count.value(),
                 )
             )
         return jobs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +15,7 @@ from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.render import meta
 from slurmctl.render.accounting_limits import record_key
 from slurmctl.render.cluster import JWT_KEY
+from slurmctl.runtime.clock import Clock
 from slurmctl.slurm import AccountingKind, ExitCode, Job, Node, Partition, SlurmApiError, SlurmUnavailable
 from test.unit.reconcilers.env import NAME, NS, Env
 
@@ -26,6 +28,7 @@ class FakeSlurm:
         self.down = ""  # when set, every call fails with this as the reason
         self.calls: list[tuple[str, tuple[str, ...], str]] = []  # (verb, nodes, reason) of every change
         self.pings: dict[str, bool] = {}  # SlurmctldHost -> answers slurmrestd's ping
+        self.reads: Counter[str] = Counter()  # "nodes", "jobs", "partitions": how often each was asked for
         # Accounting records by kind and key; what a fresh slurmdbd has, and an account an administrator made.
         self.records: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {
             "qos": {("normal",): {"name": "normal", "id": 1}},
@@ -75,14 +78,17 @@ class FakeSlurm:
         return dict(self.pings)
 
     async def nodes(self) -> list[Node]:
+        self.reads["nodes"] += 1
         self._check()
         return list(self.table.values())
 
     async def jobs(self) -> list[Job]:
+        self.reads["jobs"] += 1
         self._check()
         return list(self.queue)
 
     async def partitions(self) -> list[Partition]:
+        self.reads["partitions"] += 1
         self._check()
         return list(self.parts)
 
@@ -175,9 +181,26 @@ def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME) -> None:
+class EveryLookIsLater:
+    """A clock on which every look is a poll interval after the last: each reader takes a new Slurm snapshot, so a
+    test that changes the fake Slurm sees the change on its next pass (the sharing itself is tested on a fake
+    clock)."""
+
+    def __init__(self) -> None:
+        self._now = 0.0
+
+    def monotonic(self) -> float:
+        self._now += 3600.0
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        raise AssertionError("the Slurm access never sleeps")
+
+
+def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME, clock: Clock | None = None) -> None:
     """Give the cluster a ready slurmrestd pod and a JWT key, and route the operator's Slurm calls to `slurm` (the
-    pod's address, on loopback, is never connected to)."""
+    pod's address, on loopback, is never connected to). `clock`: the one snapshots age on (default: every reader
+    reads)."""
     env.fake.put(
         {
             "apiVersion": "v1",
@@ -187,4 +210,9 @@ def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME) -> None:
         }
     )
     env.secret(meta.jwt_key_secret(name), {JWT_KEY: b"k" * 32}, labels=meta.labels(name, "cluster"))
-    env.ctx.slurm = SlurmAccess(env.manager.cache, connect=lambda url, token: slurm)
+    env.ctx.slurm = SlurmAccess(
+        env.manager.cache,
+        connect=lambda url, token: slurm,
+        clock=clock or EveryLookIsLater(),
+        registry=env.manager.metrics.registry,
+    )

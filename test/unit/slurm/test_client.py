@@ -140,6 +140,8 @@ async def test_jobs_completed_failed_running_pending(session: aiohttp.ClientSess
     }
     assert jobs["one-cpu"].nodes == (node,)
     assert jobs["waiting"].nodes == ()
+    assert (jobs["waiting"].reason, jobs["waiting"].partition, jobs["waiting"].node_count) == ("", "debug", 1)
+    assert jobs["fails"].reason == "NonZeroExitCode"
     assert jobs["done"].exit_code.return_code == 0
     assert jobs["done"].exit_code.status == ("SUCCESS",)
     assert jobs["fails"].exit_code.return_code == 3
@@ -177,8 +179,11 @@ async def test_a_host_list_that_does_not_parse_is_a_protocol_error(session: aioh
 
 
 async def test_partitions(session: aiohttp.ClientSession) -> None:
+    sent: list[tuple[str, str]] = []
     async with serve(dict([route("partitions")])) as (url, _):
-        (part,) = await client(session, url).partitions()
+        slurm = SlurmClient(session=session, base_url=url, token=lambda: TOKEN, on_request=lambda *r: sent.append(r))
+        (part,) = await slurm.partitions()
+    assert sent == [("GET", "/slurm/v0.0.42/partitions/")], "every request is told (the operator counts them)"
     node = recording("nodes_idle")["json"]["nodes"][0]["name"]
     assert (part.name, part.nodes, part.total_nodes, part.total_cpus) == ("debug", (node,), 1, 2)
 
