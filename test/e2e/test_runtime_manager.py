@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,16 +16,9 @@ import pytest
 from kubernetes_asyncio import client
 
 from slurmctl.runtime import Client, Manager, ManagerOptions, Request
-from test.e2e.harness import REPO, ControlPlane, eventually
+from test.e2e.harness import REPO, ControlPlane, eventually, free_port
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def http_get(url: str) -> tuple[int, str]:

@@ -2,10 +2,11 @@
 daemons started from what the operator rendered, users entering the jail through sshd and the chroot SPANK plugin.
 
 One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in
-and runs jobs → Slurm's node state on the pods → a partition change reaches every daemon in place → scale out under
-a running job → scale in under a running job (drain first) → scale in while Slurm cannot be asked (nothing goes) →
-delete. The operator runs as `slurmctl run`, with its ServiceAccount's token. (Re-creating workers for a change only a
-restart can apply is unit-tested: test/unit/reconcilers/test_drain.py.)
+and runs jobs → slurmrestd → the operator's Slurm metrics against sinfo and squeue → Slurm's node state on the pods
+→ a partition change reaches every daemon in place → scale out under a running job → scale in under a running job
+(drain first) → scale in while Slurm cannot be asked (nothing goes) → delete. The operator runs as `slurmctl run`,
+with its ServiceAccount's token. (Re-creating workers for a change only a restart can apply is unit-tested:
+test/unit/reconcilers/test_drain.py.)
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import json
 import re
 import shlex
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from slurmctl.render.rest import API_VERSION
-from test.e2e.harness import REPO
+from test.e2e.harness import REPO, free_port
 from test.e2e.pods.slurm import Kube, identity, pod_ready, ssh, ssh_keypair
 from test.waiting import holds, until
 
@@ -35,6 +38,8 @@ JAIL = "/mnt/jail"
 USER, UID = "alice", 1500
 REST = f"http://{NAME}-rest:6820"
 REST_PODS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest"
+METRICS = f"127.0.0.1:{free_port()}"
+OPERATOR_ARGS = ("--metrics-bind-address", METRICS)  # the module's operator serves /metrics there
 
 
 def sinfo_nodes(kube: Kube) -> dict[str, str]:
@@ -195,6 +200,62 @@ def test_users_get_a_token_and_slurmrestd_answers_with_every_node(available: Kub
     refused = kube.exec(LOGIN_POD, LOGIN, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url)
     print(f"GET {url} without a token: HTTP {refused}")
     assert refused == "401"
+
+
+def operator_metrics(namespace: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """The operator's series about this cluster: name -> (labels other than namespace and cluster) -> value."""
+    with urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            if (labels.pop("namespace", None), labels.pop("cluster", None)) == (namespace, NAME):
+                out.setdefault(sample.name, {})[tuple(sorted(labels.items()))] = sample.value
+    return out
+
+
+SINFO_STATES = {"idle": "idle", "alloc": "allocated", "mix": "mixed", "drain": "drained"}
+
+
+def test_the_operators_slurm_metrics_match_sinfo_and_squeue_while_a_job_runs(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    kube = available
+    key, ip = jail_user
+    job = submit(key, ip, "-N1", "--wrap", "'sleep 300'")
+    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    seen: list[object] = []
+
+    def agree() -> bool:
+        nodes = {n: SINFO_STATES.get(s, s) for n, s in sinfo_nodes(kube).items()}
+        jobs = kube.exec(LOGIN_POD, LOGIN, "squeue", "-h", "-o", "%T").split()
+        (partition,) = kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-o", "%R %D %C").splitlines()
+        name, count, cpus = partition.split()
+        wanted = {
+            "slurm_up": {(): 1.0},
+            "slurm_nodes": {(("state", s),): float(list(nodes.values()).count(s)) for s in set(nodes.values())},
+            "slurm_jobs": {(("state", s.lower()),): float(jobs.count(s)) for s in set(jobs)},
+            "slurm_partition_nodes": {(("partition", name),): float(count)},
+            "slurm_partition_cpus": {(("partition", name),): float(cpus.split("/")[3])},
+        }
+        got = operator_metrics(kube.ns)
+        seen[:] = [wanted, {k: got.get(k) for k in wanted}]
+        # slurm_jobs also counts jobs that ended (squeue shows them only while they complete): compare the live ones.
+        live = {k: v for k, v in got.get("slurm_jobs", {}).items() if k in wanted["slurm_jobs"]}
+        return all(got.get(k) == v for k, v in wanted.items() if k != "slurm_jobs") and live == wanted["slurm_jobs"]
+
+    try:
+        until(lambda: agree() or None, timeout=90, what="the operator's slurm_* series to match sinfo and squeue")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; wanted, then /metrics: {seen}") from None
+    print(f"sinfo/squeue and /metrics agree: {seen[0]}")
+    requests = operator_metrics(kube.ns)["slurmctl_slurmrestd_requests_total"]
+    print(f"requests the operator sent slurmrestd so far: {requests}")
+    for endpoint in ("nodes", "jobs", "partitions"):
+        assert requests.get((("endpoint", endpoint), ("method", "GET")), 0) > 0, requests
+    kube.exec(LOGIN_POD, LOGIN, "scancel", job)
+    until(lambda: job_ended(kube, job), timeout=60, what=f"job {job} to end")
 
 
 def patch_cluster(kube: Kube, *ops: str) -> None:

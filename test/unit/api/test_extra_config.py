@@ -49,6 +49,14 @@ def problems_of(obj: dict[str, Any]) -> list[str]:
         ("AccountingStorageHost=elsewhere", "AccountingStorageHost"),
         ("HealthCheckProgram=/bin/true", "HealthCheckProgram"),
         ("MaxJobCount=5 \\\n  ClusterName=other", "ClusterName"),
+        # Slurm's own reading of a line (parse_config.c): continued lines join without a space, escapes vanish, blanks after the backslash do not count ...
+        ("Plug\\\nStackConfig=/dev/null", "PlugStackConfig"),
+        ("Plug\\Stack\\Config=/dev/null", "PlugStackConfig"),
+        ("MaxJobCount=5 \\  \t\n  AuthType=auth/none", "AuthType"),
+        # ... a `#` after an even number of backslashes starts a comment, after an odd one it is text ...
+        ("SchedulerParameters=a\\#b PlugStackConfig=/dev/null", "PlugStackConfig"),
+        # ... and a key may be added to, not only set.
+        ("PlugStackConfig+=/dev/null", "PlugStackConfig"),
     ],
 )
 def test_operator_owned_keys_are_refused_with_the_line(line: str, key: str) -> None:
@@ -63,6 +71,28 @@ def test_comments_and_ordinary_tuning_are_fine() -> None:
     extra = (
         "# AuthType=auth/none is not set here\nSchedulerParameters=bf_continue # SlurmUser=x\nPrologFlags=Contain,X11\n"
     )
+    assert problems_of(cluster(extra)) == []
+
+
+@pytest.mark.parametrize("comment", ["# note \\", "# note \\\\", "MaxJobCount=5 # \\"])
+def test_a_comment_never_continues_onto_the_next_line(comment: str) -> None:
+    """Slurm strips the comment before it looks for a continuation: the line after a comment ending in backslashes
+    is a line of its own."""
+    assert problems_of(cluster(f"{comment}\nPlugStackConfig=/dev/null\n")) == [
+        f"spec.slurm.extraConfig: line 2: PlugStackConfig is owned by slurmctl (it carries the contract between "
+        f"slurmctl and its pods, or switches a guarantee off); remove it, or {HATCH}"
+    ]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "SchedulerParameters=a\\#b\n",  # `\#`: an odd run, text
+        "# AuthType=auth/none \\\n",
+        "SchedulerParameters=x\\\\\nPrologFlags=Contain\n",  # an even run at the end: no continuation
+    ],
+)
+def test_what_slurm_reads_as_a_comment_or_a_value_is_fine(extra: str) -> None:
     assert problems_of(cluster(extra)) == []
 
 
