@@ -419,8 +419,17 @@ class ComponentReconciler:
         ids = []
         for name in names:
             secret = self.live(SECRET, name, loaded.namespace)
-            if secret is None:
-                if self._keys_due(loaded):
+            if secret is None or not meta.controlled_by(secret, loaded.cluster):
+                if secret is not None:
+                    # A deleted cluster's of the same name that the garbage collector has not removed yet, or one
+                    # someone else made: never adopted (its key would change under running pods when it goes, or be
+                    # known to whoever planted it). Its deletion wakes the cluster reconciler, which makes ours.
+                    message = (
+                        f"waiting for Secret {name} to be deleted: this cluster (uid {loaded.cluster.metadata.uid}) "
+                        "did not create it, and slurmctl uses only key material it created for the cluster"
+                    )
+                    await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=message)
+                elif self._keys_due(loaded):
                     await self.report(
                         loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=f"waiting for Secret {name}"
                     )

@@ -20,12 +20,16 @@ def render_slurm_configs_map(cluster: SlurmCluster, *, configs: Mapping[str, str
 
 
 def render_munge_secret(cluster: SlurmCluster, key: bytes) -> dict[str, Any]:
-    return meta.secret(cluster, meta.munge_secret(meta.cluster_name(cluster)), COMPONENT, {MUNGE_KEY: key})
+    return meta.secret(
+        cluster, meta.munge_secret(meta.cluster_name(cluster)), COMPONENT, {MUNGE_KEY: key}, immutable=True
+    )
 
 
 def render_jwt_key_secret(cluster: SlurmCluster, key: bytes) -> dict[str, Any]:
-    return meta.secret(cluster, meta.jwt_key_secret(meta.cluster_name(cluster)), COMPONENT, {JWT_KEY: key})
+    return meta.secret(
+        cluster, meta.jwt_key_secret(meta.cluster_name(cluster)), COMPONENT, {JWT_KEY: key}, immutable=True
+    )
 
 
 def render_ssh_host_keys_secret(cluster: SlurmCluster, files: Mapping[str, bytes]) -> dict[str, Any]:
-    return meta.secret(cluster, meta.ssh_host_keys_secret(meta.cluster_name(cluster)), COMPONENT, files)
+    return meta.secret(cluster, meta.ssh_host_keys_secret(meta.cluster_name(cluster)), COMPONENT, files, immutable=True)

@@ -186,16 +186,30 @@ def configmap(cluster: SlurmCluster, name: str, component: str, data: Mapping[st
     }
 
 
-def secret(cluster: SlurmCluster, name: str, component: str, files: Mapping[str, bytes | str]) -> dict[str, Any]:
-    """An Opaque Secret; text values are stored as UTF-8."""
+def secret(
+    cluster: SlurmCluster, name: str, component: str, files: Mapping[str, bytes | str], *, immutable: bool = False
+) -> dict[str, Any]:
+    """An Opaque Secret; text values are stored as UTF-8. `immutable`: its data can never change (key material)."""
     encoded = {k: base64.b64encode(v.encode() if isinstance(v, str) else v).decode() for k, v in sorted(files.items())}
-    return {
+    out: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": object_meta(cluster, name, component),
         "type": "Opaque",
         "data": encoded,
     }
+    if immutable:
+        out["immutable"] = True
+    return out
+
+
+def controlled_by(obj: Mapping[str, Any], cluster: SlurmCluster) -> bool:
+    """Whether this cluster (its uid) is the object's controller: what the operator created for it, not an object of
+    the same name left by a deleted cluster of that name, nor one someone else made."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return bool(cluster.metadata.uid) and any(
+        o.get("controller") and o.get("uid") == cluster.metadata.uid for o in owners
+    )
 
 
 def service(

@@ -76,11 +76,18 @@ class Env:
         change(obj["spec"])
         return self.fake.put(obj)
 
-    def secret(self, name: str, data: dict[str, bytes], *, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    def secret(
+        self, name: str, data: dict[str, bytes], *, labels: dict[str, str] | None = None, owner: str | None = None
+    ) -> dict[str, Any]:
+        """A Secret as someone made it; `owner`: the uid of the SlurmCluster it names as its controller."""
         encoded = {k: base64.b64encode(v).decode() for k, v in data.items()}
         metadata: dict[str, Any] = {"name": name, "namespace": NS}
         if labels:
             metadata["labels"] = labels
+        if owner:
+            metadata["ownerReferences"] = [
+                {"apiVersion": API_VERSION, "kind": KIND, "name": NAME, "uid": owner, "controller": True}
+            ]
         return self.fake.put({"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": encoded})
 
     # ---- the operator -------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.render import meta
 from slurmctl.render.accounting_limits import record_key
 from slurmctl.render.cluster import JWT_KEY
+from slurmctl.render.kinds import SECRET
 from slurmctl.runtime.clock import Clock
 from slurmctl.slurm import AccountingKind, ExitCode, Job, Node, Partition, SlurmApiError, SlurmUnavailable
 from test.unit.reconcilers.env import NAME, NS, Env
@@ -209,7 +210,8 @@ def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME, clock: Clock | None
             "status": {"podIP": "127.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]},
         }
     )
-    env.secret(meta.jwt_key_secret(name), {JWT_KEY: b"k" * 32}, labels=meta.labels(name, "cluster"))
+    if env.get(SECRET, meta.jwt_key_secret(name)) is None:  # the cluster reconciler's, when it made it already
+        env.secret(meta.jwt_key_secret(name), {JWT_KEY: b"k" * 32}, labels=meta.labels(name, "cluster"))
     env.ctx.slurm = SlurmAccess(
         env.manager.cache,
         connect=lambda url, token: slurm,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import base64
 
+from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, SECRET, STATEFULSET
-from test.unit.reconcilers.env import NAME, Env, spec
+from test.unit.reconcilers.env import NAME, NS, Env, spec
 
 
 async def test_keys_and_configs_are_created_owned_by_the_cluster_and_never_rotated() -> None:
@@ -63,3 +64,24 @@ async def test_an_invalid_spec_fails_names_the_field_and_changes_no_child() -> N
         await env.converge()
         assert env.reason("SpecValid") == ("True", "Valid")
         assert env.phase() in ("Pending", "Reconciling")
+
+
+async def test_a_key_secret_this_cluster_did_not_create_is_never_used_and_its_own_comes_once_it_is_gone() -> None:
+    """A cluster deleted and re-created under the same name before the garbage collector removed the first one's
+    children: its pods never start on the predecessor's keys (they would change under them once collected), nor on
+    a key someone planted before the cluster existed."""
+    async with Env() as env:
+        env.create(spec())
+        predecessor = {"munge.key": b"m" * 1024}
+        env.secret(f"{NAME}-munge", predecessor, labels=meta.labels(NAME, "cluster"), owner="uid-of-the-deleted-one")
+        await env.converge()
+        assert env.names(STATEFULSET) == [], "no pod may start on a key this cluster did not create"
+        cond = env.condition("ControllerReady")
+        assert cond is not None and cond["reason"] == "WaitingForKeys", cond
+        assert f"waiting for Secret {NAME}-munge to be deleted" in cond["message"]
+        await env.fake.delete(*SECRET, f"{NAME}-munge", namespace=NS)  # the garbage collector
+        await env.converge()
+        munge = env.get(SECRET, f"{NAME}-munge")
+        assert munge is not None and munge["immutable"] is True
+        assert base64.b64decode(munge["data"]["munge.key"]) != predecessor["munge.key"]
+        assert f"{NAME}-controller" in env.names(STATEFULSET)

@@ -66,12 +66,13 @@ async def test_new_clusters_get_no_rsa_host_key_and_sshd_names_the_keys_the_secr
 
 async def test_a_cluster_created_with_an_rsa_host_key_keeps_serving_it() -> None:
     async with Env() as env:
-        env.create(spec())
+        created = env.create(spec())
         # As an older operator made it: its labels are what the operator's Secret informer selects on.
         env.secret(
             f"{NAME}-ssh-host-keys",
             {f"ssh_host_{t}_key": b"k" for t in ("ed25519", "ecdsa", "rsa")},
             labels=meta.labels(NAME, "cluster"),
+            owner=created["metadata"]["uid"],
         )
         await env.converge()
         env.job_succeeds()
