@@ -49,7 +49,8 @@ def problems_of(obj: dict[str, Any]) -> list[str]:
         ("AccountingStorageHost=elsewhere", "AccountingStorageHost"),
         ("HealthCheckProgram=/bin/true", "HealthCheckProgram"),
         ("MaxJobCount=5 \\\n  ClusterName=other", "ClusterName"),
-        # Slurm's own reading of a line (parse_config.c): continued lines join without a space, escapes vanish, blanks after the backslash do not count ...
+        # Slurm's own reading of a line (parse_config.c): continued lines join without a space, escapes vanish,
+        # blanks after the backslash do not count ...
         ("Plug\\\nStackConfig=/dev/null", "PlugStackConfig"),
         ("Plug\\Stack\\Config=/dev/null", "PlugStackConfig"),
         ("MaxJobCount=5 \\  \t\n  AuthType=auth/none", "AuthType"),
