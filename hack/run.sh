@@ -86,6 +86,18 @@ login=$(kubectl get pods -l "app.kubernetes.io/instance=$name,app.kubernetes.io/
         fi
         printf '  then: sinfo; srun -N2 hostname; sbatch --wrap hostname\n'
     fi
-    printf '\nThe operator keeps running (Ctrl-C stops it; `make cluster-down` stops the local cluster).\n\n'
 } >&2
+if [ "$phase" != Available ]; then
+    log "failed: SlurmCluster $name is not Available after ${AVAILABLE_TIMEOUT}s (phase: ${phase:-none}); stopping the operator"
+    kill -TERM "$operator" 2>/dev/null || true
+    wait "$operator" || true
+    exit 1
+fi
+if [ -z "$login" ] || ! kubectl exec "$login" -c sshd -- sinfo -h >/dev/null 2>&1; then
+    log "failed: SlurmCluster $name is Available but sinfo does not answer on its login pod; stopping the operator"
+    kill -TERM "$operator" 2>/dev/null || true
+    wait "$operator" || true
+    exit 1
+fi
+printf '\n%s\n\n' 'The operator keeps running (Ctrl-C stops it; make cluster-down stops the local cluster).' >&2
 wait "$operator"
