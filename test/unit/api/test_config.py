@@ -47,6 +47,18 @@ def test_default_renders_the_expected_objects() -> None:
     }
 
 
+def test_slurmcluster_editors_are_granted_by_an_administrator_not_by_the_edit_role() -> None:
+    """Worker and login pods are privileged: editing a SlurmCluster is root on a node, which Kubernetes' `edit` and
+    `admin` roles must not hand out to every namespace editor. Reading one is harmless: `view` gets it."""
+    roles = {o["metadata"]["name"]: o for o in kustomize("default") if o["kind"] == "ClusterRole"}
+    aggregated = {
+        name: sorted(k.rsplit("-", 1)[1] for k in (role["metadata"].get("labels") or {}) if "aggregate-to-" in k)
+        for name, role in roles.items()
+    }
+    assert aggregated["slurmctl-slurmcluster-editor"] == []
+    assert aggregated["slurmctl-slurmcluster-viewer"] == ["view"]
+
+
 @pytest.mark.parametrize("directory", ["default", "prometheus"])
 def test_every_rendered_object_is_valid_for_kubernetes_1_30(directory: str) -> None:
     checked = 0
