@@ -223,8 +223,7 @@ def test_the_operators_slurm_metrics_match_sinfo_and_squeue_while_a_job_runs(
 ) -> None:
     kube = available
     key, ip = jail_user
-    job = submit(key, ip, "-N1", "--wrap", "'sleep 300'")
-    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    job = running_job(kube, key, ip, "-N1", "--wrap", "'sleep 300'")
     seen: list[object] = []
 
     def agree() -> bool:
@@ -280,6 +279,13 @@ def job_ended(kube: Kube, job_id: str) -> dict[str, str] | None:
 def submit(key: Path, ip: str, *args: str) -> str:
     out = ssh(key, USER, ip, "cd ~ && sbatch --parsable " + " ".join(args))
     return out.strip().split(";")[0]
+
+
+def running_job(kube: Kube, key: Path, ip: str, *args: str) -> str:
+    """A batch job submitted by the jail user, once Slurm says it runs."""
+    job = submit(key, ip, *args)
+    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    return job
 
 
 def node_state_condition(kube: Kube, pod: str) -> tuple[str, str, str] | None:
@@ -341,8 +347,7 @@ def test_a_partition_change_reaches_every_daemon_in_place_without_killing_a_job(
     kube = available
     key, ip = jail_user
     release = f"{JAIL}/home/{USER}/release-reconfigure"
-    job = submit(key, ip, "-N1", "--wrap", "'while [ ! -e ~/release-reconfigure ]; do sleep 1; done'")
-    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    job = running_job(kube, key, ip, "-N1", "--wrap", "'while [ ! -e ~/release-reconfigure ]; do sleep 1; done'")
     before = all_identities(kube)
     seen = Timeline()
     patch_cluster(
@@ -378,8 +383,7 @@ def test_scale_out_while_a_job_runs_restarts_nothing_and_new_nodes_are_usable_at
 ) -> None:
     kube = available
     key, ip = jail_user
-    job = submit(key, ip, "-N1", "--wrap", "'sleep 40'")
-    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    job = running_job(kube, key, ip, "-N1", "--wrap", "'sleep 40'")
     before = {name: identity(p) for name, p in worker_pods(kube).items()}
     controller_before = identity(kube.json("pod", CONTROLLER_POD))
     # 2 -> 3, not 4: four workers' CPU requests (500m each) fill this 2-core node, leaving nothing for the others.
@@ -402,8 +406,7 @@ def test_scale_in_drains_the_node_and_its_pod_goes_only_after_the_job(
     key, ip = jail_user
     leaving = f"{NAME}-worker-cpu-2"
     seen = Timeline()
-    job = submit(key, ip, "-w", leaving, "--wrap", "'sleep 45'")
-    until(lambda: job_state(kube, job)["JobState"] == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    job = running_job(kube, key, ip, "-w", leaving, "--wrap", "'sleep 45'")
     seen(f"job {job} running on {leaving}")
     set_size(kube, 2)
     seen("size 3 -> 2")
