@@ -59,8 +59,8 @@ async def test_accounting_waits_for_the_password_secret_recovers_and_never_leaks
     conf = base64.b64decode(dbd.data["slurmdbd.conf"]).decode()
     assert f"StoragePass={password}\n" in conf
     assert "StorageHost=db.example.com\n" in conf
-    service = await cluster.service(f"{NAME}-accounting")
-    assert service is not None
+    # Applied after the Secret, in the same pass or the next: waited for (CI once looked in between, under load).
+    service = await eventually(lambda: cluster.service(f"{NAME}-accounting"), timeout=30, what="the slurmdbd Service")
     assert [p.port for p in service.spec.ports] == [6819]
 
     async def accounting_ready() -> bool:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import secrets
+import select
 import shlex
 import subprocess
 from collections.abc import Iterator
@@ -150,6 +151,14 @@ def last_words(kube: Kube, pod: str, *containers: str) -> Iterator[dict[str, lis
         )
         for container in containers
     }
+    # The fault comes only once every stream is attached (its first line, from --tail, has arrived): a follower that
+    # attaches after the container stopped, or after the kubelet removed it, would miss what the daemon said.
+    first: dict[str, list[str]] = {}
+    for container, proc in follow.items():
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, f"kubectl logs -f {pod} -c {container} printed nothing within 60 s"
+        first[container] = [proc.stdout.readline().rstrip("\n")]
     try:
         yield words
     finally:
@@ -159,7 +168,7 @@ def last_words(kube: Kube, pod: str, *containers: str) -> Iterator[dict[str, lis
             except subprocess.TimeoutExpired:
                 proc.kill()
                 out, _ = proc.communicate(timeout=10)
-            words[container] = out.splitlines()
+            words[container] = first[container] + out.splitlines()
 
 
 def said(words: list[str], text: str) -> str:

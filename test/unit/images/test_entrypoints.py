@@ -196,7 +196,9 @@ def test_the_standby_controller_applies_a_change_with_a_sighup_to_its_own_slurmc
     write_exe(
         root / "bin" / "slurmctld",
         RECORDER.format(log=log)
-        + f"echo $$ > {pid_file}\ntrap 'echo slurmctld got HUP >> {log}' HUP\n"
+        # The trap before the pid file: a SIGHUP sent as soon as the pid file exists must not find bash's default
+        # action (exit) still in place (under load, CI once saw the HUP in that window and no "got HUP").
+        + f"trap 'echo slurmctld got HUP >> {log}' HUP\necho $$ > {pid_file}\n"
         + f"while [ ! -e {stop} ]; do sleep 0.05; done\n",
     )
     write_exe(root / "bin" / "scontrol", RECORDER.format(log=log))
