@@ -1,5 +1,6 @@
 """One read of a cluster's Slurm, shared by every reader: the Slurm node loop (pod conditions, evictable labels,
-slurmctl's drains, lost and unhealthy nodes), the drain gate, the `slurm_*` metrics and the accounting limits.
+slurmctl's drains, lost and unhealthy nodes), the drain gate and the `slurm_*` metrics. (The accounting limits read
+slurmdbd's records through /slurmdb/, which this does not hold: slurmctld's state says nothing about slurmdbd's.)
 
 Readers used to ask slurmrestd the same questions each on its own timer; now each asks `SlurmAccess.snapshot` for a
 snapshot no older than it allows, and the first one that needs a fresher one takes it for all (one read at a time
