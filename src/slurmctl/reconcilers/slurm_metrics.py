@@ -11,8 +11,8 @@ so a dashboard needs no separate exporter.
 | slurmctl_slurmrestd_requests_total | namespace, cluster, method, endpoint | requests the operator sent slurmrestd |
 
 Values are the last snapshot per cluster (reconcilers/slurm_snapshot.py), served at scrape time; a deleted cluster's
-series disappear with it. The request counter is how the cost of watching Slurm is measured (bench/ and the README's
-figures): `endpoint` is the path's first part after the API version (`nodes`, `jobs`, `node`, `qos`, ...).
+series disappear with it. The request counter is how the cost of watching Slurm is measured (the README's figures):
+`endpoint` is the path's first part after the API version (`nodes`, `jobs`, `node`, `qos`, ...).
 """
 
 from __future__ import annotations
@@ -50,9 +50,6 @@ class SlurmCollector(Collector):
 
     def count(self, namespace: str, cluster: str, method: str, path: str) -> None:
         self._requests[(namespace, cluster, method, endpoint(path))] += 1
-
-    def requests(self, namespace: str, cluster: str) -> int:
-        return sum(n for (ns, c, _, _), n in self._requests.items() if (ns, c) == (namespace, cluster))
 
     def forget(self, namespace: str, cluster: str) -> None:
         self._snapshots.pop((namespace, cluster), None)

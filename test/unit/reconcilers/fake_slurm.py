@@ -4,6 +4,7 @@ against recorded answers in test/unit/slurm)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 from collections import Counter
@@ -30,6 +31,7 @@ class FakeSlurm:
         self.calls: list[tuple[str, tuple[str, ...], str]] = []  # (verb, nodes, reason) of every change
         self.pings: dict[str, bool] = {}  # SlurmctldHost -> answers slurmrestd's ping
         self.reads: Counter[str] = Counter()  # "nodes", "jobs", "partitions": how often each was asked for
+        self.slow: asyncio.Event | None = None  # when set: reading the nodes waits for it (a read in flight)
         # Accounting records by kind and key; what a fresh slurmdbd has, and an account an administrator made.
         self.records: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {
             "qos": {("normal",): {"name": "normal", "id": 1}},
@@ -80,6 +82,8 @@ class FakeSlurm:
 
     async def nodes(self) -> list[Node]:
         self.reads["nodes"] += 1
+        if self.slow is not None:
+            await self.slow.wait()
         self._check()
         return list(self.table.values())
 

@@ -56,9 +56,12 @@ async def test_readers_arriving_during_a_read_share_it() -> None:
     async with Env() as env:
         slurm, clock = FakeSlurm(), FakeClock()
         await started(env, slurm, clock)
-        first, second = await asyncio.gather(
-            env.ctx.slurm.snapshot(NAME, NS, max_age=0.0), env.ctx.slurm.snapshot(NAME, NS, max_age=0.0)
-        )
+        slurm.slow = asyncio.Event()  # the first read stays in flight until the second reader has arrived
+        readers = [asyncio.create_task(env.ctx.slurm.snapshot(NAME, NS, max_age=0.0)) for _ in range(2)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        slurm.slow.set()
+        first, second = await asyncio.gather(*readers)
         assert first is second
         assert slurm.reads["nodes"] == 1
 
