@@ -235,6 +235,31 @@ ensure_operator_wheels() {
     log "operator: $(find "$OPERATOR_WHEELS" -name '*.whl' | wc -l) wheels in $(since "$t0") s"
 }
 
+# --- the NVIDIA wheels of all_reduce_perf ------------------------------------------------------------------------
+
+# The nccl-benchmark image compiles slurmctl's all_reduce_perf (native/all_reduce_perf) against NVIDIA's NCCL and CUDA
+# runtime wheels and ships their libraries: downloaded here, as the operator's wheels are, pinned with their hashes in
+# images/nccl_benchmark/wheels.txt (pip refuses any other file). About 400 MB, fetched again only when that file changes.
+NCCL_WHEELS=build/nccl-wheels
+NCCL_WHEELS_LIST=images/nccl_benchmark/wheels.txt
+
+ensure_nccl_wheels() {
+    local key plat=() p t0
+    key=$({ echo "nccl-wheels 1 ${WHEEL_PLATFORMS[*]}"; cat "$NCCL_WHEELS_LIST"; } | sha256sum | cut -c1-16)
+    [ "$(cat "$NCCL_WHEELS/.key" 2>/dev/null)" = "$key" ] && return 0
+    command -v "$PYTHON" >/dev/null 2>&1 || die "no $PYTHON to download NVIDIA's wheels with (run make setup)"
+    for p in "${WHEEL_PLATFORMS[@]}"; do plat+=(--platform "$p"); done
+    log "nccl-benchmark: downloading NVIDIA's wheels ($NCCL_WHEELS_LIST) into $NCCL_WHEELS ..."
+    t0=$(now)
+    rm -rf "$NCCL_WHEELS"
+    mkdir -p "$NCCL_WHEELS"
+    run_step "nccl wheels" "$LOGS/nccl-wheels.log" "$PYTHON" -m pip download --disable-pip-version-check \
+        --dest "$NCCL_WHEELS" --no-deps --require-hashes --only-binary=:all: --python-version "$OPERATOR_PYTHON_VERSION" \
+        --implementation cp "${plat[@]}" -r "$NCCL_WHEELS_LIST"
+    printf '%s\n' "$key" >"$NCCL_WHEELS/.key"
+    log "nccl-benchmark: $(find "$NCCL_WHEELS" -name '*.whl' | wc -l) wheels, $(du -sm "$NCCL_WHEELS" | cut -f1) MB in $(since "$t0") s"
+}
+
 # --- building ---------------------------------------------------------------------------------------------------
 
 declare -A BUILT=()   # component → image id, once checked or built in this run
@@ -255,6 +280,7 @@ ensure_image() {
     for p in $(image_parents "$name"); do ensure_image "$p"; done
     [ -f "$(image_dir "$name")/Dockerfile" ] || die "unknown image '$name' (no $(image_dir "$name")/Dockerfile)"
     [ "$name" = operator ] && ensure_operator_wheels
+    [ "$name" = nccl-benchmark ] && ensure_nccl_wheels
     key=$(compute_key "$name") || die "cannot compute the cache key of $name"
     ref=$(image_ref "$name")
     if [ "$(image_label "$ref")" = "$key" ]; then
@@ -384,7 +410,18 @@ echo "$out"
 grep -qx 'rest_auth/jwt' <<<"$out" && grep -qx 'openapi/slurmctld' <<<"$out" && grep -qx 'openapi/slurmdbd' <<<"$out"
 EOS
             ;;
-        nccl-benchmark) echo 'python3 --version && python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" /usr/lib/slurmctl/nccl-benchmark' ;;
+        nccl-benchmark)
+            # No GPU here: all_reduce_perf must load its libraries and say it could not run (exit 2).
+            cat <<'EOS'
+python3 --version && python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" /usr/lib/slurmctl/nccl-benchmark
+b=/usr/lib/slurmctl/all-reduce-perf
+test -x /usr/lib/slurmctl/install-all-reduce-perf && test -s $b/VERSION
+if ldd $b/bin/all_reduce_perf | grep 'not found'; then exit 1; fi
+rc=0; out=$($b/bin/all_reduce_perf -b 8M -e 8M 2>&1) || rc=$?
+echo "$out"
+[ "$rc" = 2 ] && grep -q 'could not run, no GPU to measure' <<<"$out"
+EOS
+            ;;
         login)
             cat <<'EOS'
 test -x /usr/lib/openssh/sshd-session

@@ -31,6 +31,7 @@ from .defaults import (
 from .schema import crd
 from .spec import (
     AccountingSpec,
+    Autoscale,
     ContainersSpec,
     ControllerSpec,
     ExternalDatabase,
@@ -119,6 +120,7 @@ __all__ = [
     "WORKERS_READY",
     "AccountingSpec",
     "ApiModel",
+    "Autoscale",
     "Component",
     "Condition",
     "ConditionStatus",

@@ -103,5 +103,20 @@ LIMITS_SLURM_KEYS: Final = ("AccountingStorageEnforce",)
 # Owned while spec.topology is set: another plugin would not read the topology.conf slurmctl renders (topology/block
 # even stops slurmctld and slurmd on Slurm 24.11 with dynamic nodes).
 TOPOLOGY_SLURM_KEYS: Final = ("TopologyPlugin",)
+# Owned while a worker group is elastic (spec.workers[].autoscale): Slurm's power saving is what starts and stops
+# those nodes' pods, and cloud nodes take their address from their registration (render/slurm_conf.py).
+# Shortest idleTime and resumeTimeout: Slurm's power saving looks at nodes about every 10 s.
+MIN_POWER_SAVE_SECONDS: Final = 20
+POWER_SAVE_SLURM_KEYS: Final = (
+    "SuspendProgram",
+    "ResumeProgram",
+    "SuspendTime",
+    "SuspendTimeout",
+    "ResumeTimeout",
+    "SuspendExcNodes",
+    "SuspendExcParts",
+    "SuspendExcStates",
+    "SlurmctldParameters",
+)
 # The TRES Slurm tracks whatever slurm.conf says (AccountingStorageTRES can only add to them).
 DEFAULT_TRES: Final = ("billing", "cpu", "energy", "fs/disk", "mem", "node", "pages", "vmem")

@@ -48,6 +48,11 @@ SSHD_CONFIG_FIXED = 2048
 # the root and the catch-all.
 TOPOLOGY_SWITCH_FIXED = 24 + 2 * 65
 TOPOLOGY_NODE_FIXED = len("-worker--9999,")
+# An elastic group (spec.workers[].autoscale) adds its nodes' line to nodes.conf ("NodeName=<c>-worker-<g>-[0-9999]
+# State=CLOUD Feature=<g>,<features> CPUs= RealMemory= Gres=gpu:\n", features apart), its power partition's line
+# ("PartitionName=slurmctl-power-<g> Nodes=<g> Hidden=YES State=INACTIVE Default=NO SuspendTime= ResumeTimeout=\n")
+# and its entry in SuspendExcNodes ("<c>-worker-<g>-[0-9999]:9999,"), with room for the numbers.
+ELASTIC_GROUP_FIXED = 384
 
 
 def _digits(value: Decimal | int) -> int:
@@ -58,6 +63,10 @@ def slurm_configs_bound(spec: SlurmClusterSpec, path: str = "spec") -> dict[str,
     """Bytes of `<c>-slurm-configs` data at most, by the field they grow with (and "fixed" for the rest)."""
     groups = {group.name: group for group in spec.workers}
     workers = sum(NODESET_LINE_FIXED + 2 * len(group.name) for group in spec.workers)
+    workers += sum(
+        ELASTIC_GROUP_FIXED + 2 * MAX_CLUSTER_NAME_LENGTH + 5 * len(g.name) + sum(len(f) + 1 for f in g.features)
+        for g in spec.elastic_groups
+    )
     partitions = 0
     for partition in spec.partitions:
         members = partition.workers or list(groups)

@@ -276,6 +276,36 @@ class ControllerSpec(Scheduling):
     )
 
 
+class Autoscale(ApiModel):
+    """An elastic group: Slurm knows `max` nodes, and a node has a pod only while Slurm's power saving has it up."""
+
+    min: int = Field(
+        0,
+        ge=0,
+        le=MAX_GROUP_SIZE,
+        description="Nodes kept up whether or not Slurm has work for them (Slurm's SuspendExcNodes with a count); "
+        "slurmctl asks Slurm to power up that many when fewer are up.",
+    )
+    max: int = Field(
+        ge=1,
+        le=MAX_GROUP_SIZE,
+        description="Nodes Slurm knows: <cluster>-worker-<group>-0 to -<max-1>. Those without a pod are powered down "
+        "in Slurm (sinfo shows idle~) and can be allocated: Slurm powers them up for a job, and slurmctl creates their "
+        "pods.",
+    )
+    idle_time: Duration = Field(
+        "10m",
+        description="How long a node stays idle before Slurm powers it down (its partitions' SuspendTime) and "
+        "slurmctl removes its pod. A node that runs a job is never powered down.",
+    )
+    resume_timeout: Duration = Field(
+        "5m",
+        description="How long Slurm waits for a powered-up node's slurmd (its partitions' ResumeTimeout). A pod that "
+        "cannot be placed or started in that time leaves its node DOWN with reason 'ResumeTimeout reached' (its jobs "
+        "requeued) and is removed; the WorkersScheduled condition names the group and the scheduler's reason.",
+    )
+
+
 class WorkerGroup(Scheduling):
     """A group of identical worker nodes (slurmd), one StatefulSet <cluster>-worker-<name>."""
 
@@ -327,9 +357,20 @@ class WorkerGroup(Scheduling):
         "and none while another pod of the group is not Ready; nothing while Slurm cannot be asked.",
     )
 
+    autoscale: Autoscale | None = Field(
+        None,
+        description="Make the group elastic: its pods exist only while Slurm has work for them (Slurm's power saving, "
+        "see Autoscale). `size` is then ignored. Without it the group has exactly `size` nodes, as always.",
+    )
+
     @property
     def is_gpu(self) -> bool:
         return self.gpus > 0
+
+    @property
+    def node_count(self) -> int:
+        """The nodes Slurm knows for this group: its size, or an elastic group's maximum."""
+        return self.autoscale.max if self.autoscale else self.size
 
 
 class Partition(ApiModel):
@@ -655,3 +696,7 @@ class SlurmClusterSpec(ApiModel):
     @property
     def gpu_groups(self) -> list[WorkerGroup]:
         return [group for group in self.workers if group.is_gpu]
+
+    @property
+    def elastic_groups(self) -> list[WorkerGroup]:
+        return [group for group in self.workers if group.autoscale is not None]

@@ -27,6 +27,10 @@ JAIL_POPULATED: Final = "JailPopulated"
 ACCOUNTING_READY: Final = "AccountingReady"
 REST_READY: Final = "RestReady"
 BENCHMARK_SCHEDULED: Final = "BenchmarkScheduled"
+# The benchmark reconciler's second condition: what the NCCL benchmark's last finished Job found (read from its pod's
+# termination message). Like the benchmark itself it does not count for the phase: a failed node is drained by the
+# benchmark, a run that could not take place drains nothing; either way the cluster stays up.
+BENCHMARK_PASSED: Final = "BenchmarkPassed"
 # Not a component's: the accounting reconciler's second condition, whether Slurm holds the accounts and QOS that
 # spec.accounting declares. It does not count for the phase (jobs run without it), it says why limits do not bite.
 LIMITS_APPLIED: Final = "LimitsApplied"
@@ -63,6 +67,10 @@ class Reason(StrEnum):
     SLURM_UNREACHABLE = "SlurmUnreachable"  # Slurm cannot be asked whether nodes may go: nothing goes
     APPLIED = "Applied"  # Slurm holds what the spec declares (LimitsApplied)
     LIMITS_REFUSED = "LimitsRefused"  # Slurm refused a record of spec.accounting (the field is in the message)
+    PASSED = "Passed"  # the last NCCL benchmark passed on every node it benchmarked (BenchmarkPassed)
+    NODES_FAILED = "NodesFailed"  # the last NCCL benchmark failed on nodes (named in the message)
+    COULD_NOT_RUN = "CouldNotRun"  # the last NCCL benchmark could not measure nodes (named, with why, in the message)
+    UNSCHEDULABLE = "Unschedulable"  # an elastic group's pod cannot be placed or started, or its node did not resume
 
     @property
     def in_progress(self) -> bool:

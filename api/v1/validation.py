@@ -24,14 +24,16 @@ from .defaults import (
     MAX_CLUSTER_NAME_LENGTH,
     MAX_OPTION_NAME_LENGTH,
     MAX_TOTAL_WORKERS,
+    MIN_POWER_SAVE_SECONDS,
     OPERATOR_OWNED_SLURM_KEYS,
+    POWER_SAVE_SLURM_KEYS,
     TOPOLOGY_SLURM_KEYS,
 )
 from .limits import TRES_PATTERN
 from .passthrough import check_passthrough
 from .sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound
 from .spec import SlurmClusterSpec
-from .types import DNS_LABEL_PATTERN, VolumeRef, parse_quantity
+from .types import DNS_LABEL_PATTERN, VolumeRef, parse_duration, parse_quantity
 
 _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 _OPTION_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")
@@ -211,11 +213,33 @@ def _duplicates(names: Sequence[str], path: str, what: str) -> list[Problem]:
 
 def _check_workers(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     problems = _duplicates([group.name for group in spec.workers], f"{path}.workers", "worker group")
-    total = sum(group.size for group in spec.workers)
+    total = sum(group.node_count for group in spec.workers)
     if total > MAX_TOTAL_WORKERS:
         problems.append(
             Problem(f"{path}.workers", f"{total} worker nodes in total exceed the maximum of {MAX_TOTAL_WORKERS}")
         )
+    for index, group in enumerate(spec.workers):
+        if (scale := group.autoscale) is None:
+            continue
+        where = f"{path}.workers[{index}].autoscale"
+        if scale.min > scale.max:
+            problems.append(Problem(f"{where}.min", f"min {scale.min} is more than max {scale.max}"))
+        if parse_duration(scale.idle_time).total_seconds() < MIN_POWER_SAVE_SECONDS:
+            problems.append(Problem(f"{where}.idleTime", f"at least {MIN_POWER_SAVE_SECONDS}s"))
+        if parse_duration(scale.resume_timeout).total_seconds() < MIN_POWER_SAVE_SECONDS:
+            problems.append(Problem(f"{where}.resumeTimeout", f"at least {MIN_POWER_SAVE_SECONDS}s"))
+        if not spec.rest.enabled:
+            problems.append(
+                Problem(where, "an elastic group needs slurmrestd (spec.rest.enabled): it follows Slurm's power states")
+            )
+        if spec.topology is not None:
+            problems.append(
+                Problem(
+                    where,
+                    "an elastic group cannot be combined with spec.topology yet (its powered-down nodes "
+                    "have no place in topology.conf)",
+                )
+            )
     return problems
 
 
@@ -327,6 +351,8 @@ def operator_owned_keys(spec: SlurmClusterSpec) -> tuple[str, ...]:
         owned += LIMITS_SLURM_KEYS
     if spec.topology is not None:
         owned += TOPOLOGY_SLURM_KEYS
+    if spec.elastic_groups:
+        owned += POWER_SAVE_SLURM_KEYS
     return owned
 
 

@@ -337,6 +337,21 @@ class ComponentReconciler:
                     raise  # unavailable, conflicting, forbidden: the controller retries with backoff
                 raise ApplyRejected(intent["kind"], md["name"], detail) from exc
 
+    async def create(self, loaded: Loaded, intent: Mapping[str, Any]) -> bool:
+        """Create an object that is never updated in place (an elastic worker's pod: its spec is immutable). False when
+        one of that name exists (its predecessor still terminating, or the cache lags a create just made): the next
+        pass looks again. A rejection becomes ApplyRejected, as for `apply`."""
+        try:
+            await self.manager.client.create(intent)
+        except Conflict:
+            return False
+        except ApiError as exc:
+            detail = rejection(exc)
+            if detail is None:
+                raise
+            raise ApplyRejected(intent["kind"], intent["metadata"]["name"], detail) from exc
+        return True
+
     async def delete(self, loaded: Loaded, kind: Kind, name: str, *, why: str, propagation: str = "Background") -> None:
         await self.manager.client.delete(
             *self.ctx.kind(kind), name, namespace=loaded.namespace, propagation=propagation

@@ -1,18 +1,42 @@
-"""The `benchmark` component: the NCCL benchmark CronJob on clusters with GPU workers, and BenchmarkScheduled.
+"""The `benchmark` component: the NCCL benchmark CronJob on clusters with GPU workers, BenchmarkScheduled, and
+BenchmarkPassed, what the last finished run found.
 
 The CronJob's API version is chosen once, at start, by discovery (registration resolves `kinds.FALLBACKS`):
 `batch/v1`, or `batch/v1beta1` on clusters older than 1.21 that do not serve `batch/v1` CronJobs.
+
+A run's outcome reaches the operator through its pod, which the operator already watches (the Job's pods carry the
+owned-children labels): the benchmark leaves a one-line JSON report as the container's termination message
+(images/scripts/nccl_benchmark.py, `report`). The newest finished pod decides BenchmarkPassed (`benchmark_result`, a
+pure function of it): True when every benchmarked node passed, False with `NodesFailed` (the benchmark drained them
+when spec.healthChecks.ncclBenchmark.drainOnFailure says so), `CouldNotRun` (nodes it could not measure, or a run that
+could not start: named with the cause; nothing is drained for it, here or by the benchmark) or `JobFailed` (the run
+died without a report). Each new finding is also one Warning Event. Neither condition counts for the phase.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from slurmctl.api.v1 import Reason, SlurmClusterStatus
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded
+from slurmctl.api.v1.status import BENCHMARK_PASSED
+from slurmctl.reconcilers.base import ComponentReconciler, Loaded, component_is
+from slurmctl.reconcilers.observed import BenchmarkRun, cluster_of_pod, last_benchmark_run
 from slurmctl.render import meta
-from slurmctl.render.kinds import CRONJOB
+from slurmctl.render.benchmark import COMPONENT
+from slurmctl.render.kinds import CRONJOB, POD
+from slurmctl.runtime.handlers import enqueue_mapped
+from slurmctl.runtime.manager import ControllerBuilder
+
+# Kept short in conditions and Events (the nodes named are capped by the report already).
+MAX_MESSAGE = 1024
 
 
 class BenchmarkReconciler(ComponentReconciler):
+    def watch(self, builder: ControllerBuilder) -> None:
+        """The benchmark Jobs' pods: a run's outcome is its pod's termination message."""
+        builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(COMPONENT)])
+
     async def reconcile_valid(self, loaded: Loaded) -> None:
         spec = loaded.cluster.spec
         nccl = spec.health_checks.nccl_benchmark
@@ -35,4 +59,90 @@ class BenchmarkReconciler(ComponentReconciler):
         else:
             message = f"CronJob {name} is suspended: spec.healthChecks.ncclBenchmark.enabled is false"
             cond = self.condition(loaded, ok=False, reason=Reason.DISABLED, message=message)
-        await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
+        conditions = [cond]
+        pods = self.cache.list(*POD, namespace=loaded.namespace, labels=meta.selector(loaded.name, COMPONENT))
+        run = last_benchmark_run(pods)
+        if run is not None:  # none finished yet (or all gone with their Jobs): the last word stands
+            ok, reason, message = benchmark_result(run)
+            if not ok and self._news(loaded, reason, message):
+                self.warn(loaded, f"Benchmark{reason.value}", message)
+            conditions.append(self.condition(loaded, ok=ok, reason=reason, message=message, type_=BENCHMARK_PASSED))
+        await self.write_status(loaded, SlurmClusterStatus(conditions=conditions))
+
+    def _news(self, loaded: Loaded, reason: Reason, message: str) -> bool:
+        """Whether BenchmarkPassed says something new, compared with the status as the writer will leave it (the cache
+        can lag a write just made): one Event per finding, not one per reconcile."""
+        conditions = self.ctx.status.view(loaded.obj).get("conditions") or []
+        said = next((c for c in conditions if c.get("type") == BENCHMARK_PASSED), None)
+        return said is None or said.get("reason") != reason.value or said.get("message") != message
+
+
+def benchmark_result(run: BenchmarkRun) -> tuple[bool, Reason, str]:
+    """BenchmarkPassed for a finished run: whether it holds, its reason and its message (naming the Job and when it
+    ended, then each node with what was found)."""
+    when = f" (finished {run.finished})" if run.finished else ""
+    head = f"Job {run.job}{when}"
+    if run.report is None:
+        return _without_report(head, run.exit_code, run.said)
+    ok, reason, message = _from_report(head, run.report)
+    return ok, reason, message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
+
+
+def _from_report(head: str, report: Mapping[str, Any]) -> tuple[bool, Reason, str]:
+    """The report's exit status is the benchmark's: 0 passed, 1 nodes failed, 2 could not run."""
+    code, nodes = report["exit"], _count(report, "nodes")
+    failed, not_run = _groups(report, "failed"), _groups(report, "not_run")
+    omitted = _count(report, "omitted")
+    more = f"; {omitted} more nodes not listed" if omitted else ""
+    if code == 0:
+        if nodes == 0:
+            return True, Reason.PASSED, f"{head}: no idle GPU node to benchmark"
+        skipped = _count(report, "skipped")
+        also = f", {skipped} skipped (busy)" if skipped else ""
+        return True, Reason.PASSED, f"{head}: {_count(report, 'passed')} of {nodes} nodes passed{also}"
+    if code == 1:
+        count = sum(n for n, _ in failed)
+        message = f"{head}: {count} of {nodes} nodes failed ({_count(report, 'drained')} drained): "
+        message += "; ".join(text for _, text in failed)
+        if not_run:
+            message += "; could not benchmark " + "; ".join(text for _, text in not_run)
+        return False, Reason.NODES_FAILED, message + more
+    if code == 2:
+        if isinstance(report.get("error"), str):
+            return False, Reason.COULD_NOT_RUN, f"{head} could not run, nothing drained: {report['error']}"
+        count = sum(n for n, _ in not_run)
+        message = f"{head} could not benchmark {count} of {nodes} nodes, nothing drained: "
+        return False, Reason.COULD_NOT_RUN, message + "; ".join(text for _, text in not_run) + more
+    return False, Reason.JOB_FAILED, f"{head} ended with exit status {code}"
+
+
+def _without_report(head: str, code: int, said: str) -> tuple[bool, Reason, str]:
+    """An image older than the report, or a run that died before writing it: the container's exit status is read as
+    the benchmark's, with what the pod said (its log's tail) as the detail; any other status is a failed Job."""
+    said = f": {said}" if said else ""
+    reason, ok, message = {
+        0: (Reason.PASSED, True, f"{head} passed (no report{said})"),
+        1: (Reason.NODES_FAILED, False, f"{head} found failing nodes{said}"),
+        2: (Reason.COULD_NOT_RUN, False, f"{head} could not run; nothing drained{said}"),
+    }.get(code, (Reason.JOB_FAILED, False, f"{head} ended with exit status {code} and no report{said}"))
+    return ok, reason, message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
+
+
+def _count(report: Mapping[str, Any], key: str) -> int:
+    value = report.get(key)
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _groups(report: Mapping[str, Any], key: str) -> list[tuple[int, str]]:
+    """(nodes, "node-a, node-b and 3 more: what was found") for each group of the report's `key` list."""
+    out = []
+    for group in report.get(key) or []:
+        if not isinstance(group, Mapping):
+            continue
+        names = [str(n) for n in group.get("nodes") or []]
+        count = max(_count(group, "count"), len(names))
+        listed = ", ".join(names) if names else f"{count} nodes"
+        if names and count > len(names):
+            listed += f" and {count - len(names)} more"
+        out.append((count, f"{listed}: {group.get('detail', '')}"))
+    return out

@@ -6,12 +6,14 @@ is read here, once, into small frozen values the reconcilers branch on.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.render.benchmark import CONTAINER as BENCHMARK_CONTAINER
 from slurmctl.render.meta import LABEL_EVICTABLE, LABEL_INSTANCE
 from slurmctl.render.populate_jail import GENERATION_ANNOTATION, REFUSED_EXIT_CODE
 from slurmctl.render.workers import DAEMON_CONTAINER
@@ -281,3 +283,52 @@ class JobState:
             return False
         refused = self.refusal is not None and not self.succeeded
         return cluster.spec.populate_jail.overwrite or self.failed or refused
+
+
+@dataclass(frozen=True)
+class BenchmarkRun:
+    """The NCCL benchmark's last finished run, as its Job's pod left it: the benchmark's report (one line of JSON in
+    the container's termination message, see images/scripts/nccl_benchmark.py), or what the pod said instead."""
+
+    job: str  # the Job that ran it
+    finished: str  # when its container ended (finishedAt, as the API wrote it); "" when unknown
+    exit_code: int
+    report: Mapping[str, Any] | None  # None: the run wrote none (it died first, or an older image)
+    said: str = ""  # the termination message when it is no report (the kubelet's fallback: the log's tail)
+
+
+def last_benchmark_run(pods: Iterable[Live]) -> BenchmarkRun | None:
+    """The run whose benchmark container ended last among the benchmark Jobs' pods; None while none has ended."""
+    runs: list[tuple[str, str, BenchmarkRun]] = []
+    for pod in pods:
+        md = pod.get("metadata") or {}
+        statuses = _status(pod).get("containerStatuses") or []
+        container: Mapping[str, Any] = next((c for c in statuses if c.get("name") == BENCHMARK_CONTAINER), {})
+        terminated = (container.get("state") or {}).get("terminated")
+        if not terminated:
+            continue
+        owner: Mapping[str, Any] = next((o for o in md.get("ownerReferences") or [] if o.get("kind") == "Job"), {})
+        message = str(terminated.get("message") or "").strip()
+        report = _report(message)
+        run = BenchmarkRun(
+            job=str(owner.get("name") or (md.get("labels") or {}).get("job-name") or md.get("name", "")),
+            finished=str(terminated.get("finishedAt") or ""),
+            exit_code=_int(terminated.get("exitCode")),
+            report=report,
+            said="" if report is not None else _shortened(message),
+        )
+        runs.append((run.finished, str(md.get("creationTimestamp") or ""), run))
+    return max(runs, key=lambda r: (r[0], r[1]))[2] if runs else None
+
+
+def _report(message: str) -> Mapping[str, Any] | None:
+    try:
+        report = json.loads(message) if message.startswith("{") else None
+    except ValueError:
+        return None
+    return report if isinstance(report, dict) and isinstance(report.get("exit"), int) else None
+
+
+def _shortened(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_REFUSAL_MESSAGE else "..." + text[-(MAX_REFUSAL_MESSAGE - 3) :]

@@ -101,8 +101,8 @@ def judge_unhealthy(
         statefulset = meta.worker_group(c, group.name)
         members = sorted(by_set.get(statefulset, []), key=lambda p: (len(p.name), p.name))
         present = {pod.name for pod in members}
-        if any(f"{statefulset}-{i}" not in present for i in range(group.size)):
-            continue  # a pod not (re-)created yet: it may be the one being replaced
+        if group.autoscale is None and any(f"{statefulset}-{i}" not in present for i in range(group.size)):
+            continue  # a pod not (re-)created yet: it may be the one being replaced (an elastic group has no size)
         if any(
             not pod.ready or pod.terminating or pod.name in leaving or pod.name in lost or pod.uid in acted
             for pod in members

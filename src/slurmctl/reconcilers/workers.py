@@ -35,7 +35,16 @@ from slurmctl.api.v1 import (
     ready_summary,
 )
 from slurmctl.reconcilers.base import ComponentReconciler, Loaded, Obj, component_is, now
-from slurmctl.reconcilers.drain import Leaving, Verdict, judge, leaving_nodes, replicas_after, statefulset_of
+from slurmctl.reconcilers.drain import (
+    Leaving,
+    Verdict,
+    jobs_by_node,
+    judge,
+    leaving_nodes,
+    replicas_after,
+    statefulset_of,
+)
+from slurmctl.reconcilers.elastic import ElasticPlan, is_elastic_pod, plan_elastic, stray_elastic_pods
 from slurmctl.reconcilers.observed import (
     cluster_of_pod,
     deleting,
@@ -47,9 +56,10 @@ from slurmctl.reconcilers.observed import (
     worker_replicas,
 )
 from slurmctl.reconcilers.populate_jail import jail_gate_open
-from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE
+from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET, Kind
+from slurmctl.render.workers import render_elastic_worker_pod
 from slurmctl.runtime import Result
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.logs import kv
@@ -60,6 +70,17 @@ log = logging.getLogger(__name__)
 
 # While nodes drain, Slurm is asked again this often (no Kubernetes event says a job ended).
 DRAIN_POLL_SECONDS = 5.0
+# With elastic groups, Slurm's power states are looked at this often while nothing is on its way (Slurm's power saving
+# itself acts about every 10 s), and every DRAIN_POLL_SECONDS while a node powers up or down.
+ELASTIC_POLL_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """The elastic groups' pass: its plan, and why Slurm could not be asked (or refused a power-up)."""
+
+    plan: ElasticPlan | None
+    unreachable: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,11 +107,12 @@ class WorkersReconciler(ComponentReconciler):
             await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_JAIL, message=message)
             return None
         groups = sorted(loaded.cluster.spec.workers, key=lambda g: g.name)
+        fixed = [g for g in groups if g.autoscale is None]
         live = worker_replicas(self.owned(loaded, STATEFULSET))
         leaving = self._leaving(loaded, live)
         gate = await self._gate(loaded, leaving)
         replicas: dict[str, int] = {}
-        for group in groups:
+        for group in fixed:
             current = live.get(meta.worker_group(c, group.name))
             if current is None or group.size >= current:
                 replicas[group.name] = group.size
@@ -112,8 +134,11 @@ class WorkersReconciler(ComponentReconciler):
         for going in leaving:
             if going.recreate and going.node in gate.released:
                 await self.delete(loaded, POD, going.node, why=f"{going.why}; its node is drained and runs no job")
-        await self.write_status(loaded, self._status(loaded, groups, gate))
-        return Result(requeue_after=DRAIN_POLL_SECONDS) if leaving else None
+        elastic = await self._elastic(loaded, [g for g in groups if g.autoscale is not None], munge_key_id)
+        await self.write_status(loaded, self._status(loaded, fixed, gate, elastic))
+        if leaving or (elastic and elastic.plan and elastic.plan.in_flight):
+            return Result(requeue_after=DRAIN_POLL_SECONDS)
+        return Result(requeue_after=ELASTIC_POLL_SECONDS) if elastic else None
 
     def leaving(self, loaded: Loaded) -> list[Leaving]:
         """Every node that must go now (scale-in, removed groups, the node being re-created): what the drain gate
@@ -122,8 +147,14 @@ class WorkersReconciler(ComponentReconciler):
 
     def _leaving(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
         found: dict[str, Leaving] = {}
+        spec = loaded.cluster.spec
+        strays = stray_elastic_pods(loaded.name, spec.elastic_groups, self.pods(loaded.name, loaded.namespace))
         everything = (
-            *leaving_nodes(loaded.name, loaded.cluster.spec.workers, live),
+            *leaving_nodes(loaded.name, [g for g in spec.workers if g.autoscale is None], live),
+            *(
+                Leaving(pod, group, f"worker group {group} no longer has this elastic node", recreate=True)
+                for pod, group in strays
+            ),
             *self._left_behind(loaded, live),
             *self._roll(loaded, live),
         )
@@ -150,7 +181,7 @@ class WorkersReconciler(ComponentReconciler):
         out: dict[str, list[Obj]] = defaultdict(list)
         for pod in self.pods(loaded.name, loaded.namespace):
             owner = statefulset_of(pod["metadata"]["name"])
-            if not deleting(pod) and not selects(sets.get(owner), pod):
+            if not deleting(pod) and not is_elastic_pod(pod) and not selects(sets.get(owner), pod):
                 out[owner].append(pod)
         return out
 
@@ -238,7 +269,40 @@ class WorkersReconciler(ComponentReconciler):
             self.warn(loaded, "DrainTimedOut", f"{node}: its drainTimeout passed; it goes with jobs {running} running")
         return Gate(verdict)
 
-    def _status(self, loaded: Loaded, groups: list[WorkerGroup], gate: Gate) -> SlurmClusterStatus:
+    async def _elastic(self, loaded: Loaded, groups: list[WorkerGroup], munge_key_id: str) -> Elastic | None:
+        """Follow Slurm's power saving for the elastic groups (reconcilers/elastic.py) on a snapshot no older than
+        the node loop's: create the pods of nodes Slurm powers up, delete those of nodes it powered down, power up
+        nodes while fewer than `min` are up. Nothing at all while Slurm cannot be asked."""
+        if not groups:
+            return None
+        c, ns = loaded.name, loaded.namespace
+        try:
+            snapshot = (await self.ctx.slurm.snapshot(c, ns, max_age=NODE_LOOP_MAX_AGE)).check()
+        except SlurmError as exc:
+            return Elastic(None, unreachable=str(exc))
+        pods = {pod["metadata"]["name"]: pod for pod in self.pods(c, ns)}
+        plan = plan_elastic(c, groups, pods, snapshot.by_name, jobs_by_node(snapshot.jobs))
+        if plan.power_up:
+            self.ctx.slurm.changed(c, ns)
+            try:
+                await self.ctx.slurm.client(c, ns).power_up(plan.power_up)
+            except SlurmError as exc:
+                return Elastic(plan, unreachable=str(exc))
+            self.event(loaded, "Normal", "PoweringUp", f"asked Slurm to power up {', '.join(plan.power_up)} (min)")
+        for group, index in plan.create:
+            pod = render_elastic_worker_pod(
+                loaded.cluster, group, index, configs=loaded.configs, munge_key_id=munge_key_id
+            )
+            if await self.create(loaded, pod):
+                name = pod["metadata"]["name"]
+                self.event(loaded, "Normal", "Created", f"created pod {name}: Slurm powers its node up")
+        for name, why in plan.delete:
+            await self.delete(loaded, POD, name, why=why)
+        return Elastic(plan)
+
+    def _status(
+        self, loaded: Loaded, groups: list[WorkerGroup], gate: Gate, elastic: Elastic | None
+    ) -> SlurmClusterStatus:
         c, ns = loaded.name, loaded.namespace
         rows = [
             WorkerGroupStatus(
@@ -249,9 +313,20 @@ class WorkersReconciler(ComponentReconciler):
             for group in groups
         ]
         total_ready, total = sum(r.ready for r in rows), sum(r.desired for r in rows)
+        # An elastic group's nodes coming up for a job are its normal course, not the cluster's unreadiness.
         waiting = [f"{r.name} {r.ready}/{r.desired}" for r in rows if r.ready < r.desired]
+        if elastic and elastic.plan:
+            rows.extend(elastic.plan.rows)
+        rows.sort(key=lambda r: r.name)
+        problems = elastic.plan.problems if elastic and elastic.plan else ()
         cond: Condition
-        if gate.verdict is None:
+        if problems:
+            message = "; ".join(problems)
+            if (previous := loaded.condition(self.condition_type)) is None or previous.message != message:
+                for problem in problems:
+                    self.warn(loaded, Reason.UNSCHEDULABLE.value, problem)
+            cond = self.condition(loaded, ok=False, reason=Reason.UNSCHEDULABLE, message=message)
+        elif gate.verdict is None:
             message = f"nodes must go but Slurm cannot be asked whether they run jobs, so none goes: {gate.unreachable}"
             if (previous := loaded.condition(self.condition_type)) is None or previous.message != message:
                 log.warning("drain gate closed %s", kv(namespace=ns, name=c, error=gate.unreachable))
@@ -261,6 +336,9 @@ class WorkersReconciler(ComponentReconciler):
             cond = self.condition(loaded, ok=False, reason=Reason.DRAINING, message=message)
         elif waiting:
             message = "worker groups not ready: " + ", ".join(waiting)
+            cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message=message)
+        elif elastic and elastic.unreachable:
+            message = f"elastic worker groups wait for Slurm's power states: {elastic.unreachable}"
             cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message=message)
         else:
             message = f"all {total} worker nodes are ready"

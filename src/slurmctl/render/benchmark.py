@@ -1,8 +1,15 @@
 """The `benchmark` component: the CronJob that runs the NCCL benchmark on every idle GPU node through Slurm.
 
 The Job is a Slurm client: it gets the Slurm configs and the munge key and starts munged itself (entrypoint-nccl-
-benchmark), then `srun`s all_reduce_perf on the nodes. It is rendered whenever the cluster has GPU groups and is
-suspended while the benchmark is disabled, so toggling `enabled` is one field, not a create/delete.
+benchmark), then `srun`s all_reduce_perf on the nodes. Those steps run inside the jail, so the Job also mounts the jail
+volume: before benchmarking it installs the image's own all_reduce_perf (and the NCCL it loads) there, once per image
+build (images/scripts/install-all-reduce-perf). It is rendered whenever the cluster has GPU groups and is suspended
+while the benchmark is disabled, so toggling `enabled` is one field, not a create/delete.
+
+What a run found is its container's termination message: one line of JSON (images/scripts/nccl_benchmark.py, `report`)
+that the benchmark reconciler reads from the Job's pod, which the operator already watches (its own pods carry the
+owned-children labels): no ConfigMap to write, no permission to add. A run that died before writing it falls back to
+the tail of its log.
 """
 
 from __future__ import annotations
@@ -13,8 +20,12 @@ from typing import Any
 from slurmctl.api.v1 import SlurmCluster, parse_quantity
 from slurmctl.render import meta, pods
 from slurmctl.render.kinds import CRONJOB, FALLBACKS
+from slurmctl.render.slurm_conf import JAIL_PATH
 
 COMPONENT = "benchmark"
+CONTAINER = "nccl-benchmark"
+# Where the benchmark leaves its report; the kubelet falls back to the log's tail when it ends in error without one.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 CRONJOB_API_VERSIONS = tuple(k.api_version for k in (CRONJOB, *FALLBACKS[CRONJOB]))
 ENTRYPOINT = ["/usr/bin/tini", "--", "/usr/lib/slurmctl/entrypoint-nccl-benchmark"]
 HISTORY_LIMIT = 3
@@ -23,7 +34,8 @@ STARTING_DEADLINE_SECONDS = 600
 # timeoutSeconds bounds each node's run (they run in parallel); the Job also starts munged, asks Slurm for idle nodes
 # and drains failed ones, so it gets this much longer before Kubernetes kills it.
 DEADLINE_GRACE_SECONDS = 120
-RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+# The limit leaves room for the page cache of the first run's copy of all_reduce_perf into the jail (about 420 MB).
+RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
 
 
 def _bytes(quantity: int | str) -> str:
@@ -43,6 +55,8 @@ def benchmark_env(cluster: SlurmCluster) -> list[dict[str, Any]]:
         "NCCL_DRAIN_ON_FAILURE": "true" if nccl.drain_on_failure else "false",
         "NCCL_TIMEOUT_SECONDS": str(nccl.timeout_seconds),
         "GPUS_PER_NODE": str(gpus),
+        "JAIL_DIR": JAIL_PATH,
+        "TERMINATION_LOG": TERMINATION_MESSAGE_PATH,
     }
     return [{"name": name, "value": value} for name, value in values.items()]
 
@@ -55,12 +69,14 @@ def render_benchmark_cronjob(cluster: SlurmCluster, *, api_version: str = "batch
     c = meta.cluster_name(cluster)
     nccl = cluster.spec.health_checks.nccl_benchmark
     benchmark = {
-        "name": "nccl-benchmark",
+        "name": CONTAINER,
         "image": cluster.spec.image_for("nccl-benchmark", nccl.image),
         "command": list(ENTRYPOINT),
         "env": benchmark_env(cluster),
-        "volumeMounts": pods.slurm_mounts(),
+        "volumeMounts": [*pods.slurm_mounts(), {"name": "jail", "mountPath": JAIL_PATH}],
         "resources": RESOURCES,
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         # Root to install the munge key and start munged (as munge), the benchmark as SlurmUser; KILL to stop munged
         # at the end (another user's process).
         "securityContext": pods.root_then_drop(),
@@ -88,7 +104,7 @@ def render_benchmark_cronjob(cluster: SlurmCluster, *, api_version: str = "batch
                             "automountServiceAccountToken": False,
                             "restartPolicy": "Never",
                             "containers": [benchmark],
-                            "volumes": pods.slurm_volumes(c),
+                            "volumes": [*pods.slurm_volumes(c), pods.volume("jail", cluster.spec.jail.volume)],
                         },
                     },
                 },

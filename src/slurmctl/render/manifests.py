@@ -99,6 +99,7 @@ def workers_objects(i: Inputs) -> list[Obj]:
                 munge_key_id=i.munge_key_id,
             )
             for g in groups
+            if g.autoscale is None  # an elastic group's pods are the reconciler's (render_elastic_worker_pod)
         ),
     ]
 

@@ -57,9 +57,10 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition and its evictable label "
          "(server-side apply); a worker pod deleted (once its node is drained) to re-create it from a new template or "
          "a new StatefulSet, or force-deleted (grace period 0, uid precondition) when its Kubernetes node is lost "
-         "and Slurm cannot reach its slurmd. Listed and watched only through the owned-children label selector.",
+         "and Slurm cannot reach its slurmd; an elastic group's worker pod created when Slurm powers its node up and "
+         "deleted when Slurm powers it down. Listed and watched only through the owned-children label selector.",
          ("",), ("pods",),
-         (*READ, "patch", "delete")),
+         (*READ, "create", "patch", "delete")),
     Rule("The SlurmNodeState condition on worker pods (server-side apply on /status).", ("",), ("pods/status",),
          ("patch",)),
     Rule("Events on SlurmClusters, through either Events API.", ("", "events.k8s.io"), ("events",),

@@ -6,6 +6,12 @@ address from the registration and hands it to every other Slurm component that n
 the partitions over those sets. Scaling changes no file at all: no daemon restarts, new nodes are usable from every
 node at once, and a pod that comes back with a new IP re-registers with it.
 
+Elastic groups (`autoscale`) are the exception: Slurm must know nodes that have no pod yet, so that jobs can be
+submitted for them. Their whole range is listed once, as CLOUD nodes (`State=CLOUD`: powered down until Slurm's power
+saving resumes them; their address comes from their registration, as Slurm does for CLOUD nodes since 23.11), and a
+hidden, inactive partition per group carries the group's SuspendTime (idleTime) and ResumeTimeout. Using the range
+changes no file; changing `max` changes nodes.conf (a reconfigure, no restart).
+
 Output is deterministic: an unchanged spec renders byte-identical files, so the ConfigMap is never rewritten.
 """
 
@@ -14,7 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from slurmctl.api.v1 import MAX_GROUP_SIZE, MAX_TOTAL_WORKERS, SlurmCluster, WorkerGroup, parse_quantity
+from slurmctl.api.v1 import (
+    MAX_GROUP_SIZE,
+    MAX_TOTAL_WORKERS,
+    SlurmCluster,
+    WorkerGroup,
+    parse_duration,
+    parse_quantity,
+)
 from slurmctl.render import meta
 from slurmctl.render.topology import TOPOLOGY_PLUGIN
 
@@ -40,6 +53,14 @@ OCI_ROOT = "/run/slurm-oci"
 GPU_HEALTHCHECK = "/usr/lib/slurmctl/gpu-healthcheck"
 # Each slurmctld's own pid file when two share the state directory (spec.controller.standby).
 SLURMCTLD_STANDBY_PIDFILE = "/run/slurmctld/slurmctld.pid"
+# Slurm's power saving runs these on the controller. They have nothing to do: slurmctl follows the nodes' power states
+# (POWERING_UP: create the pod; POWERING_DOWN, POWERED_DOWN: delete it), read from slurmrestd.
+POWER_PROGRAM = "/bin/true"
+# After Slurm powers a node down it waits this long before it may power it up again: the pod's termination (its grace
+# period, render/workers.py GRACE_SECONDS) fits inside, so that a node powered up again gets a fresh pod of its name.
+POWER_DOWN_SECONDS = 45
+# The hidden, inactive partition that carries an elastic group's power settings (no job can be submitted to it).
+POWER_PARTITION_PREFIX = "slurmctl-power-"
 MIB = 2**20
 
 
@@ -85,11 +106,34 @@ def dynamic_node_conf(group: WorkerGroup) -> str:
     return _line(_node_size(group)).rstrip("\n")
 
 
+def _seconds(duration: str) -> str:
+    return str(int(parse_duration(duration).total_seconds()))
+
+
 def render_nodes_conf(cluster: SlurmCluster) -> str:
-    """A node set per group, whatever its size: dynamic nodes join the set whose feature they register with."""
+    """A node set per group, whatever its size: dynamic nodes join the set whose feature they register with, and an
+    elastic group's CLOUD nodes carry the same feature."""
+    c = meta.cluster_name(cluster)
     out = [_header(cluster)]
+    elastic = sorted(cluster.spec.elastic_groups, key=lambda g: g.name)
+    for group in elastic:
+        out.append(
+            _line([("NodeName", node_hostlist(c, group, group.node_count)), ("State", "CLOUD"), *_node_size(group)])
+        )
     for group in sorted(cluster.spec.workers, key=lambda g: g.name):
         out.append(_line([("NodeSet", group.name), ("Feature", group.name)]))
+    for group in elastic:
+        assert group.autoscale is not None
+        power = [
+            ("PartitionName", f"{POWER_PARTITION_PREFIX}{group.name}"),
+            ("Nodes", group.name),
+            ("Hidden", "YES"),
+            ("State", "INACTIVE"),
+            ("Default", "NO"),
+            ("SuspendTime", _seconds(group.autoscale.idle_time)),
+            ("ResumeTimeout", _seconds(group.autoscale.resume_timeout)),
+        ]
+        out.append(_line(power))
     for partition in sorted(cluster.spec.partitions, key=lambda p: p.name):
         groups = [name for name in cluster.spec.partition_workers(partition) if cluster.spec.worker_group(name)]
         pairs = [("PartitionName", partition.name)]
@@ -100,6 +144,28 @@ def render_nodes_conf(cluster: SlurmCluster) -> str:
         pairs.extend(sorted(partition.options.items()))
         out.append(_line(pairs))
     return "".join(out)
+
+
+def power_save_settings(cluster: SlurmCluster) -> dict[str, str]:
+    """Slurm's power saving for the elastic groups only: the global SuspendTime stays INFINITE, so a node is
+    suspended only through its group's power partition (a fixed group's nodes are in none). An elastic group's `min`
+    nodes are never all suspended (SuspendExcNodes' count; slurmctl powers them up). idle_on_node_suspend: a node
+    powered down is idle again, whatever drain it had (its next pod is a new machine), so Slurm can resume it."""
+    c = meta.cluster_name(cluster)
+    keep = [
+        f"{node_hostlist(c, g, g.node_count)}:{g.autoscale.min}"
+        for g in sorted(cluster.spec.elastic_groups, key=lambda g: g.name)
+        if g.autoscale is not None and g.autoscale.min > 0
+    ]
+    settings = {
+        "SuspendProgram": POWER_PROGRAM,
+        "ResumeProgram": POWER_PROGRAM,
+        "SuspendTimeout": str(POWER_DOWN_SECONDS),
+        "SlurmctldParameters": "idle_on_node_suspend",
+    }
+    if keep:
+        settings["SuspendExcNodes"] = ",".join(keep)
+    return settings
 
 
 def render_slurm_conf(cluster: SlurmCluster) -> str:
@@ -163,6 +229,8 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
     if spec.topology is not None:
         # topology.conf is rendered from where the workers run (render/topology.py), beside these files.
         settings["TopologyPlugin"] = TOPOLOGY_PLUGIN
+    if spec.elastic_groups:
+        settings.update(power_save_settings(cluster))
     if spec.accounting.enabled:
         settings["AccountingStorageType"] = "accounting_storage/slurmdbd"
         settings["AccountingStorageHost"] = f"{c}-accounting"

@@ -42,17 +42,64 @@ def render_worker_statefulset(
 ) -> dict[str, Any]:
     """`replicas` is passed separately from `group.size`: scale-in goes through the reconciler's gate first."""
     c = meta.cluster_name(cluster)
+    selector = meta.selector(c, COMPONENT, **{meta.LABEL_WORKER_GROUP: group.name})
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": meta.object_meta(
+            cluster, meta.worker_group(c, group.name), COMPONENT, extra_labels={meta.LABEL_WORKER_GROUP: group.name}
+        ),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": meta.workers_service(c),
+            # Slurm nodes are independent: start and replace them all at once, not one ready pod after another.
+            "podManagementPolicy": "Parallel",
+            # A new pod template reaches a running node only through the operator, which drains the node first and
+            # deletes its pod once no job runs there (reconcilers/workers.py), one node at a time.
+            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": selector},
+            "template": _pod_template(cluster, group, configs=configs, munge_key_id=munge_key_id),
+        },
+    }
+
+
+def render_elastic_worker_pod(
+    cluster: SlurmCluster, group: WorkerGroup, index: int, *, configs: Mapping[str, str], munge_key_id: str
+) -> dict[str, Any]:
+    """One node of an elastic group (`autoscale`): a pod of its own, created by the operator when Slurm powers the
+    node up and deleted when Slurm powers it down (reconcilers/workers.py). No StatefulSet: Slurm picks which
+    powered-down nodes it resumes, and a StatefulSet could only add and remove its highest ordinals. The pod is the
+    StatefulSet template's, with the DNS name a StatefulSet would give it (`<pod>.<c>-workers`)."""
+    c = meta.cluster_name(cluster)
+    name = f"{meta.worker_group(c, group.name)}-{index}"
+    template = _pod_template(cluster, group, configs=configs, munge_key_id=munge_key_id)
+    metadata = meta.object_meta(cluster, name, COMPONENT, extra_labels=template["metadata"]["labels"])
+    metadata["annotations"] = template["metadata"]["annotations"]
+    spec = {**template["spec"], "hostname": name, "subdomain": meta.workers_service(c)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _pod_template(
+    cluster: SlurmCluster, group: WorkerGroup, *, configs: Mapping[str, str], munge_key_id: str
+) -> dict[str, Any]:
+    c = meta.cluster_name(cluster)
     spec = cluster.spec
     image = spec.image_for("worker", group.image)
     group_label = {meta.LABEL_WORKER_GROUP: group.name}
     selector = meta.selector(c, COMPONENT, **group_label)
+    # A fixed group's slurmd registers as a dynamic node with this definition; an elastic group's nodes are CLOUD
+    # nodes of nodes.conf, which slurmd finds under its name (see render/slurm_conf.py).
+    registration = (
+        {"name": "SLURMD_CLOUD", "value": "true"}
+        if group.autoscale is not None
+        else {"name": "SLURMD_CONF", "value": dynamic_node_conf(group)}
+    )
     slurmd = {
         "name": DAEMON_CONTAINER,
         "image": image,
         "env": [
             pods.node_name_env(),
-            # slurmd registers as a dynamic node with this definition (see render/slurm_conf.py).
-            {"name": "SLURMD_CONF", "value": dynamic_node_conf(group)},
+            registration,
             *pods.jail_env(spec),
             pods.restart_keys_env(),
         ],
@@ -77,32 +124,17 @@ def render_worker_statefulset(
         "name": "dev-shm",
         "emptyDir": {"medium": "Memory", "sizeLimit": pods.quantity(spec.shared_memory_size(group))},
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": meta.object_meta(cluster, meta.worker_group(c, group.name), COMPONENT, extra_labels=group_label),
-        "spec": {
-            "replicas": replicas,
-            "serviceName": meta.workers_service(c),
-            # Slurm nodes are independent: start and replace them all at once, not one ready pod after another.
-            "podManagementPolicy": "Parallel",
-            # A new pod template reaches a running node only through the operator, which drains the node first and
-            # deletes its pod once no job runs there (reconcilers/workers.py), one node at a time.
-            "updateStrategy": {"type": "OnDelete"},
-            "selector": {"matchLabels": selector},
-            "template": pods.slurm_pod_template(
-                c,
-                COMPONENT,
-                config_hash=config_hash(configs, munge_key_id=munge_key_id),
-                daemon=slurmd,
-                image=image,
-                volumes=[*pods.slurm_volumes(c), *pods.jail_volumes(spec), shm],
-                placement=group,
-                grace_seconds=GRACE_SECONDS,
-                munge_outlives_daemon=True,
-                extra_labels=group_label,
-                # One node lost takes as few of the group's nodes as it can; its spec can replace or drop this.
-                default_spread=pods.spread_over_nodes(selector),
-            ),
-        },
-    }
+    return pods.slurm_pod_template(
+        c,
+        COMPONENT,
+        config_hash=config_hash(configs, munge_key_id=munge_key_id),
+        daemon=slurmd,
+        image=image,
+        volumes=[*pods.slurm_volumes(c), *pods.jail_volumes(spec), shm],
+        placement=group,
+        grace_seconds=GRACE_SECONDS,
+        munge_outlives_daemon=True,
+        extra_labels=group_label,
+        # One node lost takes as few of the group's nodes as it can; its spec can replace or drop this.
+        default_spread=pods.spread_over_nodes(selector),
+    )

@@ -80,6 +80,15 @@ class Node:
         return self.drain and not self.busy
 
     @property
+    def powered_down(self) -> bool:
+        """Slurm's power saving has the node down, or on its way down: it wants no machine (pod) for it now."""
+        return bool(self.state & {"POWERED_DOWN", "POWERING_DOWN"})
+
+    @property
+    def powering_up(self) -> bool:
+        return "POWERING_UP" in self.state
+
+    @property
     def display(self) -> str:
         """Slurm's long state name as `sinfo -o %T` prints it, in CamelCase so that it is a valid Kubernetes condition
         reason (letters only, no "+"):

@@ -111,9 +111,10 @@ def test_operator_role_grants_what_the_reconcilers_need_and_nothing_else() -> No
     # Nodes are read (a cordon drains the Slurm node) and patched only to cordon an unhealthy worker's: no create,
     # no delete.
     assert {v for g, r, v in grants if r == "nodes"} == {"get", "list", "watch", "patch"}
-    # Pods are read (slurmrestd's address, worker pods' state), deleted only to re-create a drained worker, patched
-    # (server-side apply) only for the evictable label, and only their status is written (SlurmNodeState).
-    assert {v for g, r, v in grants if r == "pods"} == {"get", "list", "watch", "patch", "delete"}
+    # Pods are read, created only for an elastic node Slurm powers up, deleted only to re-create a drained worker (or
+    # when Slurm powered an elastic node down), patched (server-side apply) only for the evictable label, and only
+    # their status is written (SlurmNodeState).
+    assert {v for g, r, v in grants if r == "pods"} == {"get", "list", "watch", "create", "patch", "delete"}
     assert {v for g, r, v in grants if r == "pods/status"} == {"patch"}
     assert {v for g, r, v in grants if r == "slurmclusters"} == {"get", "list", "watch"}
     assert {v for g, r, v in grants if r == "slurmclusters/status"} == {"get", "patch"}

@@ -470,3 +470,37 @@ def test_topology_owns_the_topology_plugin() -> None:
     (problem,) = problems_of(obj)
     assert problem.startswith("spec.slurm.extraConfig: line 1: TopologyPlugin is owned by slurmctl")
     assert problems_of(cluster(slurm={"extraConfig": "TopologyPlugin=topology/tree\n"})) == []
+
+
+def test_elastic_groups_that_cannot_work_name_the_field() -> None:
+    elastic = {"name": "cpu", "autoscale": {"min": 4, "max": 3, "idleTime": "10s", "resumeTimeout": "5s"}}
+    assert problems_of(cluster(workers=[elastic])) == [
+        "spec.workers[0].autoscale.min: min 4 is more than max 3",
+        "spec.workers[0].autoscale.idleTime: at least 20s",
+        "spec.workers[0].autoscale.resumeTimeout: at least 20s",
+    ]
+    ok = {"name": "cpu", "autoscale": {"max": 3}}
+    assert problems_of(cluster(workers=[ok])) == []
+    assert problems_of(cluster(workers=[ok], rest={"enabled": False})) == [
+        "spec.workers[0].autoscale: an elastic group needs slurmrestd (spec.rest.enabled): it follows Slurm's power "
+        "states"
+    ]
+    topology = problems_of(cluster(workers=[ok], topology={"tree": {"levels": ["example.com/switch"]}}))
+    assert topology == [
+        "spec.workers[0].autoscale: an elastic group cannot be combined with spec.topology yet (its powered-down "
+        "nodes have no place in topology.conf)"
+    ]
+
+
+def test_an_elastic_groups_maximum_counts_toward_the_cluster_total() -> None:
+    groups = [{"name": f"g{i}", "autoscale": {"max": 1000}} for i in range(5)]
+    assert problems_of(cluster(workers=groups)) == [
+        "spec.workers: 5000 worker nodes in total exceed the maximum of 4096"
+    ]
+
+
+def test_power_saving_keys_are_the_operators_while_a_group_is_elastic() -> None:
+    extra = "SuspendTime=60\n"
+    assert problems_of(cluster(slurm={"extraConfig": extra})) == []
+    problems = problems_of(cluster(workers=[{"name": "cpu", "autoscale": {"max": 3}}], slurm={"extraConfig": extra}))
+    assert len(problems) == 1 and "SuspendTime" in problems[0], problems

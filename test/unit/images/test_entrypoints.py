@@ -509,6 +509,53 @@ def test_benchmark_job_runs_its_own_munged_and_the_benchmark_as_slurm_user(pod: 
         time.sleep(0.1)
 
 
+def test_benchmark_job_installs_all_reduce_perf_first_and_leaves_its_report_as_termination_message(
+    pod: dict[str, str],
+) -> None:
+    root = Path(pod["ROOT"])
+    sock = root / "munge-run" / "munge.socket.2"
+    state = root / "munge-state"
+    state.mkdir(mode=0o700)
+    os.chown(state, pwd.getpwnam("munge").pw_uid, -1)
+    installer = write_exe(
+        root / "bin" / "install-stand-in", '#!/bin/sh\necho "installing" >&2\necho /usr/lib/x/v1/bin\n'
+    )
+    # The stand-in benchmark writes its report where it is told, as SlurmUser, and says which PATH it was given.
+    stand_in = write_exe(
+        root / "bin" / "benchmark",
+        f'#!/bin/sh\necho "path=$NCCL_BENCHMARK_PATH uid=$(id -u)" >> {pod["LOG"]}\n'
+        'echo \'{"exit":2,"not_run":[]}\' > "$NCCL_BENCHMARK_REPORT"\nexit 2\n',
+    )
+    termination_log = root / "termination-log"
+    termination_log.touch()
+    tmp = root / "tmp"
+    tmp.mkdir()
+    env = {
+        **pod,
+        "MUNGE_SOCKET": str(sock),
+        "NCCL_BENCHMARK": str(stand_in),
+        "INSTALL_ALL_REDUCE_PERF": str(installer),
+        "TERMINATION_LOG": str(termination_log),
+        "TMPDIR": str(tmp),
+        "MUNGED_ARGS": f"--pid-file={state}/pid --seed-file={state}/seed --log-file={state}/log",
+    }
+
+    done = run_script("entrypoint-nccl-benchmark", env=env, timeout=30)
+
+    assert done.returncode == 2, done.stderr
+    assert Path(pod["LOG"]).read_text() == f"path=/usr/lib/x/v1/bin uid={pwd.getpwnam('slurm').pw_uid}\n"
+    assert termination_log.read_text() == '{"exit":2,"not_run":[]}\n'
+    assert list(tmp.iterdir()) == [], "the report's temporary file is removed"
+
+    # An installer that fails leaves the benchmark to the jail's own all_reduce_perf (no PATH entry) and says so.
+    write_exe(installer, '#!/bin/sh\necho "cannot copy" >&2\nexit 1\n')
+    Path(pod["LOG"]).write_text("")
+    done = run_script("entrypoint-nccl-benchmark", env=env, timeout=30)
+    assert done.returncode == 2
+    assert Path(pod["LOG"]).read_text().startswith("path= uid=")
+    assert "could not be installed into the jail" in done.stderr
+
+
 def test_munge_outlives_the_daemons_prestop_hook_but_not_forever(pod: dict[str, str], tmp_path: Path) -> None:
     """The worker's preStop needs munged to leave Slurm's node list; munge's preStop waits for it, with a deadline."""
     done_marker = tmp_path / "prestop-done"

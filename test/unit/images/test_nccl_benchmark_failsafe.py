@@ -6,6 +6,7 @@ so a drain is visible as a recorded `scontrol update ... State=DRAIN`.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,20 @@ SRUN_OUTPUTS = {
         " .. $node pid 42: Test failure common.cu:844\n"
         "srun: error: $node: task 0: Exited with exit code 1\n",
         1,
+    ),
+    "slurmctl-no-gpu": (
+        "# slurmctl all_reduce_perf (nccl-tests compatible): NCCL 2.32.3 (built with 2.32.3), CUDA runtime 12.9, driver"
+        " 0.0\n"
+        "$node: Test CUDA failure all_reduce_perf.cc:263 'no CUDA-capable device is detected' (cudaErrorNoDevice):"
+        " could not run, no GPU to measure\n"
+        "srun: error: $node: task 0: Exited with exit code 2\n",
+        2,
+    ),
+    "no-libraries": (
+        "all_reduce_perf: error while loading shared libraries: libnccl.so.2: cannot open shared object file: No such"
+        " file or directory\n"
+        "srun: error: $node: task 0: Exited with exit code 127\n",
+        127,
     ),
     "slurm-away": (
         "srun: error: Unable to allocate resources: Unable to contact slurm controller (connect failure)\n",
@@ -62,7 +77,9 @@ def stub_slurm(bin_dir: Path, log: Path, *, srun: str | None, sinfo_fails: bool 
         )
 
 
-def run_benchmark(tmp_path: Path, *, srun: str | None, sinfo_fails: bool = False) -> tuple[int, list[str], str]:
+def run_benchmark(
+    tmp_path: Path, *, srun: str | None, sinfo_fails: bool = False, **extra: str
+) -> tuple[int, list[str], str]:
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     log.touch()
     stub_slurm(bin_dir, log, srun=srun, sinfo_fails=sinfo_fails)
@@ -71,7 +88,7 @@ def run_benchmark(tmp_path: Path, *, srun: str | None, sinfo_fails: bool = False
     tools.mkdir()
     for tool in ("basename", "cat", "sed"):
         (tools / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
-    env = {"PATH": f"{bin_dir}:{tools}", "NCCL_DRAIN_ON_FAILURE": "true", "NCCL_TIMEOUT_SECONDS": "60"}
+    env = {"PATH": f"{bin_dir}:{tools}", "NCCL_DRAIN_ON_FAILURE": "true", "NCCL_TIMEOUT_SECONDS": "60", **extra}
     done = subprocess.run(
         [sys.executable, str(SCRIPTS / "nccl_benchmark.py")],
         env=env,
@@ -92,6 +109,8 @@ def drains(calls: list[str]) -> list[str]:
     [
         ("missing-binary", "the benchmark binary is missing from the jail"),
         ("no-gpu", "no GPU visible to CUDA"),
+        ("slurmctl-no-gpu", "no GPU visible to CUDA"),
+        ("no-libraries", "cannot load its libraries in the jail"),
         ("slurm-away", "Slurm did not answer"),
         (None, "cannot start srun"),
     ],
@@ -120,3 +139,40 @@ def test_a_node_that_ran_and_crashed_is_still_drained(tmp_path: Path) -> None:
     assert code == 1, stderr
     assert sorted(call.split()[2] for call in drains(calls)) == ["NodeName=gpu-0", "NodeName=gpu-1"]
     assert all("State=DRAIN" in call for call in drains(calls))
+
+
+def test_the_report_names_each_node_and_what_kept_it_from_being_benchmarked(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+
+    code, calls, stderr = run_benchmark(tmp_path, srun="slurmctl-no-gpu", NCCL_BENCHMARK_REPORT=str(report))
+
+    assert code == 2, stderr
+    assert drains(calls) == []
+    assert json.loads(report.read_text()) == {
+        "exit": 2,
+        "nodes": 2,
+        "passed": 0,
+        "skipped": 0,
+        "drained": 0,
+        "not_run": [
+            {
+                "detail": "could not run: no GPU visible to CUDA in the benchmark step (no CUDA-capable device)",
+                "nodes": ["gpu-0", "gpu-1"],
+                "count": 2,
+            }
+        ],
+    }
+
+
+def test_the_report_of_a_run_that_could_not_list_nodes_and_of_drained_nodes(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    code, _, _ = run_benchmark(tmp_path, srun="crash", sinfo_fails=True, NCCL_BENCHMARK_REPORT=str(report))
+    assert code == 2
+    said = json.loads(report.read_text())
+    assert said["exit"] == 2 and said["error"].startswith("cannot list nodes: sinfo --noheader --Node failed")
+
+    (tmp_path / "again").mkdir()
+    code, _, _ = run_benchmark(tmp_path / "again", srun="crash", NCCL_BENCHMARK_REPORT=str(report))
+    assert code == 1
+    said = json.loads(report.read_text())
+    assert (said["exit"], said["drained"], [g["nodes"] for g in said["failed"]]) == (1, 2, [["gpu-0"], ["gpu-1"]])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from types import ModuleType
 
@@ -97,3 +98,73 @@ def test_defaults_and_sizes() -> None:
     assert "--gpus-per-node=8" in argv
     assert argv[argv.index("all_reduce_perf") :] == ["all_reduce_perf", "-b", "512M", "-e", "8G", "-f", "2", "-g", "8"]
     assert "--time=30" in argv
+
+
+def test_slurmctls_benchmark_directory_comes_last_on_the_steps_path() -> None:
+    s = nb.Settings.from_env({"NCCL_BENCHMARK_PATH": "/usr/lib/slurmctl/all-reduce-perf/v1/bin"})
+    env = nb.step_env(s, {"PATH": "/usr/bin:/bin", "SLURM_CONF": "/etc/slurm/slurm.conf"})
+    assert env == {
+        "PATH": "/usr/bin:/bin:/usr/lib/slurmctl/all-reduce-perf/v1/bin",
+        "SLURM_CONF": "/etc/slurm/slurm.conf",
+    }
+    assert nb.step_env(nb.Settings.from_env({}), {"PATH": "/usr/bin"}) == {"PATH": "/usr/bin"}
+    with pytest.raises(nb.SettingsError, match="must be one absolute directory"):
+        nb.Settings.from_env({"NCCL_BENCHMARK_PATH": "/a:/b"})
+
+
+def outcome(node: str, detail: str, *, passed: bool = False, not_run: bool = False, skipped: bool = False) -> object:
+    return nb.Outcome(node, passed=passed, detail=detail, not_run=not_run, skipped=skipped)
+
+
+def test_the_report_groups_nodes_by_finding() -> None:
+    no_gpu = "could not run: no GPU visible to CUDA in the benchmark step (no CUDA-capable device)"
+    run = nb.Run(
+        1,
+        (
+            outcome("gpu-0", "avg bus bandwidth 70.7 GB/s (required 50 GB/s)", passed=True),
+            outcome("gpu-1", "avg bus bandwidth 12 GB/s below required 50 GB/s"),
+            outcome("gpu-2", no_gpu, not_run=True),
+            outcome("gpu-3", no_gpu, not_run=True),
+            outcome("gpu-4", "node became busy; not benchmarked", passed=True, skipped=True),
+        ),
+        drained=1,
+    )
+
+    report = json.loads(nb.report(run))
+
+    assert report == {
+        "exit": 1,
+        "nodes": 5,
+        "passed": 1,
+        "skipped": 1,
+        "drained": 1,
+        "failed": [{"detail": "avg bus bandwidth 12 GB/s below required 50 GB/s", "nodes": ["gpu-1"], "count": 1}],
+        "not_run": [{"detail": no_gpu, "nodes": ["gpu-2", "gpu-3"], "count": 2}],
+    }
+
+
+def test_a_run_that_could_not_start_says_why() -> None:
+    report = json.loads(nb.report(nb.Run(2, error="cannot list nodes: sinfo did not answer within 30s")))
+    assert report == {
+        "exit": 2, "nodes": 0, "passed": 0, "skipped": 0, "drained": 0,
+        "error": "cannot list nodes: sinfo did not answer within 30s",
+    }  # fmt: skip
+
+
+def test_the_report_fits_a_termination_message_however_many_nodes() -> None:
+    same = tuple(
+        outcome(f"gpu-{i:04d}", "could not run: Slurm refused the allocation", not_run=True) for i in range(900)
+    )
+    text = nb.report(nb.Run(2, same))
+    report = json.loads(text)
+    assert len(text) <= nb.REPORT_LIMIT
+    (group,) = report["not_run"]
+    assert group["count"] == 900 and group["nodes"] == [f"gpu-{i:04d}" for i in range(8)]
+
+    different = tuple(outcome(f"gpu-{i}", f"benchmark crashed (exit 1): gpu-{i}: {'x' * 400}") for i in range(40))
+    text = nb.report(nb.Run(1, different))
+    report = json.loads(text)
+    assert len(text) <= nb.REPORT_LIMIT
+    assert report["nodes"] == 40
+    assert len(report["failed"]) + report["omitted"] == 40
+    assert all(len(g["detail"]) <= nb.REPORT_DETAIL_LIMIT for g in report["failed"])

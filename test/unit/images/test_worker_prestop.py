@@ -181,3 +181,24 @@ def test_a_node_registered_from_this_pods_address_leaves_as_before(slurm: Slurm,
     slurm.registered_from("10.244.1.5")
     prestop(slurm, tmp_path, WORKER_POD_ADDRESSES="fd00::5 10.244.1.5")
     assert slurm.calls == [SHOW, DRAIN, DELETE]
+
+
+POWER_DOWN = f"update nodename={NODE} state=POWER_DOWN"
+
+
+def test_an_elastic_node_is_drained_then_powered_down_not_deleted(slurm: Slurm, tmp_path: Path) -> None:
+    """An elastic group's CLOUD node stays in Slurm: powered down, so that Slurm powers it up when a job needs it."""
+    slurm.node("IDLE+CLOUD")
+    hook, _ = prestop(slurm, tmp_path, SLURMD_CLOUD="true")
+    assert slurm.calls == [SHOW, DRAIN, POWER_DOWN]
+    assert slurm.registered
+    assert "powered down in Slurm" in hook.stderr
+
+
+@pytest.mark.parametrize("power", ["POWERING_DOWN", "POWERED_DOWN"])
+def test_an_elastic_node_slurm_powers_down_is_left_alone(slurm: Slurm, tmp_path: Path, power: str) -> None:
+    """The pod goes because Slurm powered its node down: a drain now would outlast the power-down and keep the node
+    from ever being powered up again."""
+    slurm.node(f"IDLE+CLOUD+{power}")
+    prestop(slurm, tmp_path, SLURMD_CLOUD="true")
+    assert slurm.calls == [SHOW]

@@ -110,6 +110,14 @@ class FakeSlurm:
         for name in names:
             self._set(name, self.table[name].state - {"DRAIN"}, reason="", reason_changed_at=None)
 
+    async def power_up(self, names: Sequence[str]) -> None:
+        """As slurmctld does: a powered-down node is powering up (and not responding) until its slurmd registers."""
+        self._check()
+        self.calls.append(("power_up", tuple(names), ""))
+        for name in names:
+            state = self.table[name].state - {"POWERED_DOWN"}
+            self._set(name, state | {"POWERING_UP", "NOT_RESPONDING"})
+
     async def set_down(self, names: Sequence[str], *, reason: str) -> None:
         """As slurmctld does: its jobs end at once (requeued or failed: gone from the node), DOWN with the reason,
         the DRAIN flag kept."""

@@ -30,10 +30,24 @@ def test_the_research_benchmark() -> None:
         "NCCL_DRAIN_ON_FAILURE": "true",
         "NCCL_TIMEOUT_SECONDS": "1800",
         "GPUS_PER_NODE": "8",
+        "JAIL_DIR": "/mnt/jail",
+        "TERMINATION_LOG": "/dev/termination-log",
     }
     pod = spec["jobTemplate"]["spec"]["template"]["spec"]
     assert {v["name"] for v in pod["volumes"]} >= {"slurm-configs", "munge-key"}
     assert pod["containers"][0]["image"] == "ghcr.io/slurmctl/nccl-benchmark:0.1.0"
+
+
+def test_the_job_mounts_the_jail_and_reports_through_its_termination_message() -> None:
+    """all_reduce_perf is installed into the jail by the Job (the steps run there); what a run found is its report."""
+    cluster = sample("research")
+    pod = render_benchmark_cronjob(cluster)["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"name": "jail", "mountPath": "/mnt/jail"} in container["volumeMounts"]
+    (jail,) = [v for v in pod["volumes"] if v["name"] == "jail"]
+    assert jail == {"name": "jail", "persistentVolumeClaim": {"claimName": cluster.spec.jail.volume.claim_name}}
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
 def test_the_fallback_api_version_has_the_same_body() -> None:

@@ -124,3 +124,43 @@ def test_enforcement_is_on_only_when_the_spec_declares_accounts_or_qos() -> None
     spec["accounting"]["qos"] = [{"name": "small", "maxJobsPerUser": 1}]
     limited = cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
     assert "AccountingStorageEnforce=associations,limits,qos" in _lines(render_slurm_configs(limited)["slurm.conf"])
+
+
+def _elastic(**autoscale: object) -> SlurmCluster:
+    cluster = sample("minimal")
+    spec = cluster.spec.model_dump(by_alias=True, exclude_none=True)
+    spec["workers"][0]["autoscale"] = {"max": 3, **autoscale}
+    return cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
+
+
+def test_an_elastic_group_is_a_range_of_cloud_nodes_with_its_own_power_settings() -> None:
+    configs = render_slurm_configs(_elastic(min=1, idleTime="15m", resumeTimeout="90s"))
+    nodes = _lines(configs["nodes.conf"])
+    assert "NodeName=minimal-worker-cpu-[0-2] State=CLOUD Feature=cpu CPUs=1 RealMemory=1024" in nodes
+    assert "NodeSet=cpu Feature=cpu" in nodes  # the same node set: every partition of the group has the range
+    power = (
+        "PartitionName=slurmctl-power-cpu Nodes=cpu Hidden=YES State=INACTIVE Default=NO SuspendTime=900 "
+        "ResumeTimeout=90"
+    )
+    assert power in nodes
+    slurm = _lines(configs["slurm.conf"])
+    for line in (
+        "SuspendProgram=/bin/true",
+        "ResumeProgram=/bin/true",
+        "SuspendTimeout=45",
+        "SlurmctldParameters=idle_on_node_suspend",
+        "SuspendExcNodes=minimal-worker-cpu-[0-2]:1",
+    ):
+        assert line in slurm
+    # The global SuspendTime stays INFINITE: only the elastic group's nodes are ever powered down.
+    assert not any(line.startswith(("SuspendTime=", "ResumeTimeout=")) for line in slurm)
+
+
+def test_fixed_size_groups_render_no_power_saving() -> None:
+    for name in ("minimal", "research"):
+        configs = render_slurm_configs(sample(name))
+        text = configs["slurm.conf"] + configs["nodes.conf"]
+        for word in ("Suspend", "Resume", "CLOUD", "SlurmctldParameters", "slurmctl-power-"):
+            assert word not in text, (name, word)
+    min_zero = render_slurm_configs(_elastic())
+    assert "SuspendExcNodes" not in min_zero["slurm.conf"], "min 0: no node is kept up (':0' would mean all of them)"

@@ -1,0 +1,186 @@
+"""Elastic worker groups on real pods: worker pods exist only while Slurm has work for them (spec.workers[].autoscale).
+
+One cluster, shared by the tests in order: a group `cpu` with min 0 and max 3 (idleTime 30s) starts with no worker pod
+and Slurm knows its three nodes powered down → `sbatch -N2` powers two up, the operator creates their pods, the job
+runs; once idle for idleTime Slurm powers them down and their pods go (twice: a powered-down node comes back) → a job
+needing more nodes than the group has is refused by Slurm at submission and creates no pod → a group `big` whose pod
+can never be placed (it asks for 64 CPUs): the cluster's WorkersReady names the group and the scheduler's reason, after
+its resumeTimeout Slurm sets the node DOWN, the pod goes, and the job is requeued, not lost. The operator runs as
+`slurmctl run`. Figures (submit → RUNNING from zero, job end → pods gone) are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test.e2e.pods.slurm import Kube, small_cluster
+from test.waiting import holds, until
+
+pytestmark = pytest.mark.e2e
+NAME = "elastic"
+LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
+WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
+CPU = [f"{NAME}-worker-cpu-{i}" for i in range(3)]
+BIG = f"{NAME}-worker-big-0"
+IDLE_TIME = 30
+SMALL = {"requests": {"cpu": "300m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
+
+
+@pytest.fixture(scope="module")
+def elastic(kube: Kube, operator: Path) -> Kube:
+    objects = small_cluster(NAME)
+    objects[1]["spec"]["workers"] = [
+        {"name": "cpu", "resources": SMALL, "autoscale": {"min": 0, "max": 3, "idleTime": f"{IDLE_TIME}s"}},
+        {
+            "name": "big",
+            "resources": {"requests": {"cpu": "64", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+            "autoscale": {"max": 1, "resumeTimeout": "30s"},
+        },
+    ]
+    kube.apply(objects)
+    kube.until_available(NAME, operator, timeout=900)
+    return kube
+
+
+def worker_pods(kube: Kube) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in kube.pods(WORKERS)}
+
+
+def sinfo(kube: Kube) -> dict[str, str]:
+    """node -> Slurm's short state with its suffix (idle~: powered down, idle#: powering up, down~, alloc, ...)."""
+    out = kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-N", "-o", "%N %t")
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def powered_down(kube: Kube, names: list[str]) -> dict[str, str] | None:
+    """sinfo, once each of `names` is idle and powered down (idle~); else None."""
+    nodes = sinfo(kube)
+    return nodes if all(nodes.get(name) == "idle~" for name in names) else None
+
+
+def resting(kube: Kube, names: list[str]) -> bool:
+    """Each of `names` powered down or powering down (idle~, idle%): none powering up (idle#) or up."""
+    nodes = sinfo(kube)
+    return all(nodes.get(name) in ("idle~", "idle%") for name in names)
+
+
+def job(kube: Kube, job_id: str) -> dict[str, str]:
+    out = kube.exec(LOGIN_POD, LOGIN, "scontrol", "show", "job", "-o", job_id)
+    return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+
+
+def job_in(kube: Kube, job_id: str, *states: str) -> dict[str, str] | None:
+    """`scontrol show job`, once its JobState is one of `states`; else None."""
+    found = job(kube, job_id)
+    return found if found["JobState"] in states else None
+
+
+def sbatch(kube: Kube, *args: str) -> str:
+    out = kube.exec(LOGIN_POD, LOGIN, "sbatch", "--parsable", "-o", "/dev/null", *args)
+    return out.strip().split(";")[0]
+
+
+def workers_condition(kube: Kube) -> dict[str, str]:
+    conditions = kube.json("slurmcluster", NAME).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "WorkersReady"), {})
+
+
+def test_an_elastic_group_starts_with_no_pod_and_slurm_knows_its_nodes_powered_down(elastic: Kube) -> None:
+    kube = elastic
+    assert worker_pods(kube) == {}
+    nodes = until(lambda: powered_down(kube, [*CPU, BIG]), timeout=60, what="every elastic node idle~ in sinfo")
+    print(f"sinfo: {nodes}")
+
+
+def power_cycle(kube: Kube) -> tuple[float, float]:
+    """From every cpu node powered down: `sbatch -N2` → two pods, the job runs → idle for idleTime → pods gone, the
+    nodes powering down or powered down. Returns (submit → RUNNING, job end → pods gone) in seconds."""
+    # A powered-down node is usable again once SuspendTimeout has passed since Slurm powered it down.
+    until(lambda: powered_down(kube, CPU), timeout=120, what="the cpu nodes powered down and idle")
+    submitted = time.monotonic()
+    job_id = sbatch(kube, "-N2", "-C", "cpu", "--wrap", "srun -N2 hostname && sleep 5")
+    until(
+        lambda: job_in(kube, job_id, "RUNNING", "COMPLETED"),
+        timeout=300,
+        interval=0.5,
+        what=f"job {job_id} running on two powered-up nodes",
+    )
+    to_running = time.monotonic() - submitted
+    pods = worker_pods(kube)
+    assert len(pods) == 2 and set(pods) <= set(CPU), list(pods)  # a job runs: their slurmd registered
+    ended = until(
+        lambda: job_in(kube, job_id, "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT"),
+        timeout=120,
+        what=f"job {job_id} to end",
+    )
+    assert ended["JobState"] == "COMPLETED", ended
+    done = time.monotonic()
+    until(lambda: not worker_pods(kube) or None, timeout=IDLE_TIME + 180, what="the idle nodes' pods gone")
+    to_gone = time.monotonic() - done
+    nodes = sinfo(kube)
+    # idle%: powering down (SuspendTimeout), idle~: powered down; never down or drained.
+    assert all(nodes[name] in ("idle%", "idle~") for name in CPU), nodes
+    return to_running, to_gone
+
+
+def test_a_job_powers_nodes_up_as_pods_and_idle_nodes_go_with_their_pods(elastic: Kube) -> None:
+    runs = [power_cycle(elastic) for _ in range(2)]  # the second from nodes powered down by the first
+    to_running, to_gone = [r for r, _ in runs], [g for _, g in runs]
+    print(
+        f"submit -> RUNNING from zero: {', '.join(f'{t:.0f}s' for t in to_running)} (p50 "
+        f"{statistics.median(to_running):.0f}s, max {max(to_running):.0f}s); job end -> pods gone (idleTime "
+        f"{IDLE_TIME}s): {', '.join(f'{t:.0f}s' for t in to_gone)}"
+    )
+
+
+def test_a_job_needing_more_nodes_than_the_group_has_is_refused_by_slurm_and_creates_no_pod(elastic: Kube) -> None:
+    """Slurm knows the whole range, so it answers at once: a job larger than every node it could ever power up is
+    refused at submission (not left pending forever), and nothing is powered up for it."""
+    kube = elastic
+    submitted = kube.cp.kubectl(
+        "-n",
+        kube.ns,
+        "exec",
+        LOGIN_POD,
+        "-c",
+        LOGIN,
+        "--",
+        "sbatch",
+        "-N4",
+        "-C",
+        "cpu",
+        "--wrap",
+        "hostname",
+        check=False,
+    )
+    print(f"sbatch -N4 -C cpu (3 cpu nodes): exit {submitted.returncode}: {submitted.stderr.strip()}")
+    assert submitted.returncode != 0
+    assert "Requested node configuration is not available" in submitted.stderr
+    holds(lambda: not worker_pods(kube) and resting(kube, CPU), seconds=10, what="nothing powered up")
+
+
+def test_a_pod_that_cannot_be_placed_is_reported_and_its_node_goes_down_without_losing_the_job(elastic: Kube) -> None:
+    kube = elastic
+    job_id = sbatch(kube, "-C", "big", "--wrap", "hostname")
+    try:
+        cond = until(
+            lambda: c if (c := workers_condition(kube)).get("reason") == "Unschedulable" else None,
+            timeout=120,
+            what="WorkersReady False, Unschedulable",
+        )
+        assert cond["status"] == "False" and "big" in cond["message"] and "Insufficient cpu" in cond["message"], cond
+        print(f"WorkersReady: {cond['message']}")
+        until(lambda: sinfo(kube).get(BIG, "").startswith("down") or None, timeout=120, what=f"{BIG} DOWN in Slurm")
+        until(lambda: BIG not in worker_pods(kube) or None, timeout=60, what=f"the pod of {BIG} gone")
+        state = job(kube, job_id)
+        assert state["JobState"] == "PENDING", state  # requeued: Slurm still has it
+        cond = workers_condition(kube)
+        assert cond["reason"] == "Unschedulable" and "resumeTimeout" in cond["message"], cond
+        print(f"after resumeTimeout: {BIG} {sinfo(kube)[BIG]}, job {job_id} {state['JobState']} ({state['Reason']})")
+    finally:
+        kube.exec(LOGIN_POD, LOGIN, "scancel", job_id)

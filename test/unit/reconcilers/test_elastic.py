@@ -1,0 +1,128 @@
+"""Elastic worker groups: pods follow Slurm's power states (powering up: created; powered down: deleted), `min` nodes
+are powered up, a pod that cannot be placed and a node Slurm gave up on are reported, and nothing happens while Slurm
+cannot be asked or while a job lists the node. Slurm is an in-memory fake; test/e2e/pods/test_elastic.py runs the same
+with real slurmctld power saving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmctl.render.kinds import CONFIGMAP, POD, STATEFULSET
+from slurmctl.runtime import Result
+from test.unit.reconcilers.env import NAME, NS, Env, spec
+from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
+
+
+def node(i: int) -> str:
+    return f"{NAME}-worker-cpu-{i}"
+
+
+def elastic(**autoscale: Any) -> dict[str, Any]:
+    body = spec()
+    body["workers"][0]["autoscale"] = {"max": 3, **autoscale}
+    return body
+
+
+async def elastic_cluster(env: Env, slurm: FakeSlurm, **autoscale: Any) -> None:
+    await env.available(elastic(**autoscale))
+    for i in range(3):
+        slurm.add_node(node(i), "IDLE", "CLOUD", "POWERED_DOWN")
+    connect(env, slurm)
+    await env.converge()
+
+
+def pods(env: Env) -> list[str]:
+    return [name for name in env.names(POD) if name.startswith(f"{NAME}-worker-")]
+
+
+async def test_no_pod_and_no_statefulset_while_slurm_has_every_node_powered_down() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await elastic_cluster(env, slurm)
+        assert pods(env) == []
+        assert not [n for n in env.names(STATEFULSET) if "worker" in n]
+        assert env.reason("WorkersReady") == ("True", "Ready")
+        assert slurm.calls == [], "nothing is asked of Slurm for a group at min 0"
+        status = env.cluster()["status"]
+        assert status["workers"] == [{"name": "cpu", "desired": 0, "ready": 0}]
+
+
+async def test_a_node_slurm_powers_up_gets_its_pod_and_one_it_powers_down_loses_it() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await elastic_cluster(env, slurm)
+        slurm.add_node(node(2), "IDLE", "CLOUD", "POWERING_UP", "NOT_RESPONDING")  # Slurm chose node 2 for a job
+        results = await env.run("workers")
+        assert pods(env) == [node(2)], "the pod of the node Slurm powers up, whatever its index"
+        pod = env.get(POD, node(2))
+        assert pod is not None
+        assert pod["spec"]["hostname"] == node(2) and pod["spec"]["subdomain"] == f"{NAME}-workers"
+        assert pod["metadata"]["ownerReferences"][0]["kind"] == "SlurmCluster"
+        env_names = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"] if "name" in e}
+        assert env_names.get("SLURMD_CLOUD") == "true" and "SLURMD_CONF" not in env_names
+        assert results["workers"] == Result(requeue_after=5.0), "a node on its way is looked at again soon"
+        assert env.reason("WorkersReady") == ("True", "Ready"), "a node coming up for a job is not unreadiness"
+        slurm.run_job(7, node(2))
+        slurm.add_node(node(2), "ALLOCATED", "CLOUD", "POWERED_DOWN")  # a stale power flag while a job runs
+        await env.run("workers")
+        assert pods(env) == [node(2)], "a node a job lists keeps its pod"
+        slurm.end_job(7)
+        slurm.add_node(node(2), "IDLE", "CLOUD", "POWERING_DOWN")  # idle for idleTime
+        await env.run("workers")
+        assert pods(env) == []
+        assert any(r == "Deleted" and "powered its node down" in m for _, r, m in env.events())
+
+
+async def test_nothing_is_created_or_deleted_while_slurm_cannot_be_asked() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await elastic_cluster(env, slurm)
+        slurm.add_node(node(0), "IDLE", "CLOUD", "POWERING_UP")
+        await env.run("workers")
+        assert pods(env) == [node(0)]
+        slurm.add_node(node(0), "IDLE", "CLOUD", "POWERED_DOWN")
+        slurm.down = "slurmrestd: connection refused"
+        await env.run("workers")
+        assert pods(env) == [node(0)], "a Slurm outage removes nothing"
+        cond = env.condition("WorkersReady")
+        assert cond is not None and "connection refused" in cond["message"]
+
+
+async def test_min_nodes_are_powered_up_through_slurm() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await elastic_cluster(env, slurm, min=2)
+        assert ("power_up", (node(0), node(1)), "") in slurm.calls
+        assert pods(env) == [node(0), node(1)], "the pods follow the nodes Slurm powers up"
+        configs = env.get(CONFIGMAP, f"{NAME}-slurm-configs")
+        assert configs is not None
+        conf = configs["data"]["slurm.conf"]
+        assert f"SuspendExcNodes={NAME}-worker-cpu-[0-2]:2" in conf
+
+
+async def test_a_pod_that_cannot_be_placed_and_a_node_slurm_gave_up_on_are_reported() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await elastic_cluster(env, slurm)
+        slurm.add_node(node(1), "IDLE", "CLOUD", "POWERING_UP")
+        await env.run("workers")
+        pod = env.get(POD, node(1))
+        assert pod is not None
+        message = "0/1 nodes are available: 1 Insufficient cpu."
+        status = {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}],
+        }
+        env.fake.set_status(*POD, node(1), status, namespace=NS)
+        await env.run("workers")
+        cond = env.condition("WorkersReady")
+        assert cond is not None and (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+        assert "worker group cpu" in cond["message"] and message in cond["message"]
+        assert any(t == "Warning" and r == "Unschedulable" for t, r, _ in env.events())
+        assert env.phase() == "Degraded"
+        slurm.add_node(node(1), "DOWN", "CLOUD", "POWERED_DOWN", reason="ResumeTimeout reached")
+        await env.run("workers")
+        assert pods(env) == []
+        cond = env.condition("WorkersReady")
+        assert cond is not None and cond["reason"] == "Unschedulable" and "resumeTimeout" in cond["message"]
+        assert f"scontrol update nodename={node(1)} state=resume" in cond["message"]
