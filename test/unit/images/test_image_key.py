@@ -162,9 +162,10 @@ def test_remote_and_variable_sources_are_refused() -> None:
 
 def test_repository_images_have_keys() -> None:
     """Every Dockerfile under images/ is one the key can be computed for (the CLI as hack/images.sh calls it)."""
-    # The operator's wheelhouse is made by hack/images.sh before it keys that image; an empty one stands in here (its
-    # own fetch is keyed by a stamp, so an empty directory never passes for a fetched one).
-    (ROOT / "build" / "operator-wheels").mkdir(parents=True, exist_ok=True)
+    # The operator's and the NCCL benchmark's wheelhouses are made by hack/images.sh before it keys those images; empty
+    # ones stand in here (each fetch is keyed by a stamp, so an empty directory never passes for a fetched one).
+    for wheels in ("operator-wheels", "nccl-wheels"):
+        (ROOT / "build" / wheels).mkdir(parents=True, exist_ok=True)
     # images/pause is the node's (hack/node.sh compiles it on the host into a context of its own), not images.sh's.
     for dockerfile in sorted(d for d in (ROOT / "images").glob("*/Dockerfile") if d.parent.name != "pause"):
         done = subprocess.run(
