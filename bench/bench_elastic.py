@@ -23,6 +23,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from test.e2e.harness import REPO, Node, control_plane_script, free_port, node_script
 from test.e2e.operator import service_account_kubeconfig
+from test.e2e.pods.conftest import wait_for_other_test_sessions
 from test.e2e.pods.slurm import Kube, OperatorProcess, small_cluster
 from test.waiting import until
 
@@ -40,6 +41,7 @@ def cluster_node() -> Iterator[Node]:
     with tempfile.TemporaryDirectory(prefix="bench-elastic-") as tmp:
         state = Path(tmp)
         node = Node(kubeconfig=state / "kubeconfig", state_dir=state)
+        wait_for_other_test_sessions()  # one node per machine: the pods tests' sessions go first
         try:
             for script, name in ((control_plane_script, "control plane"), (node_script, "node")):
                 up = script("up", state)
