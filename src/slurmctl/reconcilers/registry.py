@@ -114,6 +114,18 @@ async def resolve_kinds(manager: Manager, kinds: Iterable[Kind]) -> dict[Kind, K
     return served
 
 
+def select_owned(manager: Manager, owned: Iterable[Kind]) -> None:
+    """List and watch every kind the operator owns (in its served version), and Pods, through the owned-children
+    selector only: the API server then sends none of the cluster's other ConfigMaps, Services, Deployments, Jobs...,
+    so the caches grow with the SlurmClusters, not with the Kubernetes cluster. Every child is rendered with these
+    labels (`meta.object_meta`), workload pods inherit them from their templates, and no reconciler reads an object of
+    these kinds that it did not create: the one user object read, the database password Secret, is read by name
+    (a GET). A child someone strips of the labels leaves the cache (the watch says DELETED), so the next apply
+    restores them."""
+    for kind in {SECRET, POD, *owned}:
+        manager.select(*kind, label_selector=meta.OWNED_SELECTOR)
+
+
 def resync(event: Event) -> bool:
     return event.low_priority
 
@@ -132,13 +144,10 @@ async def register(
     stays NotReady before its workers are handled as lost (reconcilers/lost_nodes.py; 0: never)."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
-    # Secrets: only those the operator labels as its own are listed and watched; the user's (a database password)
-    # are read by name when needed.
-    manager.select(*SECRET, label_selector=meta.OWNED_SELECTOR)
-    manager.select(*POD, label_selector=meta.OWNED_SELECTOR)  # worker pods' state, slurmrestd's address
+    served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
+    select_owned(manager, served.values())
     # Nodes are read cluster-wide: only their names, labels (spec.topology) and whether they are cordoned are kept.
     manager.trim(*NODE, trimmed_node)
-    served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
     host_key_types = HOST_KEY_TYPES if rsa_host_keys else DEFAULT_HOST_KEY_TYPES
     ctx = Context(
         manager,

@@ -26,8 +26,8 @@ LABEL_EVICTABLE = "slurm.slurmctl.io/evictable"
 # selects the primary's pod (the primary's selector, older and immutable, does select the backup's pods, but a
 # StatefulSet only counts and adopts pods named after itself).
 LABEL_CONTROLLER_ROLE = "slurm.slurmctl.io/controller-role"
-# What every child carries and nothing else needs to: the operator watches Secrets through this selector only, so it
-# never lists (or caches) Secrets it did not create.
+# What every child carries and nothing else needs to: the operator lists and watches every kind it owns (and Pods)
+# through this selector only, so it never lists (or caches) the cluster's other ConfigMaps, Secrets, Services...
 OWNED_SELECTOR = f"{LABEL_NAME}=slurmcluster,{LABEL_MANAGED_BY}={MANAGED_BY}"
 CONFIG_HASH_ANNOTATION = "slurm.slurmctl.io/config-hash"
 

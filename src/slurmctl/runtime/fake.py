@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -347,6 +347,48 @@ def _merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             target[k] = copy.deepcopy(v)
 
 
+class SelectedView(Store):
+    """What a label-selected informer would hold of a store: only the objects carrying every `wanted` label. A
+    read-only view, not a copy, so that a read costs what it costs on the real cache (a copy per read made each pass
+    of a 4,096-node cluster's workers reconciler quadratic in its pods)."""
+
+    def __init__(self, store: Store, wanted: Mapping[str, str]) -> None:
+        super().__init__()
+        self._store = store
+        self._wanted = dict(wanted)
+
+    def _selected(self, obj: Obj) -> bool:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return all(str(labels.get(k)) == v for k, v in self._wanted.items())
+
+    def __len__(self) -> int:
+        return len(self.list())
+
+    def __iter__(self) -> Iterator[Obj]:
+        return iter(self.list())
+
+    def get(self, key: str) -> Obj | None:
+        obj = self._store.get(key)
+        return obj if obj is not None and self._selected(obj) else None
+
+    def keys(self) -> set[str]:
+        return {object_key(o) for o in self.list()}
+
+    def put(self, obj: Obj) -> Obj | None:
+        raise TypeError("a SelectedView is read-only; write the store it views")
+
+    def remove(self, key: str) -> Obj | None:
+        raise TypeError("a SelectedView is read-only; write the store it views")
+
+    def list(
+        self, *, namespace: str | None = None, labels: Mapping[str, str] | None = None, owner_uid: str | None = None
+    ) -> list[Obj]:
+        asked = dict(labels or {})
+        if any(k in asked and asked[k] != v for k, v in self._wanted.items()):
+            return []  # a label the selector pins to another value: nothing selected carries it
+        return self._store.list(namespace=namespace, labels={**asked, **self._wanted}, owner_uid=owner_uid)
+
+
 class FakeCache(Cache):
     """The manager's read side over a `FakeClient`: always current (no informer lag); a kind no controller watches
     raises `NotWatched` as the real cache does."""
@@ -369,11 +411,7 @@ class FakeCache(Cache):
         if not selector:
             return store
         # As the server would: a label-selected informer never sees the other objects (equality selectors only).
-        wanted = dict(part.split("=", 1) for part in selector.split(","))
-        selected = Store()
-        for obj in store.list(labels=wanted):
-            selected.put(obj)
-        return selected
+        return SelectedView(store, dict(part.split("=", 1) for part in selector.split(",")))
 
     def synced(self, api_version: str, kind: str, namespace: str) -> bool:
         return (api_version, kind) in self._informers
