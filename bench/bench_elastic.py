@@ -114,7 +114,9 @@ def one_job(kube: Kube, login: str) -> tuple[float, float]:
     submitted = time.monotonic()
     out = kube.exec(login, "sshd", "sbatch", "--parsable", "-o", "/dev/null", "-N2", "--wrap", "srun -N2 hostname")
     job_id = out.strip().split(";")[0]
-    until(lambda: job_state(kube, login, job_id) != "PENDING" or None, timeout=600, interval=0.5, what="running")
+    # CONFIGURING (nodes powering up) is not running yet: the job's processes start with RUNNING.
+    started = ("RUNNING", "COMPLETING", "COMPLETED")
+    until(lambda: job_state(kube, login, job_id) in started or None, timeout=600, interval=0.5, what="running")
     running = time.monotonic() - submitted
     until(lambda: job_state(kube, login, job_id) == "COMPLETED" or None, timeout=300, interval=0.5, what="done")
     return running, time.monotonic() - submitted
