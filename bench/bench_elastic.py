@@ -41,7 +41,7 @@ def cluster_node() -> Iterator[Node]:
     with tempfile.TemporaryDirectory(prefix="bench-elastic-") as tmp:
         state = Path(tmp)
         node = Node(kubeconfig=state / "kubeconfig", state_dir=state)
-        wait_for_other_test_sessions()  # one node per machine: the pods tests' sessions go first
+        wait_for_other_test_sessions(timeout=1800)  # one node per machine: the pods tests' sessions go first
         try:
             for script, name in ((control_plane_script, "control plane"), (node_script, "node")):
                 up = script("up", state)

@@ -89,7 +89,7 @@ from .types import (
     parse_duration,
     parse_quantity,
 )
-from .validation import Problem, check_cluster, validate_spec
+from .validation import Policy, Problem, check_cluster, validate_spec
 
 __all__ = [
     "ACCOUNTING_READY",
@@ -140,6 +140,7 @@ __all__ = [
     "ObjectMeta",
     "Partition",
     "Phase",
+    "Policy",
     "PopulateJailSpec",
     "Problem",
     "PyxisPlugin",

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -28,6 +28,7 @@ from .defaults import (
     OPERATOR_OWNED_SLURM_KEYS,
     POWER_SAVE_SLURM_KEYS,
     TOPOLOGY_SLURM_KEYS,
+    Component,
 )
 from .limits import TRES_PATTERN
 from .passthrough import check_passthrough
@@ -88,13 +89,114 @@ def problems_from_error(error: ValidationError, *, prefix: Sequence[str | int] =
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
 
-def check_cluster(obj: Any, *, allow_host_path: bool = True) -> tuple[SlurmCluster | None, list[Problem]]:
+# slurm.conf keys (outside what slurmctl owns) that name a program or plugin Slurm runs as root or SlurmUser: whoever
+# sets one runs code on every node. The operator's --allowed-slurm-programs policy limits them.
+PROGRAM_SLURM_KEYS: Final = (
+    "BurstBufferType",
+    "Epilog",
+    "EpilogSlurmctld",
+    "HealthCheckProgram",
+    "JobCompLoc",
+    "JobSubmitPlugins",
+    "MailProg",
+    "PluginDir",
+    "Prolog",
+    "PrologSlurmctld",
+    "RebootProgram",
+    "ResumeFailProgram",
+    "ResumeProgram",
+    "ResvEpilog",
+    "ResvProlog",
+    "SlurmctldPrimaryOffProg",
+    "SlurmctldPrimaryOnProg",
+    "SrunEpilog",
+    "SrunProlog",
+    "SuspendProgram",
+    "TaskEpilog",
+    "TaskProlog",
+    "UnkillableStepProgram",
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the operator lets a SlurmCluster ask for, beyond the schema (its flags). Worker and login pods are
+    privileged, so whoever may edit a SlurmCluster is root on the nodes its pods run on; a cluster administrator who
+    lets others create SlurmClusters narrows that here.
+
+    - `allow_host_path` (--allow-host-path): hostPath volumes in the jail.
+    - `allowed_images` (--allowed-images): prefixes every image the cluster runs must start with (the images a
+      component names, and the defaults spec.slurm.imageRegistry/imageTag make); empty: any image.
+    - `allowed_slurm_programs` (--allowed-slurm-programs): the program-running slurm.conf keys (PROGRAM_SLURM_KEYS)
+      extraConfig and partition options may set, and whether containers.pyxis may load a plugin ("PyxisPath"); None:
+      any.
+    """
+
+    allow_host_path: bool = True
+    allowed_images: tuple[str, ...] = ()
+    allowed_slurm_programs: frozenset[str] | None = None
+
+
+def policy_problems(spec: SlurmClusterSpec, policy: Policy, path: str = "spec") -> list[Problem]:
+    problems = [] if policy.allow_host_path else host_path_problems(spec, path)
+    if policy.allowed_images:
+        allowed = ", ".join(policy.allowed_images)
+        for where, image in _images(spec, path):
+            if not image.startswith(policy.allowed_images):
+                problems.append(Problem(where, f'image "{image}" is not allowed by the operator (allowed: {allowed})'))
+    if policy.allowed_slurm_programs is None:
+        return problems
+    allowed_keys = {k.lower() for k in policy.allowed_slurm_programs}
+    refused = {k.lower(): k for k in PROGRAM_SLURM_KEYS if k.lower() not in allowed_keys}
+    why = "not allowed by the operator: it runs a program on the cluster's nodes (see --allowed-slurm-programs)"
+    for number, key in slurm_conf_keys(spec.slurm.extra_config or ""):
+        if key.lower() in refused:
+            problems.append(Problem(f"{path}.slurm.extraConfig", f"line {number}: {refused[key.lower()]} is {why}"))
+    for index, partition in enumerate(spec.partitions):
+        problems += [
+            Problem(f"{path}.partitions[{index}].options.{key}", why)
+            for key in partition.options
+            if key.lower() in refused
+        ]
+    if spec.containers.pyxis.enabled and "pyxispath" not in allowed_keys:
+        problems.append(
+            Problem(f"{path}.containers.pyxis", f"{why}: pyxis is a plugin slurmstepd loads as root (PyxisPath)")
+        )
+    return problems
+
+
+def _images(spec: SlurmClusterSpec, path: str) -> list[tuple[str, str]]:
+    """(field, image) of every image the cluster runs: the component's own field when set, else the default (named
+    by spec.slurm.imageRegistry)."""
+    named: list[tuple[str, Component, str | None]] = [
+        (f"{path}.jail.image", "jail", spec.jail.image),
+        (f"{path}.populateJail.image", "populate-jail", spec.populate_jail.image),
+        (f"{path}.controller.image", "controller", spec.controller.image),
+        (f"{path}.login.image", "login", spec.login.image),
+        (f"{path}.accounting.image", "accounting", spec.accounting.image),
+        (f"{path}.rest.image", "rest", spec.rest.image),
+        (f"{path}.healthChecks.ncclBenchmark.image", "nccl-benchmark", spec.health_checks.nccl_benchmark.image),
+        *((f"{path}.workers[{i}].image", "worker", g.image) for i, g in enumerate(spec.workers)),
+    ]
+    out = [
+        (where if own else f"{path}.slurm.imageRegistry", spec.image_for(component, own))
+        for where, component, own in named
+    ]
+    if spec.accounting.mariadb is not None and spec.accounting.mariadb.image:
+        out.append((f"{path}.accounting.mariadb.image", spec.accounting.mariadb.image))
+    return out
+
+
+def check_cluster(
+    obj: Any, *, allow_host_path: bool = True, policy: Policy | None = None
+) -> tuple[SlurmCluster | None, list[Problem]]:
     """Parse a SlurmCluster (a live object or a manifest) and validate it; never raises.
 
     Returns the model (None when it does not parse) and every problem found: schema problems when it does not
     parse, else the name and the semantic checks. `allow_host_path=False` is the operator's policy (its
     `--allow-host-path` flag unset): worker pods are privileged, so a hostPath volume in the jail makes whoever may
-    edit a SlurmCluster root on the node.
+    edit a SlurmCluster root on the node. `policy`, when given, is the operator's whole policy (it replaces
+    `allow_host_path`).
     """
     if not isinstance(obj, Mapping):
         return None, [Problem("<root>", f"expected an object, got {type(obj).__name__}")]
@@ -113,8 +215,7 @@ def check_cluster(obj: Any, *, allow_host_path: bool = True) -> tuple[SlurmClust
         )
     problems += _nul_bytes(obj.get("spec"), "spec")
     problems += validate_spec(cluster.spec)
-    if not allow_host_path:
-        problems += host_path_problems(cluster.spec)
+    problems += policy_problems(cluster.spec, policy or Policy(allow_host_path=allow_host_path))
     return cluster, problems
 
 

@@ -22,7 +22,7 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from slurmctl import __version__, reconcilers
-from slurmctl.api.v1 import KIND, check_cluster
+from slurmctl.api.v1 import KIND, Policy, check_cluster
 from slurmctl.reconcilers.base import Context
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.render import rbac
@@ -158,6 +158,24 @@ def _parser() -> argparse.ArgumentParser:
         "privileged, so a hostPath volume makes whoever may edit a SlurmCluster root on the node",
     )
     run.add_argument(
+        "--allowed-images",
+        type=_list,
+        default=_list(_env("allowed-images") or ""),
+        metavar="PREFIX[,PREFIX...]",
+        help="refuse SlurmClusters that run an image not starting with one of these prefixes (e.g. "
+        "registry.example.com/slurm/): the images components name and the defaults spec.slurm.imageRegistry makes "
+        "(default: any image)",
+    )
+    run.add_argument(
+        "--allowed-slurm-programs",
+        type=_list,
+        default=None if (programs := _env("allowed-slurm-programs")) is None else _list(programs),
+        metavar="KEY[,KEY...]",
+        help="refuse slurm.conf keys that run a program on the nodes (Prolog, Epilog, TaskProlog, PluginDir, "
+        "MailProg, ...) in extraConfig and partition options unless listed here, and pyxis unless PyxisPath is; "
+        "'' allows none (default: any)",
+    )
+    run.add_argument(
         "--max-concurrent-reconciles",
         type=_positive_int,
         default=_positive_int(_env("max-concurrent-reconciles") or str(default_workers())),
@@ -229,6 +247,11 @@ def _namespaces(text: str) -> tuple[str, ...]:
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
+def _list(text: str) -> tuple[str, ...]:
+    """A comma-separated list, blanks dropped ('' is the empty list)."""
+    return tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
+
+
 def manager_options(args: argparse.Namespace) -> ManagerOptions:
     election = None
     if args.leader_elect:
@@ -269,7 +292,13 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
         if register is None:
             ctx = await reconcilers.register(
                 manager,
-                allow_host_path=args.allow_host_path,
+                policy=Policy(
+                    allow_host_path=args.allow_host_path,
+                    allowed_images=tuple(args.allowed_images),
+                    allowed_slurm_programs=(
+                        None if args.allowed_slurm_programs is None else frozenset(args.allowed_slurm_programs)
+                    ),
+                ),
                 rsa_host_keys=args.ssh_rsa_host_keys,
                 node_lost_after=args.node_lost_after,
             )

@@ -205,3 +205,13 @@ def test_node_lost_after_is_60_seconds_unless_asked_for(
         with pytest.raises(SystemExit):
             _parser().parse_args(["run", "--node-lost-after", bad])
         assert "seconds" in capsys.readouterr().err
+
+
+def test_the_policy_flags_default_to_allowing_anything_and_take_lists() -> None:
+    args = _parser().parse_args(["run"])
+    assert args.allowed_images == () and args.allowed_slurm_programs is None
+    args = _parser().parse_args(
+        ["run", "--allowed-images", "reg.example/a/, reg.example/b/", "--allowed-slurm-programs="]
+    )
+    assert args.allowed_images == ("reg.example/a/", "reg.example/b/")
+    assert args.allowed_slurm_programs == (), "'' allows no program-running key"

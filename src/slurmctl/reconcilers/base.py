@@ -19,6 +19,7 @@ from slurmctl.api.v1 import (
     SPEC_VALID,
     Condition,
     ObjectMeta,
+    Policy,
     Reason,
     SlurmCluster,
     SlurmClusterStatus,
@@ -119,9 +120,10 @@ class Loader:
     controller reconciles the same object after each change, and they share this work. A new resourceVersion of the
     same generation (a status write, a label) costs only its metadata and status, and shares the rest."""
 
-    def __init__(self, maxsize: int = 1024, *, allow_host_path: bool = False) -> None:
+    def __init__(self, maxsize: int = 1024, *, allow_host_path: bool = False, policy: Policy | None = None) -> None:
         self._maxsize = maxsize
-        self.allow_host_path = allow_host_path  # the operator's policy (--allow-host-path)
+        # The operator's policy (its flags); `allow_host_path` alone when no whole policy is given.
+        self.policy = policy or Policy(allow_host_path=allow_host_path)
         self._memo: OrderedDict[tuple[str, str], Loaded | Invalid] = OrderedDict()
         self.parsed = 0  # how many times an object was actually parsed (tests check the memo works)
 
@@ -139,7 +141,7 @@ class Loader:
                 self._memo[key] = renewed
                 return renewed
         self.parsed += 1
-        cluster, problems = check_cluster(obj, allow_host_path=self.allow_host_path)
+        cluster, problems = check_cluster(obj, policy=self.policy)
         result: Loaded | Invalid
         if cluster is None or problems:
             result = Invalid(obj, tuple(str(p) for p in problems) or ("the spec could not be read",))

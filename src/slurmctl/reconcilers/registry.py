@@ -24,6 +24,7 @@ from slurmctl.api.v1 import (
     REST_READY,
     SPEC_VALID,
     WORKERS_READY,
+    Policy,
     SlurmCluster,
 )
 from slurmctl.reconcilers.accounting import AccountingReconciler
@@ -135,11 +136,13 @@ async def register(
     components: Sequence[Component] | None = None,
     *,
     allow_host_path: bool = False,
+    policy: Policy | None = None,
     rsa_host_keys: bool = False,
     node_lost_after: float = DEFAULT_NODE_LOST_AFTER,
 ) -> Context:
     """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
-    manager's informers. `allow_host_path` is the operator's policy on hostPath volumes in specs; `rsa_host_keys`:
+    manager's informers. `allow_host_path` is the operator's policy on hostPath volumes in specs (`policy`, when given,
+    is its whole policy: api/v1 Policy); `rsa_host_keys`:
     new clusters get an RSA SSH host key besides ed25519 and ECDSA; `node_lost_after`: seconds a Kubernetes node
     stays NotReady before its workers are handled as lost (reconcilers/lost_nodes.py; 0: never)."""
     components = COMPONENTS if components is None else components
@@ -153,7 +156,7 @@ async def register(
         manager,
         tuple(components),
         served,
-        loader=Loader(allow_host_path=allow_host_path),
+        loader=Loader(allow_host_path=allow_host_path, policy=policy),
         host_key_types=host_key_types,
         node_lost_after=node_lost_after,
     )

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec, check_cluster, validate_spec
+from slurmctl.api.v1 import Policy, SlurmCluster, SlurmClusterSpec, check_cluster, validate_spec
 from test.unit.api.helpers import apply_defaults, spec_schema
 
 
@@ -504,3 +504,38 @@ def test_power_saving_keys_are_the_operators_while_a_group_is_elastic() -> None:
     assert problems_of(cluster(slurm={"extraConfig": extra})) == []
     problems = problems_of(cluster(workers=[{"name": "cpu", "autoscale": {"max": 3}}], slurm={"extraConfig": extra}))
     assert len(problems) == 1 and "SuspendTime" in problems[0], problems
+
+
+def test_the_operators_image_policy_names_each_image_it_refuses() -> None:
+    policy = Policy(allowed_images=("registry.example.com/slurm/",))
+    _, problems = check_cluster(cluster(), policy=policy)
+    assert problems and all("is not allowed by the operator" in str(p) for p in problems)
+    assert any(str(p).startswith("spec.slurm.imageRegistry: ") for p in problems), "defaults come from the registry"
+    allowed = cluster(slurm={"imageRegistry": "registry.example.com/slurm"})
+    assert [str(p) for p in check_cluster(allowed, policy=policy)[1]] == []
+    own = cluster(slurm={"imageRegistry": "registry.example.com/slurm"})
+    own["spec"]["workers"][0]["image"] = "evil.example.org/worker:1"
+    assert [str(p) for p in check_cluster(own, policy=policy)[1]] == [
+        'spec.workers[0].image: image "evil.example.org/worker:1" is not allowed by the operator (allowed: '
+        "registry.example.com/slurm/)"
+    ]
+
+
+def test_the_operators_program_policy_refuses_keys_that_run_programs_unless_listed() -> None:
+    obj = cluster(
+        slurm={"extraConfig": "MaxJobCount=5000\nProlog=/jail/prolog.sh\nTask\\\nProlog=/x\n"},
+        partitions=[{"name": "main", "default": True, "options": {"MaxTime": "1:00:00"}}],
+        containers={"pyxis": {"enabled": True}},
+    )
+    assert check_cluster(obj)[1] == [], "no policy: any key (as before)"
+    problems = [str(p) for p in check_cluster(obj, policy=Policy(allowed_slurm_programs=frozenset()))[1]]
+    assert problems == [
+        "spec.slurm.extraConfig: line 2: Prolog is not allowed by the operator: it runs a program on the cluster's "
+        "nodes (see --allowed-slurm-programs)",
+        "spec.slurm.extraConfig: line 3: TaskProlog is not allowed by the operator: it runs a program on the "
+        "cluster's nodes (see --allowed-slurm-programs)",
+        "spec.containers.pyxis: not allowed by the operator: it runs a program on the cluster's nodes (see "
+        "--allowed-slurm-programs): pyxis is a plugin slurmstepd loads as root (PyxisPath)",
+    ]
+    listed = Policy(allowed_slurm_programs=frozenset({"prolog", "TaskProlog", "PyxisPath"}))
+    assert check_cluster(obj, policy=listed)[1] == []
