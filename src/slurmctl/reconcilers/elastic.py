@@ -14,7 +14,7 @@ its pod whatever its power state says. Fixed-size groups are not planned here (S
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from slurmctl.api.v1 import WorkerGroup, WorkerGroupStatus
@@ -36,7 +36,6 @@ class ElasticPlan:
     rows: tuple[WorkerGroupStatus, ...] = ()
     problems: tuple[str, ...] = ()  # pods that cannot be placed or started, nodes that did not resume: a person's
     in_flight: bool = False  # a node powering up or down, or a pod on its way: look again soon
-    kept: tuple[str, ...] = field(default=())  # pods kept although Slurm powered their node down: a job lists them
 
 
 def node_names(c: str, group: WorkerGroup) -> list[str]:
@@ -81,7 +80,6 @@ def plan_elastic(
     power_up: list[str] = []
     rows: list[WorkerGroupStatus] = []
     problems: list[str] = []
-    kept: list[str] = []
     in_flight = False
     for group in groups:
         assert group.autoscale is not None
@@ -103,17 +101,15 @@ def plan_elastic(
                     sleeping.append(name)
                 if "POWERING_DOWN" in node.state:
                     in_flight = True
-                if pod is not None and not deleting(pod):
-                    if name in running:
-                        kept.append(name)
-                    else:
-                        why = (
-                            "its node was not up within resumeTimeout (Slurm set it DOWN)"
-                            if resume_failed(node)
-                            else f"Slurm powered its node down (idle for {group.autoscale.idle_time})"
-                        )
-                        delete.append((name, why))
-                        in_flight = True
+                # A node a job lists keeps its pod, whatever its power state says.
+                if pod is not None and not deleting(pod) and name not in running:
+                    why = (
+                        "its node was not up within resumeTimeout (Slurm set it DOWN)"
+                        if resume_failed(node)
+                        else f"Slurm powered its node down (idle for {group.autoscale.idle_time})"
+                    )
+                    delete.append((name, why))
+                    in_flight = True
                 continue
             up.append(name)
             wanted += 1
@@ -141,7 +137,6 @@ def plan_elastic(
         rows=tuple(rows),
         problems=tuple(problems),
         in_flight=in_flight or bool(power_up),
-        kept=tuple(kept),
     )
 
 
