@@ -4,6 +4,16 @@
 # See ../shared/notes/real-node.md. Nothing leaves loopback and our own network namespaces: the node IP is 127.0.0.1,
 # pods get no default route and a resolver that never forwards, containerd never pulls.
 #
+# ClusterIP Services route as with kube-proxy (the operator's in-cluster client reaches the API server through the
+# `kubernetes` Service, Prometheus-style clients reach the metrics Service): pods get one route besides the pod
+# network, the Service network via the bridge's address; the node DNATs each ClusterIP port to its ready endpoints
+# (nat chain SLURMCTL-SVC-<bridge>, kept by hack/dns_watcher.py) and default/kubernetes to the API server on
+# 127.0.0.1 (route_localnet on the bridge only); traffic between pods through a ClusterIP is masqueraded to the
+# bridge's address and forwarded on the bridge only (forwarding on the bridge alone; anything else a pod sends to be
+# forwarded is rejected; loopback is reachable from the bridge only through those DNAT rules). The Service network
+# is routed onto the bridge on the node too, so no packet for it ever takes the machine's default route. Everything
+# goes with `down` (the rules by their comment slurmctl-node:<state dir>; route and sysctls with the bridge).
+#
 #   hack/node.sh build          apt packages, the kube binaries (hack/control-plane.sh build), the pause image
 #   hack/node.sh up             start the node (after `hack/control-plane.sh up` on the same state directory);
 #                               idempotent; waits until the Node is Ready and the default StorageClass exists
@@ -70,6 +80,9 @@ MAX_NODES=8
 DNS_NS=${SLURMCTL_NODE_DNS_NS:-slurmctl-dns}
 DNS_VETH=${DNS_NS}0
 DNS_IP=$NET.2
+# hack/control-plane.sh's --service-cluster-ip-range: the ClusterIPs the node routes (the `kubernetes` Service is .1).
+SERVICE_NETWORK=10.96.0.0/16
+SVC_CHAIN=SLURMCTL-SVC-$BRIDGE
 CTR_DIR=${SLURMCTL_CONTAINERD_DIR:-$CACHE/containerd}
 CTR_ROOT=$CTR_DIR/root
 CTR_OWNER=$CTR_DIR/owner
@@ -364,6 +377,7 @@ reclaim_abandoned_node() {
     if [ -e "/sys/class/net/$BRIDGE" ] && [ "$(bridge_owner)" = "$owner" ]; then
         ip netns delete "$DNS_NS" 2>/dev/null || true
         ip link delete "$DNS_VETH" 2>/dev/null || true
+        remove_service_routing "$owner"
         ip link delete "$BRIDGE" || die "could not delete the abandoned bridge $BRIDGE"
     fi
 }
@@ -422,12 +436,61 @@ setup_network() {
         ip -n "$DNS_NS" link set eth0 up
         ip -n "$DNS_NS" link set lo up
     fi
+    setup_service_routing
     write_cni_config "$NODE" "$NET"
+}
+
+# --- Service routing (kube-proxy's job for ClusterIPs; see the header) ----------------------------------------------
+
+ipt() { iptables -w 10 -t "$@"; }
+
+# each_service_rule FN [OWNER]: FN TABLE CHAIN POSITION RULE... for every rule that hooks the Service chain and its
+# guards into the machine's chains; each carries the comment slurmctl-node:<state directory of the node that made it>.
+each_service_rule() {
+    local fn=$1 tag=(-m comment --comment "slurmctl-node:${2:-$STATE}")
+    "$fn" nat PREROUTING 1 -i "$BRIDGE" "${tag[@]}" -j "$SVC_CHAIN"
+    "$fn" nat OUTPUT 1 -d "$SERVICE_NETWORK" "${tag[@]}" -j "$SVC_CHAIN"
+    "$fn" nat POSTROUTING 1 -o "$BRIDGE" -m conntrack --ctstate DNAT "${tag[@]}" -j MASQUERADE
+    "$fn" filter FORWARD 1 -i "$BRIDGE" -o "$BRIDGE" "${tag[@]}" -j ACCEPT
+    "$fn" filter FORWARD 2 -i "$BRIDGE" "${tag[@]}" -j REJECT
+    "$fn" filter INPUT 1 -i "$BRIDGE" -d 127.0.0.0/8 -m conntrack ! --ctstate DNAT "${tag[@]}" -j DROP
+}
+
+insert_rule() {
+    local table=$1 chain=$2 pos=$3
+    shift 3
+    ipt "$table" -C "$chain" "$@" 2>/dev/null || ipt "$table" -I "$chain" "$pos" "$@"
+}
+
+delete_rule() {
+    local table=$1 chain=$2
+    shift 3
+    while ipt "$table" -C "$chain" "$@" 2>/dev/null; do
+        ipt "$table" -D "$chain" "$@"
+    done
+}
+
+setup_service_routing() {
+    sysctl -qw "net.ipv4.conf.$BRIDGE.route_localnet=1" "net.ipv4.conf.$BRIDGE.forwarding=1"
+    ip route replace "$SERVICE_NETWORK" dev "$BRIDGE" src "$NET.1"
+    ipt nat -S "$SVC_CHAIN" >/dev/null 2>&1 || ipt nat -N "$SVC_CHAIN"
+    each_service_rule insert_rule
+}
+
+# remove_service_routing [OWNER]: the rules (this node's, or those of the node with state directory OWNER) and the
+# chain; the route and the sysctls go with the bridge.
+remove_service_routing() {
+    command -v iptables >/dev/null || return 0
+    each_service_rule delete_rule "${1:-}"
+    if ipt nat -S "$SVC_CHAIN" >/dev/null 2>&1; then
+        ipt nat -F "$SVC_CHAIN"
+        ipt nat -X "$SVC_CHAIN"
+    fi
 }
 
 # write_cni_config NODE_DIR RANGE: the node's CNI config: the shared bridge, addresses RANGE.10-RANGE.250 of the
 # pod network from the node's own IPAM directory. No gateway, no masquerade, no default route: pods reach each other
-# (on any node) and the DNS namespace, nothing else.
+# (on any node), the DNS namespace and, through the bridge's address, the Service network; nothing else.
 write_cni_config() {
     local dir=$1 range=$2
     mkdir -p "$dir/cni/net.d" "$dir/cni/ipam"
@@ -446,7 +509,8 @@ write_cni_config() {
       "ipam": {
         "type": "host-local",
         "dataDir": "$dir/cni/ipam",
-        "ranges": [[{"subnet": "$POD_NETWORK", "rangeStart": "$range.10", "rangeEnd": "$range.250", "gateway": "$NET.1"}]]
+        "ranges": [[{"subnet": "$POD_NETWORK", "rangeStart": "$range.10", "rangeEnd": "$range.250", "gateway": "$NET.1"}]],
+        "routes": [{"dst": "$SERVICE_NETWORK", "gw": "$NET.1"}]
       }
     }
   ]
@@ -465,6 +529,7 @@ teardown_network() {
     if [ -e "/sys/class/net/$DNS_VETH" ]; then
         ip link delete "$DNS_VETH" 2>/dev/null || true
     fi
+    remove_service_routing
     if [ -e "/sys/class/net/$BRIDGE" ] && [ "$(bridge_owner)" = "$STATE" ]; then
         ip link delete "$BRIDGE" || log "could not delete bridge $BRIDGE"
     fi
@@ -519,8 +584,10 @@ start_dns() {
     start_bg dnsmasq ip netns exec "$DNS_NS" dnsmasq --keep-in-foreground --no-resolv --no-hosts --no-poll \
         --hostsdir="$NODE/dns/hosts" --local=/cluster.local/ --domain-needed --bogus-priv \
         --listen-address="$DNS_IP" --bind-interfaces --user=root --pid-file= --log-facility=-
+    local server
+    server=$(cat "$STATE/server")
     start_bg dns-watcher "$VENV/bin/python" "$ROOT/hack/dns_watcher.py" --kubeconfig "$STATE/kubeconfig" \
-        --hosts-dir "$NODE/dns/hosts" --work-dir "$NODE/dns"
+        --hosts-dir "$NODE/dns/hosts" --work-dir "$NODE/dns" --service-chain "$SVC_CHAIN" --apiserver "${server#https://}"
 }
 
 start_scheduler() {

@@ -43,9 +43,10 @@ class Leftovers:
     links: list[str] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
 
     def empty(self) -> bool:
-        return not (self.processes or self.mounts or self.links or self.netns or self.paths)
+        return not (self.processes or self.mounts or self.links or self.netns or self.paths or self.rules)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -80,6 +81,20 @@ def owned_bridge(state: Path) -> list[str]:
         return [BRIDGE] if Path(f"/sys/class/net/{BRIDGE}/ifalias").read_text().strip() == str(state) else []
     except OSError:
         return []
+
+
+def service_rules(state: Path) -> list[str]:
+    """The node's iptables rules for Service routing (hack/node.sh tags them with its state directory), and its chain
+    while no bridge claims the machine (with one, the chain is the next node's)."""
+    found = []
+    for table in ("nat", "filter"):
+        command = ["iptables", "-w", "10", "-t", table, "-S"]
+        listed = subprocess.run(command, capture_output=True, text=True, check=False)
+        for line in listed.stdout.splitlines():
+            chain = line.startswith("-N SLURMCTL-SVC-") and bridge_owner() is None
+            if f"slurmctl-node:{state}" in line or chain:
+                found.append(f"{table}: {line}")
+    return found
 
 
 def host_paths() -> set[str]:
@@ -124,6 +139,7 @@ def find_leftovers(
         found.netns = sorted(netns_names() - netns_before)
         found.paths = [v for v in volumes if Path(v).exists()] + ([str(state)] if state.exists() else [])
         found.paths += sorted(pod_log_dirs() - logs_before) + sorted(host_paths() - host_before)
+        found.rules = service_rules(state)
         if found.empty() or time.monotonic() >= end:
             return found
         time.sleep(0.2)

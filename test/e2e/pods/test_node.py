@@ -1,4 +1,5 @@
-"""The local node runs real pods: Ready, commands run, no route out, cluster DNS only, PVCs bind, one per machine."""
+"""The local node runs real pods: Ready, commands run, no route out (ClusterIPs only), cluster DNS only, PVCs bind,
+one per machine."""
 
 from __future__ import annotations
 
@@ -158,13 +159,18 @@ def test_a_node_whose_processes_are_gone_is_reclaimed_and_a_live_one_never(
 
 
 async def test_pod_runs_a_command_with_no_route_out(node: Node, ns: str) -> None:
-    apply(node, ns, pod("hello", "echo hello from $(hostname); ip route; ip addr show eth0"))
+    """Two routes only: the pod network, and the Service network through the bridge's address, where the node DNATs
+    ClusterIPs (the `kubernetes` Service's to the API server on loopback)."""
+    api = "nc -w 3 10.96.0.1 443 </dev/null && echo kubernetes Service reachable"
+    apply(node, ns, pod("hello", f"echo hello from $(hostname); ip route; ip addr show eth0; {api}"))
     await wait_phase(node, ns, "hello", "Succeeded")
     out = node.kubectl("logs", "-n", ns, "hello").stdout
     assert "hello from hello" in out
     routes = [line for line in out.splitlines() if "dev eth0" in line and "inet" not in line]
-    assert routes and all(r.startswith("10.244.0.0/16") for r in routes), out
+    pairs = sorted(" ".join(r.split()[:3]) for r in routes)
+    assert pairs == ["10.244.0.0/16 dev eth0", "10.96.0.0/16 via 10.244.0.1"], out
     assert "default" not in out, out
+    assert "kubernetes Service reachable" in out, out
 
 
 async def test_dns_resolves_statefulset_names_and_nothing_outside(node: Node, ns: str) -> None:
