@@ -128,6 +128,7 @@ def power_cycle(kube: Kube) -> tuple[float, float]:
     return to_running, to_gone
 
 
+@pytest.mark.timeout(600)  # two power cycles: each ~20 s to RUNNING, idleTime 30 s, SuspendTimeout 45 s, pods' end
 def test_a_job_powers_nodes_up_as_pods_and_idle_nodes_go_with_their_pods(elastic: Kube) -> None:
     runs = [power_cycle(elastic) for _ in range(2)]  # the second from nodes powered down by the first
     to_running, to_gone = [r for r, _ in runs], [g for _, g in runs]
@@ -164,6 +165,7 @@ def test_a_job_needing_more_nodes_than_the_group_has_is_refused_by_slurm_and_cre
     holds(lambda: not worker_pods(kube) and resting(kube, CPU), seconds=10, what="nothing powered up")
 
 
+@pytest.mark.timeout(480)  # resumeTimeout 30 s, then Slurm's power-save pass and the pod's end
 def test_a_pod_that_cannot_be_placed_is_reported_and_its_node_goes_down_without_losing_the_job(elastic: Kube) -> None:
     kube = elastic
     job_id = sbatch(kube, "-C", "big", "--wrap", "hostname")
