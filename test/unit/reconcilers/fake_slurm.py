@@ -32,6 +32,7 @@ class FakeSlurm:
         self.pings: dict[str, bool] = {}  # SlurmctldHost -> answers slurmrestd's ping
         self.reads: Counter[str] = Counter()  # "nodes", "jobs", "partitions": how often each was asked for
         self.slow: asyncio.Event | None = None  # when set: reading the nodes waits for it (a read in flight)
+        self.in_flight = asyncio.Event()  # set once a slow read of the nodes has begun
         # Accounting records by kind and key; what a fresh slurmdbd has, and an account an administrator made.
         self.records: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {
             "qos": {("normal",): {"name": "normal", "id": 1}},
@@ -83,6 +84,7 @@ class FakeSlurm:
     async def nodes(self) -> list[Node]:
         self.reads["nodes"] += 1
         if self.slow is not None:
+            self.in_flight.set()
             await self.slow.wait()
         self._check()
         return list(self.table.values())

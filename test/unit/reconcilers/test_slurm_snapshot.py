@@ -57,11 +57,12 @@ async def test_readers_arriving_during_a_read_share_it() -> None:
         slurm, clock = FakeSlurm(), FakeClock()
         await started(env, slurm, clock)
         slurm.slow = asyncio.Event()  # the first read stays in flight until the second reader has arrived
-        readers = [asyncio.create_task(env.ctx.slurm.snapshot(NAME, NS, max_age=0.0)) for _ in range(2)]
-        for _ in range(5):
-            await asyncio.sleep(0)
-        slurm.slow.set()
-        first, second = await asyncio.gather(*readers)
+        first_reader = asyncio.create_task(env.ctx.slurm.snapshot(NAME, NS, max_age=0.0))
+        await asyncio.wait_for(slurm.in_flight.wait(), timeout=5)
+        second_reader = asyncio.create_task(env.ctx.slurm.snapshot(NAME, NS, max_age=0.0))
+        # The loop runs callbacks in order: the second reader's first step (up to the read lock) before the release.
+        asyncio.get_running_loop().call_soon(slurm.slow.set)
+        first, second = await asyncio.gather(first_reader, second_reader)
         assert first is second
         assert slurm.reads["nodes"] == 1
 
