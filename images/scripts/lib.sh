@@ -15,6 +15,8 @@
 # A pod's containers are stopped together; a daemon's preStop hook that needs munged says here when it is done, and
 # the munge sidecar's own preStop (munge-prestop) waits for that before munged is stopped.
 : "${PRESTOP_DONE:=$(dirname "$MUNGE_SOCKET")/.prestop-done}"
+# A worker's preStop says here, first thing, that the node is leaving Slurm: from then on nothing registers it again.
+: "${WORKER_LEAVING:=/run/slurmctl-worker-leaving}"
 
 PROG=${PROG:-$(basename "$0")}
 
@@ -74,10 +76,23 @@ restart_settings() {
 # installed at all: the running daemon keeps the configs it started with, consistent with itself and with the jobs it
 # runs, until the operator re-creates the pod (workers one drained node at a time; the controller after saving its
 # state), and then starts with the new ones.
+#
+# A command that fails (slurmctld not answering: starting, or a standby taking over) is run again at each poll until
+# it succeeds: the files are installed by then, so comparing them would never see the change again.
+#
+# `follow_slurm_configs --verify FUNC COMMAND...`: every SLURM_CONFIGS_VERIFY_SECONDS, while nothing changed, FUNC
+# says what of the installed files the daemon does not apply (one line; nothing when all is applied or it cannot
+# tell), and COMMAND runs then too. For what a reconfigure applies only to what the daemon knows at that moment
+# (topology.conf and dynamic nodes), where the same file can need a second reconfigure.
 follow_slurm_configs() {
-    local interval=${SLURM_CONFIGS_POLL_SECONDS:-5} daemon=$$
+    local verify=
+    if [ "${1:-}" = --verify ]; then
+        verify=$2
+        shift 2
+    fi
+    local interval=${SLURM_CONFIGS_POLL_SECONDS:-5} every=${SLURM_CONFIGS_VERIFY_SECONDS:-30} daemon=$$
     (
-        held=
+        held='' unapplied='' failing='' verified=$SECONDS
         # Ends with the daemon, which keeps this shell's PID: once it exits, this loop has another parent.
         while sleep "$interval"; do
             read -r _ _ _ parent _ <"/proc/$BASHPID/stat"
@@ -87,20 +102,28 @@ follow_slurm_configs() {
                 [ -f "$f" ] || continue
                 cmp -s "$f" "$SLURM_CONF_DIR/$(basename "$f")" || changed=yes
             done
-            [ -n "$changed" ] || continue
-            if [ -n "${SLURMCTL_RESTART_KEYS:-}" ] && [ "$(restart_settings "$SLURM_CONFIGS_SOURCE/slurm.conf")" \
-                != "$(restart_settings "$SLURM_CONF_DIR/slurm.conf")" ]; then
-                [ -n "$held" ] || log "configs changed in a setting only a restart applies;" \
-                    "keeping the running ones until this pod is re-created"
-                held=yes
-                continue
+            if [ -n "$changed" ]; then
+                if [ -n "${SLURMCTL_RESTART_KEYS:-}" ] && [ "$(restart_settings "$SLURM_CONFIGS_SOURCE/slurm.conf")" \
+                    != "$(restart_settings "$SLURM_CONF_DIR/slurm.conf")" ]; then
+                    [ -n "$held" ] || log "configs changed in a setting only a restart applies;" \
+                        "keeping the running ones until this pod is re-created"
+                    held=yes
+                    continue
+                fi
+                held=
+                install_slurm_configs
+                unapplied="configs changed"
+            elif [ -z "$unapplied" ] && [ -n "$verify" ] && [ $((SECONDS - verified)) -ge "$every" ]; then
+                verified=$SECONDS
+                unapplied=$("$verify") || unapplied=''
             fi
-            held=
-            install_slurm_configs
+            [ -n "$unapplied" ] || continue
             if out=$("$@" 2>&1); then
-                log "configs changed; ran: $*"
-            else
-                log "configs changed; '$*' failed: $out"
+                log "$unapplied; ran: $*"
+                unapplied='' failing=''
+            elif [ -z "$failing" ]; then
+                log "$unapplied; '$*' failed: $out (retrying every ${interval}s)"
+                failing=yes
             fi
         done
     ) &

@@ -312,9 +312,12 @@ def test_the_standby_takes_control_when_the_primary_s_node_crashes(fleet: Fleet)
     after = fleet.job(running)
     assert (after.get("JobState"), after.get("StartTime"), after.get("Restarts")) == ("RUNNING", started, "0"), after
     fleet.login("scancel", running)
+    # Taken by the controller in control, and kept: a standby that resumed control beside the primary (a reconfigure
+    # reaching it as it stepped back) would bring the job back from its own saved state.
+    until(lambda: fleet.job(running).get("JobState") == "CANCELLED", timeout=60, what=f"job {running} cancelled")
     # Under load the node can come back after Kubernetes called it lost (CI run41: 94 s), so a worker was re-created
-    # meanwhile; its slurmd, failing to register during the failover, retries with Slurm's backoff (1, 2, 4 ... 128 s
-    # between tries, slurmd.c _registration_engine): up to ~4 minutes before it registers.
+    # meanwhile, and its slurmd's registration may have reached the standby as it stepped back, which slurmd takes for
+    # done: the worker's config follower registers it again once Slurm says it does not know it (every 30 s).
     until(lambda: len(fleet.srun_all()) == 3, timeout=300, interval=3, what="srun -N3 on the three workers")
 
 

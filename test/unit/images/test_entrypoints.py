@@ -147,11 +147,12 @@ class RunningController:
 
 
 @contextmanager
-def running_controller(pod: dict[str, str], **env: str) -> Iterator[RunningController]:
+def running_controller(pod: dict[str, str], scontrol: str = "", **env: str) -> Iterator[RunningController]:
+    """`scontrol` is shell run by the recording stand-in after it recorded its arguments."""
     root, log = Path(pod["ROOT"]), Path(pod["LOG"])
     stop = root / "stop"
     write_exe(root / "bin" / "slurmctld", RECORDER.format(log=log) + f"while [ ! -e {stop} ]; do sleep 0.05; done\n")
-    write_exe(root / "bin" / "scontrol", RECORDER.format(log=log))
+    write_exe(root / "bin" / "scontrol", RECORDER.format(log=log) + scontrol)
     proc = subprocess.Popen(
         [str(SCRIPTS / "entrypoint-controller")],
         env={"LC_ALL": "C.UTF-8", **pod, **env},
@@ -170,40 +171,113 @@ def running_controller(pod: dict[str, str], **env: str) -> Iterator[RunningContr
 
 def test_a_changed_configmap_is_installed_and_reconfigures_the_running_controller(pod: dict[str, str]) -> None:
     """The kubelet swaps the mounted ConfigMap's ..data; the controller installs the new files and runs
-    `scontrol reconfigure`, without restarting slurmctld."""
+    `scontrol reconfigure`, without restarting slurmctld, with a slurm.conf that names only the primary's
+    SlurmctldHost: a reconfigure reaching the standby while it hands control back would leave both in control."""
     log = Path(pod["LOG"])
-    with running_controller(pod) as ctl:
+    conf = Path(pod["SLURM_CONFIGS_SOURCE"]) / "..data" / "slurm.conf"
+    conf.write_text(conf.read_text() + "SlurmctldHost=c-controller-0(a)\nSlurmctldHost=c-controller-backup-0(b)\n")
+    # What the stand-in scontrol was told to read: its SlurmctldHost lines.
+    hosts = 'grep -i "^SlurmctldHost" "${SLURM_CONF:-/dev/null}" >> ' + str(log) + "\n"
+    with running_controller(pod, scontrol=hosts) as ctl:
         before = ctl.installed.read_text()
         swap_configmap(Path(pod["SLURM_CONFIGS_SOURCE"]), before + "MaxJobCount=5000\n")
         until(
             lambda: "MaxJobCount=5000" in ctl.installed.read_text(), timeout=30, interval=0.1, what="the new slurm.conf"
         )
-        reconfigured = "scontrol uid=0 args=reconfigure"
+        reconfigured = "scontrol uid=0 args=reconfigure\nSlurmctldHost=c-controller-0(a)\n"
         until(lambda: reconfigured in log.read_text(), timeout=30, interval=0.1, what="reconfigure")
+        assert "backup" not in log.read_text()
         assert log.read_text().count("slurmctld uid=") == 1, "slurmctld was not restarted"
     assert ctl.proc.returncode == 0
 
 
-def test_the_standby_controller_applies_a_change_with_a_sighup_to_its_own_slurmctld(pod: dict[str, str]) -> None:
-    """The backup controller (SLURMCTLD_STANDBY) re-reads its files on SIGHUP, in standby or in control; its pid
-    file lives outside the shared state directory, in a directory the entrypoint made SlurmUser's."""
+def test_a_reconfigure_that_fails_is_retried_until_slurmctld_takes_it(pod: dict[str, str]) -> None:
+    """slurmctld not answering when a change arrives (starting, or a standby taking over): the installed files would
+    never differ again, so the follower runs `scontrol reconfigure` at each poll until it succeeds, then stops."""
     root, log = Path(pod["ROOT"]), Path(pod["LOG"])
-    pid_file = root / "run-slurmctld" / "slurmctld.pid"
-    source = Path(pod["SLURM_CONFIGS_SOURCE"])
-    conf = source / "..data" / "slurm.conf"
-    conf.write_text(conf.read_text() + f"SlurmctldPidFile={pid_file}\n")
+    down = root / "slurmctld-down"
+    down.touch()
+    refuse = f'if [ -e {down} ]; then echo "Unable to contact slurm controller" >&2; exit 1; fi\n'
+    reconfigured = "scontrol uid=0 args=reconfigure"
+    with running_controller(pod, scontrol=refuse) as ctl:
+        swap_configmap(Path(pod["SLURM_CONFIGS_SOURCE"]), ctl.installed.read_text() + "MaxJobCount=5000\n")
+        until(lambda: log.read_text().count(reconfigured) >= 3, timeout=30, interval=0.1, what="three tries")
+        down.unlink()
+        tries = until(lambda: _settled(log, reconfigured), timeout=30, interval=0.1, what="the tries to stop")
+        assert "MaxJobCount=5000" in ctl.installed.read_text()
+    assert ctl.output.count("'own_scontrol reconfigure' failed: Unable to contact slurm controller") == 1, ctl.output
+    assert ctl.output.count("configs changed; ran: own_scontrol reconfigure") == 1, ctl.output
+    assert tries >= 4
+
+
+def _settled(log: Path, line: str) -> int:
+    """How often `line` was logged, once that number held for a second (ten of the follower's polls); 0 before."""
+    count = log.read_text().count(line)
+    try:
+        holds(lambda: log.read_text().count(line) == count, seconds=1, what=line)
+    except AssertionError:
+        return 0
+    return count
+
+
+# scontrol's answers for a cluster whose topology.conf puts c-0 and c-2 in sw1, while the running slurmctld built its
+# topology before c-2 registered again: c-2 is in no switch until a reconfigure. Hostlists are plain comma lists.
+TOPOLOGY_SCONTROL = """case "$*" in
+"show hostnames "*) echo "$3" | tr , '\\n' ;;
+"show topology") cat {root}/shown ;;
+"-o show node "*) grep -qx "$4" {root}/known || {{ echo "Node $4 not found" >&2; exit 1; }}
+    echo "NodeName=$4 Arch=x86_64" ;;
+reconfigure) echo "SwitchName=sw1 Level=0 LinkSpeed=1 Nodes=$(paste -sd, {root}/known)" > {root}/shown ;;
+esac
+"""
+
+
+def _with_topology(pod: dict[str, str], known: str) -> None:
+    root = Path(pod["ROOT"])
+    configs = Path(pod["SLURM_CONFIGS_SOURCE"])
+    (configs / "..data" / "topology.conf").write_text("SwitchName=sw1 Nodes=c-0,c-2\nSwitchName=root Switches=sw1\n")
+    (configs / "topology.conf").symlink_to("..data/topology.conf")
+    (root / "shown").write_text("SwitchName=sw1 Level=0 LinkSpeed=1 Nodes=c-0\nSwitchName=root Level=1 Nodes=c-0\n")
+    (root / "known").write_text(known)
+
+
+def test_a_node_slurmctld_knows_but_has_in_no_switch_gets_a_reconfigure(pod: dict[str, str]) -> None:
+    """topology.conf unchanged, but c-2 registered after slurmctld built its topology (a node back from a crash):
+    the follower sees c-2 in no switch of `scontrol show topology` and reconfigures once, which puts it there."""
+    _with_topology(pod, known="c-0\nc-2\n")
+    log = Path(pod["LOG"])
+    reconfigured = "scontrol uid=0 args=reconfigure"
+    with running_controller(
+        pod, scontrol=TOPOLOGY_SCONTROL.format(root=pod["ROOT"]), SLURM_CONFIGS_VERIFY_SECONDS="0"
+    ) as ctl:
+        until(lambda: _settled(log, reconfigured), timeout=30, interval=0.1, what="one reconfigure")
+        assert log.read_text().count(reconfigured) == 1
+        assert "Nodes=c-0,c-2" in (Path(pod["ROOT"]) / "shown").read_text()
+    assert "slurmctld has no switch for c-2, named in topology.conf; ran: own_scontrol reconfigure" in ctl.output
+
+
+def test_a_node_slurmctld_does_not_know_yet_is_no_reason_to_reconfigure(pod: dict[str, str]) -> None:
+    """c-2 is named in topology.conf but has not registered (yet, or any more): a reconfigure would not put it in a
+    switch, so none runs."""
+    _with_topology(pod, known="c-0\n")
+    log = Path(pod["LOG"])
+    with running_controller(pod, scontrol=TOPOLOGY_SCONTROL.format(root=pod["ROOT"]), SLURM_CONFIGS_VERIFY_SECONDS="0"):
+        until(lambda: "show node c-2" in log.read_text(), timeout=30, interval=0.1, what="c-2 looked up")
+        holds(lambda: "args=reconfigure" not in log.read_text(), seconds=1, what="no reconfigure")
+
+
+def test_the_standby_controller_installs_a_change_and_leaves_its_slurmctld_alone(pod: dict[str, str]) -> None:
+    """The backup controller (SLURMCTLD_STANDBY) reads every file anew when it takes control; a reconfigure or SIGHUP
+    reaching it while it hands control back would keep it in control beside the primary (Slurm 24.11, seen in the
+    pods tests). So a change is installed and nothing is sent to slurmctld, not even through scontrol."""
+    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
     stop = root / "stop"
     write_exe(
         root / "bin" / "slurmctld",
         RECORDER.format(log=log)
-        # The trap before the pid file: a SIGHUP sent as soon as the pid file exists must not find the shell's
-        # default action (exit) still in place.
-        + f"trap 'echo slurmctld got HUP >> {log}' HUP\necho $$ > {pid_file}\n"
-        + f"while [ ! -e {stop} ]; do sleep 0.05; done\n",
+        + f"trap 'echo slurmctld got HUP >> {log}' HUP\nwhile [ ! -e {stop} ]; do sleep 0.05; done\n",
     )
     write_exe(root / "bin" / "scontrol", RECORDER.format(log=log))
-    # With the signal dispositions a container starts with: a SIGHUP ignored on entry (pytest run under nohup, as CI
-    # run37/38 here were) cannot be trapped by a shell (POSIX), and the stand-in slurmctld would never see it.
     proc = subprocess.Popen(
         [str(SCRIPTS / "entrypoint-controller")],
         env={"LC_ALL": "C.UTF-8", **pod, "SLURMCTLD_STANDBY": "true"},
@@ -212,17 +286,17 @@ def test_the_standby_controller_applies_a_change_with_a_sighup_to_its_own_slurmc
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),  # noqa: PLW1509 - no threads fork here
     )
     try:
-        until(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=30, interval=0.1, what="pid file")
+        until(lambda: "slurmctld uid=" in log.read_text(), timeout=30, interval=0.1, what="slurmctld to start")
         installed = Path(pod["SLURM_CONF_DIR"]) / "slurm.conf"
-        swap_configmap(source, installed.read_text() + "MaxJobCount=5000\n")
-        until(lambda: "slurmctld got HUP" in log.read_text(), timeout=30, interval=0.1, what="the SIGHUP")
-        assert "MaxJobCount=5000" in installed.read_text()
-        assert "scontrol" not in log.read_text()
-        assert log.read_text().count("slurmctld uid=") == 1, "slurmctld was not restarted"
+        swap_configmap(Path(pod["SLURM_CONFIGS_SOURCE"]), installed.read_text() + "MaxJobCount=5000\n")
+        until(lambda: "MaxJobCount=5000" in installed.read_text(), timeout=30, interval=0.1, what="the new file")
+        # Several polls of the follower (0.2 s each) after the install.
+        holds(lambda: log.read_text().count("\n") == 1, seconds=1, what="nothing sent to slurmctld")
     finally:
         stop.touch()
-        proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
+    assert "configs changed; ran: true" in out.decode()
 
 
 def test_a_change_only_a_restart_applies_is_left_to_the_pod_s_re_creation(pod: dict[str, str]) -> None:
@@ -385,6 +459,70 @@ def test_worker_registers_a_dynamic_node_knows_jail_users_and_puts_its_spool_in_
     )
     passwd = Path(env["EXTRAUSERS_DIR"]) / "passwd"
     assert passwd.is_symlink() and passwd.read_text() == "alice:x:1500:1500::/home/alice:/bin/bash\n"
+
+
+def _run_dynamic_worker(pod: dict[str, str], *, leaving: bool) -> str:
+    """entrypoint-worker for a dynamic node Slurm does not know (its registration was lost): a stand-in scontrol says
+    "not found" until the stand-in slurmd got a SIGHUP (after which it registered). Returns the daemons' log once
+    the follower had a second of polls (0.2 s each) after its first question to Slurm (after slurmd started, when
+    the node is `leaving`)."""
+    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
+    stop, registered = root / "stop", root / "registered"
+    write_exe(
+        root / "bin" / "slurmd",
+        RECORDER.format(log=log)
+        + f"trap 'echo slurmd got HUP >> {log}; touch {registered}' HUP\n"
+        + f"while [ ! -e {stop} ]; do sleep 0.05; done\n",
+    )
+    write_exe(
+        root / "bin" / "scontrol",
+        RECORDER.format(log=log)
+        + f'if [ -e {registered} ]; then echo "NodeName=$4 State=IDLE"; else echo "Node $4 not found"; exit 1; fi\n',
+    )
+    env = {
+        **jail_env(pod),
+        "SLURMD_CONF": "Feature=cpu CPUs=1 RealMemory=1024",
+        "SLURMD_NODENAME": "c-worker-cpu-0",
+        "SLURM_CONFIGS_VERIFY_SECONDS": "0",
+        "WORKER_LEAVING": str(root / "leaving"),
+        "LC_ALL": "C.UTF-8",
+    }
+    if leaving:
+        (root / "leaving").touch()
+    proc = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", str(SCRIPTS / "entrypoint-worker")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),  # noqa: PLW1509 - no threads fork here
+    )
+    try:
+        until(lambda: "slurmd uid=0" in log.read_text(), timeout=30, interval=0.1, what="slurmd to start")
+        if not leaving:
+            asked = "scontrol uid=0 args=-o show node c-worker-cpu-0"
+            until(lambda: asked in log.read_text(), timeout=30, interval=0.1, what="Slurm asked about the node")
+        holds(lambda: log.read_text().count("slurmd got HUP") <= 1, seconds=1, what="at most one SIGHUP")
+    finally:
+        stop.touch()
+        proc.communicate(timeout=30)
+    return log.read_text()
+
+
+def test_a_dynamic_node_whose_registration_was_lost_registers_again(pod: dict[str, str]) -> None:
+    """slurmd took a standby's refusal for a registration (Slurm 24.11): Slurm does not know the node and never will
+    by itself. The follower sees "not found" and sends slurmd one SIGHUP, after which it is known."""
+    log = _run_dynamic_worker(pod, leaving=False)
+
+    assert log.count("slurmd got HUP") == 1, log
+    assert log.count("slurmd uid=0") == 1, "slurmd was not started twice"
+
+
+def test_a_dynamic_node_leaving_slurm_is_not_registered_again(pod: dict[str, str]) -> None:
+    """The preStop deletes the node from Slurm on purpose (scale-in): once it has begun, "not found" is what it
+    wanted, and the follower leaves slurmd alone."""
+    log = _run_dynamic_worker(pod, leaving=True)
+
+    assert "slurmd got HUP" not in log, log
 
 
 @pytest.mark.parametrize("containers", [False, True])
