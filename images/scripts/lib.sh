@@ -77,9 +77,8 @@ restart_settings() {
 # runs, until the operator re-creates the pod (workers one drained node at a time; the controller after saving its
 # state), and then starts with the new ones.
 #
-# A command that fails (slurmctld not answering: starting, or a standby taking over) is run again until it succeeds,
-# after 1, 2, 4 ... at most 60 s (a slurmctld that refuses the new files is not made to try them every poll): the
-# files are installed by then, so comparing them would never see the change again.
+# A command that fails (slurmctld not answering: starting, or a standby taking over) is run again at each poll until
+# it succeeds: the files are installed by then, so comparing them would never see the change again.
 #
 # `follow_slurm_configs --verify FUNC COMMAND...`: every SLURM_CONFIGS_VERIFY_SECONDS, while nothing changed, FUNC
 # says what of the installed files the daemon does not apply (one line; nothing when all is applied or it cannot
@@ -93,7 +92,7 @@ follow_slurm_configs() {
     fi
     local interval=${SLURM_CONFIGS_POLL_SECONDS:-5} every=${SLURM_CONFIGS_VERIFY_SECONDS:-30} daemon=$$
     (
-        held='' unapplied='' failing='' verified=$SECONDS retry_at=0 delay=1
+        held='' unapplied='' failing='' verified=$SECONDS
         # Ends with the daemon, which keeps this shell's PID: once it exits, this loop has another parent.
         while sleep "$interval"; do
             read -r _ _ _ parent _ <"/proc/$BASHPID/stat"
@@ -113,19 +112,19 @@ follow_slurm_configs() {
                 fi
                 held=
                 install_slurm_configs
-                unapplied="configs changed" retry_at=0 delay=1
+                unapplied="configs changed"
             elif [ -z "$unapplied" ] && [ -n "$verify" ] && [ $((SECONDS - verified)) -ge "$every" ]; then
                 verified=$SECONDS
                 unapplied=$("$verify") || unapplied=''
             fi
-            [ -n "$unapplied" ] && [ "$SECONDS" -ge "$retry_at" ] || continue
+            [ -n "$unapplied" ] || continue
             if out=$("$@" 2>&1); then
                 log "$unapplied; ran: $*"
-                unapplied='' failing='' retry_at=0 delay=1
-                continue
+                unapplied='' failing=''
+            elif [ -z "$failing" ]; then
+                log "$unapplied; '$*' failed: $out (retrying every ${interval}s)"
+                failing=yes
             fi
-            [ -n "$failing" ] || log "$unapplied; '$*' failed: $out (retrying, at most every 60 s, until it succeeds)"
-            failing=yes retry_at=$((SECONDS + delay)) delay=$((delay < 30 ? delay * 2 : 60))
         done
     ) &
 }
