@@ -177,9 +177,9 @@ class SlurmClient:
         (node_name,) = _check_names([name])
         await self._request("DELETE", f"node/{quote(node_name, safe='')}")
 
-    # No reconfigure here: it would reach whichever slurmctld answers, and one reaching the standby while it hands
-    # control back resumes control beside the primary (Slurm 24.11). Only the primary's pod reconfigures its own
-    # slurmctld (images/scripts/entrypoint-controller).
+    async def reconfigure(self) -> None:
+        """`scontrol reconfigure`: slurmctld re-reads slurm.conf and tells every slurmd to."""
+        await self._request("GET", "reconfigure/")
 
     # --- the accounting database (slurmdbd, through slurmrestd's /slurmdb/) ------------------------------------
 

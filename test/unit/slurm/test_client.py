@@ -241,11 +241,14 @@ async def test_drain_needs_a_reason_and_a_list(session: aiohttp.ClientSession) -
     assert seen.requests == []
 
 
-async def test_delete_node(session: aiohttp.ClientSession) -> None:
+async def test_delete_node_and_reconfigure(session: aiohttp.ClientSession) -> None:
     deleted = recording("delete_node")["request"]["path"]
-    async with serve({("DELETE", deleted): replay("delete_node")}) as (url, seen):
-        await client(session, url).delete_node(deleted.rsplit("/", 1)[1])
-    assert [(r["method"], r["path"]) for r in seen.requests] == [("DELETE", deleted)]
+    routes = {("DELETE", deleted): replay("delete_node"), ("GET", f"{P}/reconfigure/"): replay("reconfigure")}
+    async with serve(routes) as (url, seen):
+        c = client(session, url)
+        await c.delete_node(deleted.rsplit("/", 1)[1])
+        await c.reconfigure()
+    assert [(r["method"], r["path"]) for r in seen.requests] == [("DELETE", deleted), ("GET", f"{P}/reconfigure/")]
 
 
 # --- recorded refusals -----------------------------------------------------------------------------------------------
