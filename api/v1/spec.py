@@ -212,6 +212,12 @@ class JailSpec(ApiModel):
     shared_memory_size: Quantity = Field(
         "64Gi", description="Size limit of /dev/shm (memory-backed) on every node; a worker group may override it."
     )
+    private_tmp: bool = Field(
+        True,
+        description="Every job gets a /tmp and /dev/shm of its own on each worker, which no other job (of the same "
+        "user or another) can see, shared by the job's steps and removed with all it holds when the job ends; a step "
+        "that cannot have them does not run. False: all jobs on a worker share the jail's /tmp and /dev/shm.",
+    )
 
 
 class PopulateJailSpec(Scheduling):

@@ -125,12 +125,16 @@ static int check_root(struct jail_error *e)
 	return 0;
 }
 
-/* The pivot proper; an unusable jail puts slurmstepd back on the node's root, where it can report the failure. */
-static int enter_root(const struct chroot_args *a, struct jail_error *e)
+/*
+ * The pivot proper, with the job's private /tmp and /dev/shm when plugstack.conf names them; an unusable jail puts
+ * slurmstepd back on the node's root, where it can report the failure.
+ */
+static int enter_root(const struct chroot_args *a, uint32_t job_id, struct jail_error *e)
 {
 	if (jail_pivot(a->jail, a->old_root, e) < 0)
 		return -1;
-	if (check_root(e) < 0 || jail_detach(a->old_root, e) < 0) {
+	if (check_root(e) < 0 || jail_job_dirs_bind(a->old_root, a->job_tmp, a->job_shm, job_id, e) < 0 ||
+	    jail_detach(a->old_root, e) < 0) {
 		jail_undo(a->old_root);
 		return -1;
 	}
@@ -138,7 +142,7 @@ static int enter_root(const struct chroot_args *a, struct jail_error *e)
 }
 
 /* slurmstepd's main thread into the jail (see the top of this file). */
-static int enter_jail(const struct chroot_args *a, struct jail_error *e)
+static int enter_jail(const struct chroot_args *a, uint32_t job_id, struct jail_error *e)
 {
 	if (jail_identify(a->jail, &stepd.jail, e) < 0)
 		return -1;
@@ -149,7 +153,7 @@ static int enter_jail(const struct chroot_args *a, struct jail_error *e)
 		(void)snprintf(e->what, sizeof(e->what), "new mount namespace");
 		return -1;
 	}
-	return enter_root(a, e);
+	return enter_root(a, job_id, e);
 }
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
@@ -173,7 +177,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		return -1;
 	}
 	memset(&e, 0, sizeof(e));
-	if (enter_jail(&args, &e) < 0)
+	if (enter_jail(&args, job_id, &e) < 0)
 		return report(job_id, args.jail, &e);
 	stepd.jailed = 1;
 	slurm_debug("chroot: job %u step %u: slurmstepd entered jail %s", job_id, step_id, args.jail);

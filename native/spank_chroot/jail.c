@@ -1,6 +1,9 @@
 #include "jail.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -97,4 +100,139 @@ void jail_undo(const char *old_root)
 	/* Best effort: a failure has been reported already, and slurmstepd then only talks to slurmd and exits. */
 	if (n > 0 && (size_t)n < sizeof(parked) && chdir(parked) == 0 && chroot(".") == 0 && chdir("/") == 0)
 		return;
+}
+
+/*
+ * mkdir that tolerates an existing directory, then insists on root's directory with exactly `mode`. Messages name the
+ * path as the node knows it: `path` without its first `shown` bytes (the parked old root).
+ */
+static int own_dir(const char *path, size_t shown, mode_t mode, struct jail_error *e)
+{
+	const char *name = path + shown;
+	struct stat st;
+
+	if (mkdir(path, mode) < 0 && errno != EEXIST)
+		return failed(e, "job-dirs", errno, "mkdir %s", name);
+	/* Not followed: whatever is there must be the directory itself. */
+	if (lstat(path, &st) < 0)
+		return failed(e, "job-dirs", errno, "%s", name);
+	if (!S_ISDIR(st.st_mode))
+		return failed(e, "job-dirs", ENOTDIR, "%s", name);
+	if (st.st_uid != 0)
+		return failed(e, "job-dirs", EPERM, "%s is not root's", name);
+	if ((st.st_mode & 07777) != mode && chmod(path, mode) < 0)
+		return failed(e, "job-dirs", errno, "chmod %s", name);
+	return 0;
+}
+
+/* `<prefix><base>/<job id>`, made if missing; the path goes to `dir` (PATH_MAX bytes). */
+static int job_dir(const char *prefix, const char *base, uint32_t job_id, char *dir, struct jail_error *e)
+{
+	char b[PATH_MAX];
+	int n = snprintf(b, sizeof(b), "%s%s", prefix, base);
+
+	if (n < 0 || (size_t)n >= sizeof(b))
+		return failed(e, "job-dirs", ENAMETOOLONG, "%s", base);
+	n = snprintf(dir, PATH_MAX, "%s/%" PRIu32, b, job_id);
+	if (n < 0 || n >= PATH_MAX)
+		return failed(e, "job-dirs", ENAMETOOLONG, "%s/%" PRIu32, base, job_id);
+	if (own_dir(b, strlen(prefix), 0700, e) < 0 || own_dir(dir, strlen(prefix), 01777, e) < 0)
+		return -1;
+	return 0;
+}
+
+/* Bind `source` onto the directory `target` of this namespace, then make that mount nosuid and nodev. */
+static int bind_private(const char *source, const char *target, struct jail_error *e)
+{
+	struct stat st;
+
+	if (lstat(target, &st) < 0)
+		return failed(e, "job-dirs", errno, "%s", target);
+	if (!S_ISDIR(st.st_mode))
+		return failed(e, "job-dirs", ENOTDIR, "%s", target);
+	if (mount(source, target, NULL, MS_BIND, NULL) < 0)
+		return failed(e, "job-dirs", errno, "bind %s onto %s", source, target);
+	if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
+		return failed(e, "job-dirs", errno, "remount %s nosuid,nodev", target);
+	return 0;
+}
+
+int jail_job_dirs_bind(const char *old_root, const char *job_tmp, const char *job_shm, uint32_t job_id,
+		       struct jail_error *e)
+{
+	char prefix[NAME_MAX + 2], tmp[PATH_MAX], shm[PATH_MAX];
+
+	if (job_tmp[0] == '\0' && job_shm[0] == '\0')
+		return 0;
+	(void)snprintf(prefix, sizeof(prefix), "/%s", old_root);
+	if (job_dir(prefix, job_tmp, job_id, tmp, e) < 0 || job_dir(prefix, job_shm, job_id, shm, e) < 0)
+		return -1;
+	if (bind_private(tmp, "/tmp", e) < 0 || bind_private(shm, "/dev/shm", e) < 0)
+		return -1;
+	return 0;
+}
+
+/* Deep enough for any real job's scratch; deeper trees are left (and reported) rather than risk slurmstepd's stack. */
+#define REMOVE_MAX_DEPTH 256
+
+/*
+ * Removes `name` in the directory `parent`: a directory with all it holds, anything else (a symlink too) itself. Each
+ * level is opened relative to the one above, never through a path, so a link swapped in cannot lead elsewhere. The
+ * recursion is bounded by REMOVE_MAX_DEPTH (one small frame and one descriptor a level).
+ */
+static int remove_at(int parent, const char *name, int depth) /* NOLINT(misc-no-recursion) */
+{
+	int fd, rc = 0;
+	struct dirent *d;
+	DIR *dir;
+
+	if (unlinkat(parent, name, 0) == 0 || errno == ENOENT)
+		return 0;
+	if (errno != EISDIR && errno != EPERM)
+		return -1;
+	if (depth >= REMOVE_MAX_DEPTH) {
+		errno = ELOOP;
+		return -1;
+	}
+	fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	dir = fdopendir(fd);
+	if (dir == NULL) {
+		(void)close(fd);
+		return -1;
+	}
+	/* On, past a failure: as much as can go goes; the first failure's errno is the one reported. */
+	while ((d = readdir(dir)) != NULL) {
+		if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0)
+			continue;
+		if (remove_at(fd, d->d_name, depth + 1) < 0 && rc == 0)
+			rc = errno;
+	}
+	(void)closedir(dir);
+	if (rc == 0 && unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		rc = errno;
+	errno = rc;
+	return rc == 0 ? 0 : -1;
+}
+
+int jail_job_dir_remove(const char *base, uint32_t job_id, struct jail_error *e)
+{
+	char name[16];
+	int parent;
+
+	if (base[0] == '\0')
+		return 0;
+	parent = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (parent < 0)
+		return errno == ENOENT ? 0 : failed(e, "job-dirs", errno, "%s", base);
+	(void)snprintf(name, sizeof(name), "%" PRIu32, job_id);
+	if (remove_at(parent, name, 0) < 0) {
+		int err = errno;
+
+		(void)close(parent);
+		return failed(e, "job-dirs", err, "remove %s/%s", base, name);
+	}
+	(void)close(parent);
+	return 0;
 }

@@ -6,6 +6,7 @@
 #define SLURMCTL_JAIL_H
 
 #include <limits.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Where entering the jail failed: a short step name, what it was doing, and errno. */
@@ -38,5 +39,24 @@ int jail_is_root(const struct jail_ident *id);
 int jail_pivot(const char *jail, const char *old_root, struct jail_error *e);
 int jail_detach(const char *old_root, struct jail_error *e);
 void jail_undo(const char *old_root);
+
+
+/*
+ * A job's private /tmp and /dev/shm. `job_tmp` and `job_shm` are directories on the node, outside the jail (the
+ * workers mount an emptyDir at each; no process in the jail can reach them). Under each, a job gets `<job id>/`
+ * (root's, mode 1777 like any /tmp), made when its first step or joined process enters the jail and bound onto the
+ * jail's /tmp and /dev/shm in that process's mount namespace only, nosuid and nodev: another job, of the same user or
+ * not, never sees it. Removed with everything in it when the job ends (job_container/jail's stepd_delete, in the
+ * extern step, which ends last).
+ *
+ * jail_job_dirs_bind: after jail_pivot (the node's root is parked on /<old_root>) and before jail_detach. Both bases
+ * must exist and be directories (made root's and 0700 here); anything else fails with `e` filled, and the caller
+ * fails the step rather than run it with the shared /tmp.
+ */
+int jail_job_dirs_bind(const char *old_root, const char *job_tmp, const char *job_shm, uint32_t job_id,
+		       struct jail_error *e);
+
+/* On the node's root: removes `<base>/<job id>` and all it holds, following no symlink; gone already is success. */
+int jail_job_dir_remove(const char *base, uint32_t job_id, struct jail_error *e);
 
 #endif

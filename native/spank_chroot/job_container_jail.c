@@ -122,7 +122,8 @@ int container_p_join(slurm_step_id_t *step_id, uid_t uid, bool step_create)
 	}
 	if (jail_pivot(args.jail, args.old_root, &e) < 0)
 		return cannot_enter(step_id->job_id, args.jail, &e);
-	if (jail_detach(args.old_root, &e) < 0) {
+	if (jail_job_dirs_bind(args.old_root, args.job_tmp, args.job_shm, step_id->job_id, &e) < 0 ||
+	    jail_detach(args.old_root, &e) < 0) {
 		jail_undo(args.old_root);
 		return cannot_enter(step_id->job_id, args.jail, &e);
 	}
@@ -150,9 +151,28 @@ int container_p_stepd_create(uint32_t job_id, void *step)
 	return SLURM_SUCCESS;
 }
 
+/*
+ * The extern step's slurmstepd (on the node's root) calls this as it ends, after the job's other steps on this node:
+ * the job's private /tmp and /dev/shm go with everything in them.
+ */
 int container_p_stepd_delete(uint32_t job_id)
 {
-	(void)job_id;
+	const char *plugstack = slurm_conf.plugstack ? slurm_conf.plugstack : PLUGSTACK_DEFAULT;
+	struct chroot_args args;
+	char plugin[PATH_MAX];
+	struct jail_error e;
+	char err[256];
+
+	if (chroot_args_from_plugstack(plugstack, &args, plugin, err, sizeof(err)) < 0) {
+		slurm_error("job_container/jail: job %u: cannot tell its private directories: %s; they stay", job_id, err);
+		return SLURM_ERROR;
+	}
+	memset(&e, 0, sizeof(e));
+	if (jail_job_dir_remove(args.job_tmp, job_id, &e) < 0 || jail_job_dir_remove(args.job_shm, job_id, &e) < 0) {
+		slurm_error("job_container/jail: job %u: step '%s' failed: %s: %s", job_id, e.step, e.what,
+			    strerror(e.err));
+		return SLURM_ERROR;
+	}
 	return SLURM_SUCCESS;
 }
 

@@ -74,6 +74,7 @@ int main(void)
 	char *long_key_eq = repeat("", 'k', 100000);
 	char *long_old_root = repeat("old_root=", 'o', NAME_MAX + 1);
 	char *fits_old_root = repeat("old_root=", 'o', NAME_MAX);
+	char *long_job_tmp = repeat("job_tmp=/", 't', PATH_MAX);
 	char *empty[] = { NULL };
 
 	expect("no arguments", 0, empty, -1, "jail=<path> is required");
@@ -106,6 +107,15 @@ int main(void)
 	expect("very long unknown key", 1, (char *[]){ long_key_eq }, -1, "unknown argument 'kkk");
 	expect("very long old_root", 2, (char *[]){ "jail=/a", long_old_root }, -1, "longer than");
 	expect("value with equals", 1, (char *[]){ "jail=/a=b" }, 0, NULL);
+	expect("job_tmp alone", 2, (char *[]){ "jail=/a", "job_tmp=/t" }, -1, "job_tmp= and job_shm= go together");
+	expect("job_shm alone", 2, (char *[]){ "jail=/a", "job_shm=/s" }, -1, "job_tmp= and job_shm= go together");
+	expect("job_tmp relative", 3, (char *[]){ "jail=/a", "job_tmp=t", "job_shm=/s" }, -1,
+	       "job_tmp=t is not an absolute path");
+	expect("job_shm is root", 3, (char *[]){ "jail=/a", "job_tmp=/t", "job_shm=//" }, -1, "job_shm=// is the host's");
+	expect("job_tmp empty", 3, (char *[]){ "jail=/a", "job_tmp=", "job_shm=/s" }, -1, "job_tmp= needs a value");
+	expect("job_shm twice", 4, (char *[]){ "jail=/a", "job_tmp=/t", "job_shm=/s", "job_shm=/u" }, -1,
+	       "job_shm= is given more than once");
+	expect("very long job_tmp", 3, (char *[]){ "jail=/a", long_job_tmp, "job_shm=/s" }, -1, "longer than");
 
 	expect_parsed("jail only", 1, (char *[]){ "jail=/mnt/jail" }, "/mnt/jail", CHROOT_DEFAULT_OLD_ROOT);
 	expect_parsed("trailing slashes", 1, (char *[]){ "jail=/mnt/jail//" }, "/mnt/jail", CHROOT_DEFAULT_OLD_ROOT);
@@ -113,6 +123,18 @@ int main(void)
 	expect_parsed("longest jail", 1, (char *[]){ fits_jail }, fits_jail + strlen("jail="), CHROOT_DEFAULT_OLD_ROOT);
 	expect_parsed("longest old_root", 2, (char *[]){ "jail=/j", fits_old_root }, "/j",
 		      fits_old_root + strlen("old_root="));
+	cases++;
+	if (chroot_args_parse(3, (char *[]){ "job_shm=/s/", "jail=/j", "job_tmp=/t" }, &out, tiny, sizeof(tiny)) != 0 ||
+	    strcmp(out.job_tmp, "/t") != 0 || strcmp(out.job_shm, "/s") != 0) {
+		printf("FAIL job dirs parsed: job_tmp='%s' job_shm='%s'\n", out.job_tmp, out.job_shm);
+		return 1;
+	}
+	if (chroot_args_parse(1, (char *[]){ "jail=/j" }, &out, tiny, sizeof(tiny)) != 0 || out.job_tmp[0] != '\0' ||
+	    out.job_shm[0] != '\0') {
+		printf("FAIL no job dirs: job_tmp='%s' job_shm='%s'\n", out.job_tmp, out.job_shm);
+		return 1;
+	}
+	printf("ok job dirs parsed\n");
 
 	/* Callers may pass no message buffer, or one too small for any message. */
 	cases++;
@@ -131,6 +153,7 @@ int main(void)
 	free(long_key_eq);
 	free(long_old_root);
 	free(fits_old_root);
+	free(long_job_tmp);
 	printf("ok %d cases\n", cases);
 	return 0;
 }

@@ -79,6 +79,20 @@ def _ready(pod: Mapping[str, Any]) -> bool:
     return pod_ready(pod) and bool((pod.get("status") or {}).get("podIP")) and not deleting(pod)
 
 
+def _of_deployment(pod: Mapping[str, Any], deployment: str) -> bool:
+    """Whether a ReplicaSet of `deployment` controls the pod: a pod that only carries slurmrestd's labels (a copy
+    someone made to debug, a look-alike) never gets the operator's SlurmUser token or its questions. This is not
+    authentication: whoever may create pods in the namespace may also mount the cluster's key Secrets, so they are
+    trusted with the cluster already (README, Permissions and policy)."""
+    return any(
+        ref.get("controller") is True
+        and ref.get("kind") == "ReplicaSet"
+        and str(ref.get("apiVersion", "")).startswith("apps/")
+        and str(ref.get("name", "")).startswith(f"{deployment}-")
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or ()
+    )
+
+
 class SlurmAccess:
     """One per operator: the HTTP session all clusters' clients share, each cluster's token source, and each
     cluster's latest snapshot of Slurm."""
@@ -103,9 +117,10 @@ class SlurmAccess:
         self.metrics: SlurmCollector | None = collector_for(registry) if registry is not None else None
 
     def address(self, c: str, namespace: str) -> str | None:
-        """The ready slurmrestd pod's IP, if there is one (its readiness changes wake the callers)."""
+        """The IP of a ready slurmrestd pod of the cluster's own Deployment, if there is one (its readiness changes
+        wake the callers)."""
         for pod in self._cache.list(*POD, namespace=namespace, labels=meta.selector(c, REST_COMPONENT)):
-            if _ready(pod):
+            if _ready(pod) and _of_deployment(pod, meta.rest(c)):
                 return str(pod["status"]["podIP"])
         return None
 

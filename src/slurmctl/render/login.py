@@ -20,6 +20,28 @@ COMPONENT = "login"
 GRACE_SECONDS = 30
 SSHD_CONFIGS_MOUNT = "/mnt/sshd-configs"
 SSH_HOST_KEYS_MOUNT = "/mnt/ssh-host-keys"
+# sshd and complement-jail as root, not privileged: no device of the node in /dev (sessions see the container's
+# minimal /dev through the jail), /sys read-only, the runtime's seccomp filter. What each capability is for:
+# SYS_ADMIN complement-jail's bind mounts and fresh /proc; SYS_CHROOT ChrootDirectory and sshd's privilege separation;
+# SETUID, SETGID a session's user; CHOWN, FOWNER, DAC_OVERRIDE installing keys and configs, the session's pty;
+# NET_BIND_SERVICE port 22; AUDIT_WRITE sshd's login records (a failed write ends the session); KILL tini's
+# forwarding of the kubelet's SIGTERM. Privilege escalation stays allowed: users' own setuid programs in the jail
+# (passwd, su) must keep working, and Kubernetes refuses it off beside SYS_ADMIN anyway.
+LOGIN_CAPABILITIES = (
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "KILL",
+    "NET_BIND_SERVICE",
+    "SETGID",
+    "SETUID",
+    "SYS_ADMIN",
+    "SYS_CHROOT",
+)
+# A node's AppArmor (Ubuntu's) would refuse complement-jail's mounts under the runtime's default profile: the
+# annotation, not the securityContext field, because API servers before 1.30 know only the annotation.
+APPARMOR_UNCONFINED = {"container.apparmor.security.beta.kubernetes.io/sshd": "unconfined"}
 
 
 def sshd_configs_data(cluster: SlurmCluster, *, host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES) -> dict[str, str]:
@@ -91,8 +113,11 @@ def render_login_statefulset(
         "image": image,
         "env": pods.jail_env(spec),
         "ports": [{"name": "ssh", "containerPort": meta.SSH_PORT, "protocol": "TCP"}],
-        # complement-jail bind-mounts node-local pieces into the jail before sshd starts.
-        "securityContext": {"privileged": True},
+        "securityContext": {
+            "runAsUser": 0,
+            "capabilities": {"drop": ["ALL"], "add": list(LOGIN_CAPABILITIES)},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "volumeMounts": [
             *pods.slurm_mounts(),
             *pods.jail_mounts(spec),
@@ -109,6 +134,22 @@ def render_login_statefulset(
         {"name": "ssh-host-keys", "secret": {"secretName": meta.ssh_host_keys_secret(c), "defaultMode": 0o400}},
     ]
     hash_ = config_hash(cluster, munge_key_id=munge_key_id, host_keys_id=host_keys_id, host_keys=host_keys)
+    template = pods.slurm_pod_template(
+        c,
+        COMPONENT,
+        config_hash=hash_,
+        daemon=sshd,
+        image=image,
+        volumes=volumes,
+        placement=login,
+        grace_seconds=GRACE_SECONDS,
+        # Apart from slurmctld (render/controller.py wants the same) and, less strongly, from each other.
+        default_anti_affinity=pods.avoid_nodes_of(
+            (pods.APART_WEIGHT, meta.selector(c, "controller")),
+            (pods.SPREAD_WEIGHT, meta.selector(c, COMPONENT)),
+        ),
+    )
+    template["metadata"]["annotations"] |= APPARMOR_UNCONFINED
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -118,21 +159,7 @@ def render_login_statefulset(
             "serviceName": meta.login_headless(c),
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": meta.selector(c, COMPONENT)},
-            "template": pods.slurm_pod_template(
-                c,
-                COMPONENT,
-                config_hash=hash_,
-                daemon=sshd,
-                image=image,
-                volumes=volumes,
-                placement=login,
-                grace_seconds=GRACE_SECONDS,
-                # Apart from slurmctld (render/controller.py wants the same) and, less strongly, from each other.
-                default_anti_affinity=pods.avoid_nodes_of(
-                    (pods.APART_WEIGHT, meta.selector(c, "controller")),
-                    (pods.SPREAD_WEIGHT, meta.selector(c, COMPONENT)),
-                ),
-            ),
+            "template": template,
         },
     }
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import OCI_CONF, dynamic_node_conf, restart_settings
+from slurmctl.render.slurm_conf import JOB_SHM_DIR, JOB_TMP_DIR, OCI_CONF, dynamic_node_conf, restart_settings
 
 COMPONENT = "workers"
 # The preStop (images/scripts/worker-prestop: drain, wait for jobs, leave Slurm) takes at most about 17 s, munged
@@ -94,6 +94,14 @@ def _pod_template(
         if group.autoscale is not None
         else {"name": "SLURMD_CONF", "value": dynamic_node_conf(group)}
     )
+    shm_size = pods.quantity(spec.shared_memory_size(group))
+    # spec.jail.privateTmp: the chroot plugin's per-job /tmp and /dev/shm live under these (plugstack.conf names them).
+    job_dirs = (
+        [("job-tmp", JOB_TMP_DIR, {}), ("job-shm", JOB_SHM_DIR, {"medium": "Memory", "sizeLimit": shm_size})]
+        if spec.jail.private_tmp
+        else []
+    )
+    job_dirs_mounts = [{"name": name, "mountPath": path} for name, path, _ in job_dirs]
     slurmd = {
         "name": DAEMON_CONTAINER,
         "image": image,
@@ -110,6 +118,7 @@ def _pod_template(
             *pods.slurm_mounts(),
             *pods.jail_mounts(spec),
             {"name": "dev-shm", "mountPath": "/dev/shm"},  # noqa: S108 - the pod's own memory-backed shm
+            *job_dirs_mounts,
         ],
         "readinessProbe": pods.slurm_readiness("worker"),
         # A pod that goes drains its node, lets its jobs finish for a bounded while (or sets it DOWN so that Slurm
@@ -120,17 +129,19 @@ def _pod_template(
             group.resources, extra_limits={"nvidia.com/gpu": group.gpus} if group.gpus else None
         ),
     }
-    shm = {
-        "name": "dev-shm",
-        "emptyDir": {"medium": "Memory", "sizeLimit": pods.quantity(spec.shared_memory_size(group))},
-    }
+    shm = {"name": "dev-shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}}
     return pods.slurm_pod_template(
         c,
         COMPONENT,
         config_hash=config_hash(configs, munge_key_id=munge_key_id),
         daemon=slurmd,
         image=image,
-        volumes=[*pods.slurm_volumes(c), *pods.jail_volumes(spec), shm],
+        volumes=[
+            *pods.slurm_volumes(c),
+            *pods.jail_volumes(spec),
+            shm,
+            *({"name": name, "emptyDir": source} for name, _, source in job_dirs),
+        ],
         placement=group,
         grace_seconds=GRACE_SECONDS,
         munge_outlives_daemon=True,

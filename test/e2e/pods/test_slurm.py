@@ -1,12 +1,12 @@
 """A SlurmCluster becomes a working Slurm 24.11 on the real node: real pods from the images `make images` built, Slurm
 daemons started from what the operator rendered, users entering the jail through sshd and the chroot SPANK plugin.
 
-One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in
-and runs jobs → slurmrestd → the operator's Slurm metrics against sinfo and squeue → Slurm's node state on the pods
-→ a partition change reaches every daemon in place → scale out under a running job → scale in under a running job
-(drain first) → scale in while Slurm cannot be asked (nothing goes) → delete. The operator runs as `slurmctl run`,
-with its ServiceAccount's token. (Re-creating workers for a change only a restart can apply is unit-tested:
-test/unit/reconcilers/test_drain.py.)
+One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in and
+runs jobs → two users' jobs at once on one worker, each with its own /tmp and /dev/shm → the escape table → slurmrestd →
+the operator's Slurm metrics against sinfo and squeue → Slurm's node state on the pods → a partition change reaches
+every daemon in place → scale out under a running job → scale in under a running job (drain first) → scale in while
+Slurm cannot be asked (nothing goes) → delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
+(Re-creating workers for a change only a restart can apply is unit-tested: test/unit/reconcilers/test_drain.py.)
 """
 
 from __future__ import annotations
@@ -159,6 +159,136 @@ def test_job_output_working_directory_and_sbcast_files_are_the_jails_at_any_path
     for worker in (f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"):
         clean = f"test ! -e /var/tmp/out-{first}.txt && test ! -e /data && echo clean"
         assert kube.exec(worker, "slurmd", "sh", "-c", clean).strip() == "clean", worker
+
+
+def test_two_users_jobs_on_one_worker_each_see_only_their_own_tmp_and_shm(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """spec.jail.privateTmp (the default): two jobs of two users at once on one worker, each with its own /tmp and
+    /dev/shm, neither seeing the other's or the jail's shared ones; both gone from the worker when the jobs end."""
+    kube = available
+    key, ip = jail_user
+    other, worker = "bob", f"{NAME}-worker-cpu-0"
+    tag = f"isol-{time.monotonic_ns()}"
+    shared = f"/data/{tag}"  # where the jobs meet: each says it is ready, then looks
+    kube.exec(LOGIN_POD, LOGIN, "chroot", JAIL, "sh", "-c", f"id {other} || useradd -u 1501 {other}")
+    kube.exec(LOGIN_POD, LOGIN, "chroot", JAIL, "sh", "-c", f"mkdir -p {shared} && chmod 1777 {shared}")
+    # What every job on a worker shared before: the jail's /tmp and /dev/shm there.
+    kube.exec(worker, "slurmd", "sh", "-c", f"echo shared > {JAIL}/tmp/{tag} && echo shared > /dev/shm/{tag}")
+
+    def script(me: str, them: str) -> str:
+        wait = (
+            "i=0; while [ ! -e {f} ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; "
+            "[ -e {f} ] || {{ echo never ran beside {them}; exit 3; }}"
+        )
+        return (
+            f"echo {me} > /tmp/secret-{me}; echo {me} > /dev/shm/secret-{me}; touch {shared}/{me}.ready; "
+            + wait.format(f=f"{shared}/{them}.ready", them=them)
+            + f"; ls -A /tmp /dev/shm > {shared}/{me}.seen; touch {shared}/{me}.looked; "
+            + wait.format(f=f"{shared}/{them}.looked", them=them)
+        )
+
+    # The one worker has one CPU: the partition lets the two share it for this test only.
+    kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", "PartitionName=main", "OverSubscribe=FORCE:2")
+    jobs: list[str] = []
+    try:
+        submit = f"sbatch --parsable --oversubscribe --mem=64M -w {worker} -o {shared}/%u.out --wrap {{}}"
+        jobs.append(ssh(key, USER, ip, submit.format(shlex.quote(script(USER, other)))).strip().split(";")[0])
+        jobs.append(
+            kube.exec(LOGIN_POD, LOGIN, "sh", "-c", f"{submit.format(shlex.quote(script(other, USER)))} --uid={other}")
+            .strip()
+            .split(";")[0]
+        )
+        until(
+            lambda: not kube.exec(LOGIN_POD, LOGIN, "squeue", "-h", "-j", ",".join(jobs), "-o", "%i").strip(),
+            timeout=300,
+            what=f"jobs {jobs} to end",
+        )
+    finally:
+        kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", "PartitionName=main", "OverSubscribe=NO")
+        kube.exec(LOGIN_POD, LOGIN, "sh", "-c", f"scancel {' '.join(jobs)} 2>/dev/null || true")
+    for me in (USER, other):
+        out = kube.exec(LOGIN_POD, LOGIN, "cat", f"{JAIL}{shared}/{me}.out")
+        seen = kube.exec(LOGIN_POD, LOGIN, "cat", f"{JAIL}{shared}/{me}.seen")
+        assert out == "" and seen.split() == ["/dev/shm:", f"secret-{me}", "/tmp:", f"secret-{me}"], (out, seen)
+    # Removed with the jobs, and the worker's shared ones untouched.
+    job_dirs = " ".join(f"/var/lib/slurmctl/job-tmp/{j} /var/lib/slurmctl/job-shm/{j}" for j in jobs)
+    until(
+        lambda: kube.exec(worker, "slurmd", "sh", "-c", f"ls -d {job_dirs} 2>/dev/null || true").strip() == "",
+        timeout=60,
+        what=f"jobs {jobs}' directories removed on {worker}",
+    )
+    kube.exec(worker, "slurmd", "sh", "-c", f"rm {JAIL}/tmp/{tag} /dev/shm/{tag}")
+
+
+# The escape table: what a jail user tries, as a login session (over ssh) and inside a job (on a worker). Each row is
+# (attempt, shell command); the command exits 0 only if the attempt worked. Every row must be refused.
+ESCAPES = (
+    ("read the munge key", "cat /etc/munge/munge.key"),
+    ("read the JWT signing key", "cat /etc/slurm/jwt_hs256.key"),
+    ("read sshd's host keys", "cat /etc/ssh/ssh_host_*_key"),
+    ("the container's root through /proc/1/root", "ls /proc/1/root/"),
+    (
+        "any root process's root or environment through /proc",
+        'for p in /proc/[0-9]*; do [ "$(stat -c %u "$p")" = 0 ] || continue; '
+        'ls "$p/root/" >/dev/null 2>&1 && exit 0; cat "$p/environ" >/dev/null 2>&1 && exit 0; done; '
+        'echo "none readable"; exit 1',
+    ),
+    ("files of the node under the parked old root", 'test -n "$(ls -A /.slurmctl-old-root 2>/dev/null)"'),
+    ("replace the parked old root with a symlink", "rmdir /.slurmctl-old-root || ln -s / /.slurmctl-old-root2"),
+    (
+        "read a raw disk or memory device",
+        "for d in /dev/sd? /dev/vd? /dev/nvme?n1 /dev/loop0 /dev/mem /dev/port; do [ -e $d ] || continue; "
+        'head -c1 $d >/dev/null 2>&1 && exit 0; done; echo "none readable"; exit 1',
+    ),
+    ("create a device node", "mknod /tmp/escape-dev-$$ b 7 0"),
+    ("read the kernel log", "timeout 5 head -c1 /dev/kmsg"),
+    ("write to /sys", "echo 1 > /sys/kernel/mm/ksm/run"),
+    ("create a cgroup", "mkdir /sys/fs/cgroup/escape"),
+    ("become root with su", "su -c id root < /dev/null"),
+    ("become root with sudo", "sudo -n id"),
+    ("leave the jail as root of a user namespace", "unshare -Ur ls /proc/1/root/"),
+    ("change the jail's accounts", "echo 'x::0:0::/:/bin/sh' >> /etc/passwd"),
+    ("signal the container's init", "kill -0 1"),
+    ("drain a node through Slurm", f"scontrol update NodeName={NAME}-worker-cpu-0 State=DRAIN Reason=escape"),
+    ("reconfigure Slurm", "scontrol reconfigure"),
+    ("submit a job as root", "sbatch --uid=0 --wrap true"),
+)
+
+
+def escape_script() -> str:
+    rows = []
+    for attempt, command in ESCAPES:
+        rows.append(
+            f"if out=$( ({command}) 2>&1 </dev/null); then r=OPEN; else r=refused; fi; "
+            f'printf "ROW|%s|%s|%s\\n" {shlex.quote(attempt)} "$r" "$(printf %s "$out" | head -c 90 | tr "\\n|" "  ")"'
+        )
+    return "\n".join(rows) + "\n"
+
+
+def test_escape_table_every_attempt_of_a_jail_user_is_refused(available: Kube, jail_user: tuple[Path, str]) -> None:
+    """As a non-root user of the jail, logged in and inside a job: keys, the containers' roots, devices, /sys, root
+    through setuid programs or a user namespace, Slurm's administration. Prints attempt | expected | observed."""
+    kube = available
+    key, ip = jail_user
+    kube.exec(
+        LOGIN_POD, LOGIN, "sh", "-c", f"cat > {JAIL}/home/{USER}/escape.sh && chmod 755 {JAIL}/home/{USER}/escape.sh",
+        input=escape_script(),
+    )  # fmt: skip
+    seen = {
+        "login": ssh(key, USER, ip, "bash ~/escape.sh"),
+        "job": ssh(key, USER, ip, f"srun -N1 -w {NAME}-worker-cpu-1 bash ~/escape.sh"),
+    }
+    table, open_rows = [], []
+    for where, out in seen.items():
+        rows = [line.split("|", 3)[1:] for line in out.splitlines() if line.startswith("ROW|")]
+        assert [attempt for attempt, _, _ in rows] == [attempt for attempt, _ in ESCAPES], out
+        for attempt, verdict, detail in rows:
+            table.append(f"{where:5} | {attempt:55} | refused | {verdict}: {detail.strip()}")
+            if verdict != "refused":
+                open_rows.append(f"{where}: {attempt}")
+    print("\nwhere | attempt" + " " * 49 + "| expected | observed\n" + "\n".join(table))
+    assert not open_rows, open_rows
 
 
 # `scontrol token` (slurmctld signs it with the cluster's JWT key), then slurmrestd through its Service name. The token
@@ -318,12 +448,27 @@ def test_slurm_node_state_follows_drain_and_resume_and_an_idle_cluster_writes_no
     )
 
     # Idle: over two polls (15 s each), not one write to a worker pod or to the cluster.
-    def versions() -> dict[str, str]:
-        pods = {p: kube.json("pod", p)["metadata"]["resourceVersion"] for p in worker_pods(kube)}
-        return {**pods, NAME: kube.json("slurmcluster", NAME)["metadata"]["resourceVersion"]}
+    objects = [("slurmcluster", NAME), *(("pod", p) for p in worker_pods(kube))]
+    seen = {key: kube.json(*key) for key in objects}
 
-    before = versions()
-    holds(lambda: versions() == before, seconds=35, what="the operator wrote to an idle cluster or its worker pods")
+    def unchanged() -> bool:
+        now = {key: kube.json(*key) for key in objects}
+        changed = [
+            key
+            for key in objects
+            if now[key]["metadata"]["resourceVersion"] != seen[key]["metadata"]["resourceVersion"]
+        ]
+        seen.update(now)
+        if changed:
+            # Who wrote what: the managers of the newest writes, and the changed status, so a write is traceable.
+            for key in changed:
+                fields = sorted(now[key]["metadata"].get("managedFields", []), key=lambda f: f.get("time", ""))
+                writes = [(f["manager"], f["operation"], f.get("subresource"), f.get("time")) for f in fields[-3:]]
+                print(f"{key} written: {writes}")
+                print(f"{key} status now: {json.dumps(now[key].get('status'), sort_keys=True)[:1500]}")
+        return not changed
+
+    holds(unchanged, seconds=35, what="the operator wrote to an idle cluster or its worker pods (printed above)")
     kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", f"nodename={pod}", "state=drain", "reason=e2e-maintenance")
     until(
         lambda: node_state_condition(kube, pod) == ("False", "Drained", "e2e-maintenance") or None,

@@ -144,6 +144,7 @@ def local_slurm_instance(
     task_plugin: str = "",
     cgroup_conf: str = "",
     plugin: str = "",
+    plugin_args: str = "",
     rest: bool = False,
 ) -> Iterator[LocalSlurm]:
     """Start an instance in `state_dir` with the chroot plugin loaded (jail= `jail`, default the built busybox jail).
@@ -164,6 +165,8 @@ def local_slurm_instance(
         extra["LOCAL_SLURM_CGROUP_CONF"] = cgroup_conf
     if plugin:
         extra["LOCAL_SLURM_PLUGIN"] = plugin
+    if plugin_args:
+        extra["LOCAL_SLURM_PLUGIN_ARGS"] = plugin_args
     if rest:
         extra["LOCAL_SLURM_REST"] = "1"
     up = local_slurm_script("up", state_dir, extra)

@@ -161,3 +161,32 @@ def test_symlink_in_the_jail_cannot_redirect_a_mount_to_the_host(tree: Path) -> 
     assert "leads outside the jail" in done.stderr
     assert done.stdout.split()[-1] == "0"
     assert victim.read_text() == "node's own file"
+
+
+def test_mirror_is_read_only_and_inert_and_never_covers_a_system_directory(tree: Path) -> None:
+    """COMPLEMENT_JAIL_READ_MIRROR (workers with container steps): the jail's directories appear outside it, but
+    nothing a user wrote there can be written to, executed or used as a device by root in the container, and a jail
+    path under the container's system directories (here a user-writable /usr/local/bin) is not mirrored at all."""
+    (tree / "submounts" / "tools").mkdir()
+    write_exe(tree / "submounts" / "data" / "run-me", "#!/bin/sh\necho ran\n")
+    outside = tree / "outside" / "data"  # a path outside any system directory (this test's own)
+    env = env_for(
+        tree,
+        COMPLEMENT_JAIL_READ_MIRROR="yes",
+        JAIL_SUBMOUNTS=f"home:/home data:{outside} tools:/usr/local/bin",
+    )
+    script = f"""
+        set -e
+        {SCRIPTS}/complement-jail
+        findmnt -no OPTIONS {outside}
+        {outside}/run-me && echo EXECUTED || echo refused
+        touch {outside}/new 2>/dev/null && echo WRITTEN || echo refused
+        findmnt --mountpoint /usr/local/bin >/dev/null && echo MIRRORED || echo not-mirrored
+    """
+    done = in_namespace(script, env)
+
+    assert done.returncode == 0, done.stderr
+    options, executed, written, system = done.stdout.split()
+    assert {"ro", "nosuid", "nodev", "noexec"} <= set(options.split(",")), options
+    assert (executed, written, system) == ("refused", "refused", "not-mirrored")
+    assert "not mirroring /usr/local/bin: a system directory of this container" in done.stderr

@@ -212,6 +212,11 @@ class EveryLookIsLater:
         raise AssertionError("the Slurm access never sleeps")
 
 
+def rest_pod(name: str = NAME) -> str:
+    """The name of the ready slurmrestd pod `connect` gives a cluster (its Deployment's ReplicaSet controls it)."""
+    return f"{meta.rest(name)}-5d8f-x2x9z"
+
+
 def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME, clock: Clock | None = None) -> None:
     """Give the cluster a ready slurmrestd pod and a JWT key, and route the operator's Slurm calls to `slurm` (the
     pod's address, on loopback, is never connected to). `clock`: the one snapshots age on (default: every reader
@@ -220,7 +225,19 @@ def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME, clock: Clock | None
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"{name}-rest-0", "namespace": NS, "labels": meta.labels(name, "rest")},
+            "metadata": {
+                "name": rest_pod(name),
+                "namespace": NS,
+                "labels": meta.labels(name, "rest"),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "ReplicaSet",
+                        "name": f"{meta.rest(name)}-5d8f",
+                        "controller": True,
+                    }
+                ],
+            },
             "status": {"podIP": "127.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]},
         }
     )

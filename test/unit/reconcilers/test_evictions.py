@@ -18,7 +18,7 @@ from slurmctl.runtime import Event, EventType, Result
 from slurmctl.runtime.client import KNOWN
 from slurmctl.slurm import Node
 from test.unit.reconcilers.env import NAME, NS, Env, spec
-from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
+from test.unit.reconcilers.fake_slurm import FakeSlurm, connect, rest_pod
 
 EVICTABLE = meta.LABEL_EVICTABLE
 CPU = f"{NAME}-worker-cpu"
@@ -84,7 +84,7 @@ async def test_when_slurm_cannot_be_asked_no_pod_stays_evictable(outage: str) ->
         elif outage == "slurmrestd disabled":
             env.edit(lambda s: s.update(rest={"enabled": False}))
         else:
-            await env.fake.delete(*POD, f"{NAME}-rest-0", namespace=NS)
+            await env.fake.delete(*POD, rest_pod(), namespace=NS)
         mark = env.mark()
         await env.poll_slurm()
         assert not is_evictable(env, P0), "a stale evictable could let an eviction kill a job"

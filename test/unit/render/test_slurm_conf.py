@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
 from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec
 from slurmctl.render.slurm_conf import dynamic_node_conf, render_slurm_configs
-from test.unit.render.samples import sample
+from test.unit.render.samples import manifests, sample
+
+# The default: every job gets its own /tmp and /dev/shm (spec.jail.privateTmp).
+CHROOT_LINE = (
+    "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
+    " job_tmp=/var/lib/slurmctl/job-tmp job_shm=/var/lib/slurmctl/job-shm"
+)
 
 
 def _lines(text: str) -> list[str]:
@@ -38,7 +46,7 @@ def test_minimal_sample_nodes_and_default_partition() -> None:
         assert line in slurm
     assert "CgroupPlugin=autodetect" in _lines(configs["cgroup.conf"])
     assert not any(line.startswith(("GresTypes", "AccountingStorage", "HealthCheck")) for line in slurm)
-    assert _lines(configs["plugstack.conf"])[1:] == ["required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"]
+    assert _lines(configs["plugstack.conf"])[1:] == [CHROOT_LINE]
     assert _lines(configs["gres.conf"])[1:] == []
 
 
@@ -93,13 +101,13 @@ def test_container_jobs_are_off_by_default_and_oci_conf_appears_only_when_enable
         assert oci[key].startswith(f'"{as_user} crun --rootless=true --root=/run/slurm-oci/%U/crun '), oci[key]
     assert "RunTimeCreate" not in oci and "RunTimeStart" not in oci  # RunTimeRun excludes them
     # The jail's plugin still comes first and alone: OCI containers need no SPANK plugin.
-    assert _lines(configs["plugstack.conf"])[1:] == ["required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"]
+    assert _lines(configs["plugstack.conf"])[1:] == [CHROOT_LINE]
 
 
 def test_pyxis_line_follows_the_jail_plugin_with_its_arguments() -> None:
     configs = render_slurm_configs(_with_containers("minimal", {"pyxis": {"enabled": True}}))
     assert _lines(configs["plugstack.conf"])[1:] == [
-        "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail",
+        CHROOT_LINE,
         "required spank_pyxis.so container_scope=global execute_entrypoint=0 sbatch_support=1",
     ]
     assert "oci.conf" not in configs  # pyxis brings its own runtime (enroot)
@@ -164,3 +172,32 @@ def test_fixed_size_groups_render_no_power_saving() -> None:
             assert word not in text, (name, word)
     min_zero = render_slurm_configs(_elastic())
     assert "SuspendExcNodes" not in min_zero["slurm.conf"], "min 0: no node is kept up (':0' would mean all of them)"
+
+
+def _worker_pod_spec(cluster: SlurmCluster) -> dict[str, Any]:
+    (sts,) = [m for m in manifests(cluster) if m["kind"] == "StatefulSet" and m["metadata"]["name"].endswith("-cpu")]
+    pod: dict[str, Any] = sts["spec"]["template"]["spec"]
+    return pod
+
+
+def test_private_tmp_is_on_by_default_and_off_removes_the_plugin_arguments_and_volumes() -> None:
+    cluster = sample("minimal")
+    assert _lines(render_slurm_configs(cluster)["plugstack.conf"])[1:] == [CHROOT_LINE]
+    pod = _worker_pod_spec(cluster)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    # Per-job /tmp on the node's disk, per-job /dev/shm in memory within the same limit as /dev/shm itself.
+    assert volumes["job-tmp"]["emptyDir"] == {}
+    assert volumes["job-shm"]["emptyDir"] == volumes["dev-shm"]["emptyDir"]
+    assert volumes["job-shm"]["emptyDir"]["medium"] == "Memory"
+    (slurmd,) = [c for c in pod["containers"] if c["name"] == "slurmd"]
+    mounts = {m["name"]: m["mountPath"] for m in slurmd["volumeMounts"]}
+    assert (mounts["job-tmp"], mounts["job-shm"]) == ("/var/lib/slurmctl/job-tmp", "/var/lib/slurmctl/job-shm")
+
+    spec = cluster.spec.model_dump(by_alias=True, exclude_none=True)
+    spec["jail"]["privateTmp"] = False
+    shared = cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
+    assert _lines(render_slurm_configs(shared)["plugstack.conf"])[1:] == [
+        "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
+    ]
+    pod = _worker_pod_spec(shared)
+    assert not {"job-tmp", "job-shm"} & {v["name"] for v in pod["volumes"]}
