@@ -196,6 +196,12 @@ class SubMount(ApiModel):
     )
     volume: VolumeRef = Field(description="The volume to mount: an existing claim or a volume source.")
     read_only: bool = Field(False, description="Mount the volume read-only.")
+    allow_setuid: bool = Field(
+        False,
+        description="Honour setuid programs and device nodes on this volume. Off, it is mounted nosuid and nodev: "
+        "whoever can write the volume from elsewhere (an NFS client where they are root) cannot plant a way to root "
+        "in the jail. Turn it on only for a volume only the cluster's administrators can write, from anywhere.",
+    )
 
 
 class JailSpec(ApiModel):

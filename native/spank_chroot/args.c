@@ -24,23 +24,23 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 	return -1;
 }
 
-/* An absolute path other than "/", trailing slashes dropped (they would make "/a/" differ from "/a" in messages). */
-static int parse_path(const char *key, const char *value, char *dst, size_t dstlen, char *err, size_t errlen)
+static int parse_jail(const char *value, struct chroot_args *out, char *err, size_t errlen)
 {
 	size_t len = strlen(value);
 
 	if (len == 0)
-		return fail(err, errlen, "%s= needs a value", key);
+		return fail(err, errlen, "jail= needs a value");
 	if (value[0] != '/')
-		return fail(err, errlen, "%s=%.*s is not an absolute path", key, SHOWN, value);
-	if (len >= dstlen)
-		return fail(err, errlen, "%s= is longer than %zu bytes", key, dstlen - 1);
+		return fail(err, errlen, "jail=%.*s is not an absolute path", SHOWN, value);
+	if (len >= sizeof(out->jail))
+		return fail(err, errlen, "jail= is longer than %zu bytes", sizeof(out->jail) - 1);
+	/* Trailing slashes would make "/jail/" differ from "/jail" in messages and mount paths. */
 	while (len > 1 && value[len - 1] == '/')
 		len--;
 	if (len == 1)
-		return fail(err, errlen, "%s=%.*s is the host's root", key, SHOWN, value);
-	memcpy(dst, value, len);
-	dst[len] = '\0';
+		return fail(err, errlen, "jail=%.*s is the host's root", SHOWN, value);
+	memcpy(out->jail, value, len);
+	out->jail[len] = '\0';
 	return 0;
 }
 
@@ -63,41 +63,33 @@ static int key_is(const char *arg, size_t keylen, const char *key)
 	return keylen == strlen(key) && strncmp(arg, key, keylen) == 0;
 }
 
-enum { SEEN_JAIL, SEEN_OLD_ROOT, SEEN_JOB_TMP, SEEN_JOB_SHM, SEEN_KEYS };
-
-/* One `key=value`; `seen` catches a key given twice. */
-static int parse_one(const char *arg, struct chroot_args *out, int seen[SEEN_KEYS], char *err, size_t errlen)
+/* One `key=value`; `seen_*` catch a key given twice. */
+static int parse_one(const char *arg, struct chroot_args *out, int *seen_jail, int *seen_old_root, char *err,
+		     size_t errlen)
 {
-	static const char *const keys[SEEN_KEYS] = {"jail", "old_root", "job_tmp", "job_shm"};
 	const char *eq = strchr(arg, '=');
 	size_t keylen;
-	int k;
 
 	if (eq == NULL)
 		return fail(err, errlen, "argument '%.*s' is not key=value", SHOWN, arg);
 	keylen = (size_t)(eq - arg);
-	for (k = 0; k < SEEN_KEYS && !key_is(arg, keylen, keys[k]); k++)
-		;
-	if (k == SEEN_KEYS)
-		return fail(err, errlen, "unknown argument '%.*s' (known: jail=, old_root=, job_tmp=, job_shm=)",
-			    (int)(keylen < SHOWN ? keylen : SHOWN), arg);
-	if (seen[k]++)
-		return fail(err, errlen, "%s= is given more than once", keys[k]);
-	switch (k) {
-	case SEEN_JAIL:
-		return parse_path("jail", eq + 1, out->jail, sizeof(out->jail), err, errlen);
-	case SEEN_OLD_ROOT:
-		return parse_old_root(eq + 1, out, err, errlen);
-	case SEEN_JOB_TMP:
-		return parse_path("job_tmp", eq + 1, out->job_tmp, sizeof(out->job_tmp), err, errlen);
-	default:
-		return parse_path("job_shm", eq + 1, out->job_shm, sizeof(out->job_shm), err, errlen);
+	if (key_is(arg, keylen, "jail")) {
+		if ((*seen_jail)++)
+			return fail(err, errlen, "jail= is given more than once");
+		return parse_jail(eq + 1, out, err, errlen);
 	}
+	if (key_is(arg, keylen, "old_root")) {
+		if ((*seen_old_root)++)
+			return fail(err, errlen, "old_root= is given more than once");
+		return parse_old_root(eq + 1, out, err, errlen);
+	}
+	return fail(err, errlen, "unknown argument '%.*s' (known: jail=, old_root=)", (int)(keylen < SHOWN ? keylen : SHOWN),
+		    arg);
 }
 
 int chroot_args_parse(int argc, char *const argv[], struct chroot_args *out, char *err, size_t errlen)
 {
-	int seen[SEEN_KEYS] = {0};
+	int seen_jail = 0, seen_old_root = 0;
 	int i;
 
 	if (err != NULL && errlen > 0)
@@ -111,14 +103,11 @@ int chroot_args_parse(int argc, char *const argv[], struct chroot_args *out, cha
 	for (i = 0; i < argc; i++) {
 		if (argv[i] == NULL)
 			return fail(err, errlen, "argument %d is missing", i + 1);
-		if (parse_one(argv[i], out, seen, err, errlen) < 0)
+		if (parse_one(argv[i], out, &seen_jail, &seen_old_root, err, errlen) < 0)
 			return -1;
 	}
-	if (!seen[SEEN_JAIL])
+	if (!seen_jail)
 		return fail(err, errlen, "jail=<path> is required");
-	/* One without the other would isolate half of what a job keeps to itself. */
-	if (seen[SEEN_JOB_TMP] != seen[SEEN_JOB_SHM])
-		return fail(err, errlen, "job_tmp= and job_shm= go together");
 	return 0;
 }
 

@@ -13,18 +13,10 @@
 struct chroot_args {
 	char jail[PATH_MAX];          /* absolute path of the jail's root on the node */
 	char old_root[NAME_MAX + 1];  /* directory inside the jail that receives the old root during pivot_root */
-	/*
-	 * Per-job private directories (both empty: every job shares the jail's /tmp and /dev/shm). Each is a directory
-	 * on the node, outside the jail, under which a job gets `<job id>/`, bound onto the jail's /tmp (job_tmp=) and
-	 * /dev/shm (job_shm=) for that job's steps only, and removed when the job ends (see jail.h jail_job_dirs).
-	 */
-	char job_tmp[PATH_MAX];
-	char job_shm[PATH_MAX];
 };
 
 /*
- * Fill `out` from `jail=<absolute path>` (required), `old_root=<name>` (optional, one path component) and
- * `job_tmp=<absolute path>`, `job_shm=<absolute path>` (optional; given together or not at all).
+ * Fill `out` from `jail=<absolute path>` (required) and `old_root=<name>` (optional, one path component).
  * Returns 0, or -1 with a message naming the offending argument in `err` (always NUL-terminated when errlen > 0).
  * Allocates nothing.
  */

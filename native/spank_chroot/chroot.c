@@ -126,14 +126,16 @@ static int check_root(struct jail_error *e)
 }
 
 /*
- * The pivot proper, with the job's private /tmp and /dev/shm when plugstack.conf names them; an unusable jail puts
- * slurmstepd back on the node's root, where it can report the failure.
+ * The pivot proper, with the job's private /tmp and /dev/shm when the pod provides them (jail.h); an unusable jail
+ * puts slurmstepd back on the node's root, where it can report the failure.
  */
 static int enter_root(const struct chroot_args *a, uint32_t job_id, struct jail_error *e)
 {
-	if (jail_pivot(a->jail, a->old_root, e) < 0)
+	struct jail_job_dirs dirs;
+
+	if (jail_job_dirs_from_env(&dirs, e) < 0 || jail_pivot(a->jail, a->old_root, e) < 0)
 		return -1;
-	if (check_root(e) < 0 || jail_job_dirs_bind(a->old_root, a->job_tmp, a->job_shm, job_id, e) < 0 ||
+	if (check_root(e) < 0 || jail_job_dirs_bind(a->old_root, &dirs, job_id, e) < 0 ||
 	    jail_detach(a->old_root, e) < 0) {
 		jail_undo(a->old_root);
 		return -1;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -102,6 +103,39 @@ void jail_undo(const char *old_root)
 		return;
 }
 
+/* One of the two variables: unset is "", else an absolute path other than "/", trailing slashes dropped. */
+static int env_dir(const char *name, char *dst, struct jail_error *e)
+{
+	const char *value = getenv(name);
+	size_t len;
+
+	dst[0] = '\0';
+	if (value == NULL || value[0] == '\0')
+		return 0;
+	len = strlen(value);
+	if (value[0] != '/')
+		return failed(e, "job-dirs", EINVAL, "%s=%.64s is not an absolute path", name, value);
+	if (len >= PATH_MAX)
+		return failed(e, "job-dirs", ENAMETOOLONG, "%s", name);
+	while (len > 1 && value[len - 1] == '/')
+		len--;
+	if (len == 1)
+		return failed(e, "job-dirs", EINVAL, "%s=%.64s is the node's root", name, value);
+	memcpy(dst, value, len);
+	dst[len] = '\0';
+	return 0;
+}
+
+int jail_job_dirs_from_env(struct jail_job_dirs *dirs, struct jail_error *e)
+{
+	if (env_dir("SLURMCTL_JOB_TMP", dirs->tmp, e) < 0 || env_dir("SLURMCTL_JOB_SHM", dirs->shm, e) < 0)
+		return -1;
+	/* One without the other would isolate half of what a job keeps to itself. */
+	if ((dirs->tmp[0] == '\0') != (dirs->shm[0] == '\0'))
+		return failed(e, "job-dirs", EINVAL, "SLURMCTL_JOB_TMP and SLURMCTL_JOB_SHM go together");
+	return 0;
+}
+
 /*
  * mkdir that tolerates an existing directory, then insists on root's directory with exactly `mode`. Messages name the
  * path as the node knows it: `path` without its first `shown` bytes (the parked old root).
@@ -125,10 +159,29 @@ static int own_dir(const char *path, size_t shown, mode_t mode, struct jail_erro
 	return 0;
 }
 
+/* Missing parents of `path` (after its first `shown` bytes), 0755: outside the jail, where no user reaches. */
+static int make_parents(char *path, size_t shown, struct jail_error *e)
+{
+	char *slash;
+
+	for (slash = strchr(path + shown + 1, '/'); slash != NULL; slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+			int err = errno;
+
+			*slash = '/';
+			return failed(e, "job-dirs", err, "mkdir parents of %s", path + shown);
+		}
+		*slash = '/';
+	}
+	return 0;
+}
+
 /* `<prefix><base>/<job id>`, made if missing; the path goes to `dir` (PATH_MAX bytes). */
 static int job_dir(const char *prefix, const char *base, uint32_t job_id, char *dir, struct jail_error *e)
 {
 	char b[PATH_MAX];
+	size_t shown = strlen(prefix);
 	int n = snprintf(b, sizeof(b), "%s%s", prefix, base);
 
 	if (n < 0 || (size_t)n >= sizeof(b))
@@ -136,7 +189,7 @@ static int job_dir(const char *prefix, const char *base, uint32_t job_id, char *
 	n = snprintf(dir, PATH_MAX, "%s/%" PRIu32, b, job_id);
 	if (n < 0 || n >= PATH_MAX)
 		return failed(e, "job-dirs", ENAMETOOLONG, "%s/%" PRIu32, base, job_id);
-	if (own_dir(b, strlen(prefix), 0700, e) < 0 || own_dir(dir, strlen(prefix), 01777, e) < 0)
+	if (make_parents(b, shown, e) < 0 || own_dir(b, shown, 0700, e) < 0 || own_dir(dir, shown, 01777, e) < 0)
 		return -1;
 	return 0;
 }
@@ -157,15 +210,14 @@ static int bind_private(const char *source, const char *target, struct jail_erro
 	return 0;
 }
 
-int jail_job_dirs_bind(const char *old_root, const char *job_tmp, const char *job_shm, uint32_t job_id,
-		       struct jail_error *e)
+int jail_job_dirs_bind(const char *old_root, const struct jail_job_dirs *dirs, uint32_t job_id, struct jail_error *e)
 {
 	char prefix[NAME_MAX + 2], tmp[PATH_MAX], shm[PATH_MAX];
 
-	if (job_tmp[0] == '\0' && job_shm[0] == '\0')
+	if (dirs->tmp[0] == '\0')
 		return 0;
 	(void)snprintf(prefix, sizeof(prefix), "/%s", old_root);
-	if (job_dir(prefix, job_tmp, job_id, tmp, e) < 0 || job_dir(prefix, job_shm, job_id, shm, e) < 0)
+	if (job_dir(prefix, dirs->tmp, job_id, tmp, e) < 0 || job_dir(prefix, dirs->shm, job_id, shm, e) < 0)
 		return -1;
 	if (bind_private(tmp, "/tmp", e) < 0 || bind_private(shm, "/dev/shm", e) < 0)
 		return -1;
@@ -216,13 +268,11 @@ static int remove_at(int parent, const char *name, int depth) /* NOLINT(misc-no-
 	return rc == 0 ? 0 : -1;
 }
 
-int jail_job_dir_remove(const char *base, uint32_t job_id, struct jail_error *e)
+static int remove_job_dir(const char *base, uint32_t job_id, struct jail_error *e)
 {
 	char name[16];
 	int parent;
 
-	if (base[0] == '\0')
-		return 0;
 	parent = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (parent < 0)
 		return errno == ENOENT ? 0 : failed(e, "job-dirs", errno, "%s", base);
@@ -234,5 +284,14 @@ int jail_job_dir_remove(const char *base, uint32_t job_id, struct jail_error *e)
 		return failed(e, "job-dirs", err, "remove %s/%s", base, name);
 	}
 	(void)close(parent);
+	return 0;
+}
+
+int jail_job_dirs_remove(const struct jail_job_dirs *dirs, uint32_t job_id, struct jail_error *e)
+{
+	if (dirs->tmp[0] == '\0')
+		return 0;
+	if (remove_job_dir(dirs->tmp, job_id, e) < 0 || remove_job_dir(dirs->shm, job_id, e) < 0)
+		return -1;
 	return 0;
 }

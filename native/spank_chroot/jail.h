@@ -42,21 +42,34 @@ void jail_undo(const char *old_root);
 
 
 /*
- * A job's private /tmp and /dev/shm. `job_tmp` and `job_shm` are directories on the node, outside the jail (the
- * workers mount an emptyDir at each; no process in the jail can reach them). Under each, a job gets `<job id>/`
- * (root's, mode 1777 like any /tmp), made when its first step or joined process enters the jail and bound onto the
- * jail's /tmp and /dev/shm in that process's mount namespace only, nosuid and nodev: another job, of the same user or
- * not, never sees it. Removed with everything in it when the job ends (job_container/jail's stepd_delete, in the
- * extern step, which ends last).
+ * A job's private /tmp and /dev/shm (spec.jail.privateTmp). The worker pod names, in slurmd's environment (which
+ * slurmstepd inherits), two directories on the node, outside the jail: SLURMCTL_JOB_TMP and SLURMCTL_JOB_SHM (the pod
+ * mounts an emptyDir at each, the second memory-backed; no process in the jail can reach them). The pod, not
+ * plugstack.conf, carries them because the pod is what provides them: a pod made before they existed, or with
+ * privateTmp off, has neither, and its jobs share the jail's /tmp and /dev/shm as before.
  *
- * jail_job_dirs_bind: after jail_pivot (the node's root is parked on /<old_root>) and before jail_detach. Both bases
- * must exist and be directories (made root's and 0700 here); anything else fails with `e` filled, and the caller
- * fails the step rather than run it with the shared /tmp.
+ * Under each, a job gets `<job id>/` (root's, mode 1777 like any /tmp), made when its first step or joined process
+ * enters the jail, and bound onto the jail's /tmp and /dev/shm in that process's mount namespace only, nosuid and
+ * nodev: another job, of the same user or not, never sees it. Removed with everything in it when the job ends
+ * (job_container/jail's stepd_delete, in the extern step, which ends last).
  */
-int jail_job_dirs_bind(const char *old_root, const char *job_tmp, const char *job_shm, uint32_t job_id,
-		       struct jail_error *e);
+struct jail_job_dirs {
+	char tmp[PATH_MAX]; /* both empty: off */
+	char shm[PATH_MAX];
+};
 
-/* On the node's root: removes `<base>/<job id>` and all it holds, following no symlink; gone already is success. */
-int jail_job_dir_remove(const char *base, uint32_t job_id, struct jail_error *e);
+/* From the environment: both set (absolute paths, not "/"), or neither. Returns 0, or -1 with `e` filled. */
+int jail_job_dirs_from_env(struct jail_job_dirs *dirs, struct jail_error *e);
+
+/*
+ * After jail_pivot (the node's root is parked on /<old_root>) and before jail_detach: make the job's directories
+ * (their bases made root's and 0700, with any missing parent) and bind them. Anything unexpected (a base that is not
+ * root's directory, a symlink) fails with `e` filled, and the caller fails the step rather than run it with the
+ * shared /tmp. Nothing to do when `dirs` is off.
+ */
+int jail_job_dirs_bind(const char *old_root, const struct jail_job_dirs *dirs, uint32_t job_id, struct jail_error *e);
+
+/* On the node's root: removes `<base>/<job id>` of both, and all they hold, following no symlink; gone is success. */
+int jail_job_dirs_remove(const struct jail_job_dirs *dirs, uint32_t job_id, struct jail_error *e);
 
 #endif

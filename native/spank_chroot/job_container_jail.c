@@ -91,6 +91,7 @@ int container_p_join(slurm_step_id_t *step_id, uid_t uid, bool step_create)
 {
 	const char *plugstack = slurm_conf.plugstack ? slurm_conf.plugstack : PLUGSTACK_DEFAULT;
 	struct chroot_args args;
+	struct jail_job_dirs dirs;
 	char plugin[PATH_MAX];
 	struct jail_ident jail;
 	struct jail_error e;
@@ -120,10 +121,9 @@ int container_p_join(slurm_step_id_t *step_id, uid_t uid, bool step_create)
 		(void)snprintf(e.what, sizeof(e.what), "new mount namespace");
 		return cannot_enter(step_id->job_id, args.jail, &e);
 	}
-	if (jail_pivot(args.jail, args.old_root, &e) < 0)
+	if (jail_job_dirs_from_env(&dirs, &e) < 0 || jail_pivot(args.jail, args.old_root, &e) < 0)
 		return cannot_enter(step_id->job_id, args.jail, &e);
-	if (jail_job_dirs_bind(args.old_root, args.job_tmp, args.job_shm, step_id->job_id, &e) < 0 ||
-	    jail_detach(args.old_root, &e) < 0) {
+	if (jail_job_dirs_bind(args.old_root, &dirs, step_id->job_id, &e) < 0 || jail_detach(args.old_root, &e) < 0) {
 		jail_undo(args.old_root);
 		return cannot_enter(step_id->job_id, args.jail, &e);
 	}
@@ -157,18 +157,11 @@ int container_p_stepd_create(uint32_t job_id, void *step)
  */
 int container_p_stepd_delete(uint32_t job_id)
 {
-	const char *plugstack = slurm_conf.plugstack ? slurm_conf.plugstack : PLUGSTACK_DEFAULT;
-	struct chroot_args args;
-	char plugin[PATH_MAX];
+	struct jail_job_dirs dirs;
 	struct jail_error e;
-	char err[256];
 
-	if (chroot_args_from_plugstack(plugstack, &args, plugin, err, sizeof(err)) < 0) {
-		slurm_error("job_container/jail: job %u: cannot tell its private directories: %s; they stay", job_id, err);
-		return SLURM_ERROR;
-	}
 	memset(&e, 0, sizeof(e));
-	if (jail_job_dir_remove(args.job_tmp, job_id, &e) < 0 || jail_job_dir_remove(args.job_shm, job_id, &e) < 0) {
+	if (jail_job_dirs_from_env(&dirs, &e) < 0 || jail_job_dirs_remove(&dirs, job_id, &e) < 0) {
 		slurm_error("job_container/jail: job %u: step '%s' failed: %s: %s", job_id, e.step, e.what,
 			    strerror(e.err));
 		return SLURM_ERROR;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "jail.h"
 
 static int cases;
 
@@ -47,6 +48,33 @@ static void expect_parsed(const char *name, int argc, char *const argv[], const 
 	printf("ok %s: jail=%.60s old_root=%.60s\n", name, out.jail, out.old_root);
 }
 
+/* The per-job directories from the environment (jail.h): `tmp` and `shm` NULL mean unset. */
+static void expect_job_dirs(const char *name, const char *tmp, const char *shm, int want_rc, const char *want)
+{
+	struct jail_job_dirs dirs;
+	struct jail_error e;
+	int rc;
+
+	if (tmp != NULL)
+		setenv("SLURMCTL_JOB_TMP", tmp, 1);
+	else
+		unsetenv("SLURMCTL_JOB_TMP");
+	if (shm != NULL)
+		setenv("SLURMCTL_JOB_SHM", shm, 1);
+	else
+		unsetenv("SLURMCTL_JOB_SHM");
+	memset(&e, 0, sizeof(e));
+	rc = jail_job_dirs_from_env(&dirs, &e);
+	cases++;
+	/* On success `want` is the tmp directory as parsed ("" for off); on failure a part of the message. */
+	if (rc != want_rc || (rc == 0 && strcmp(dirs.tmp, want) != 0) || (rc != 0 && strstr(e.what, want) == NULL)) {
+		printf("FAIL %s: rc=%d (want %d), tmp='%s' what='%s' (want '%s')\n", name, rc, want_rc,
+		       rc == 0 ? dirs.tmp : "", rc == 0 ? "" : e.what, want);
+		exit(1);
+	}
+	printf("ok %s: rc=%d %s\n", name, rc, rc == 0 ? dirs.tmp : e.what);
+}
+
 /* A heap string of `n` copies of `c` after `prefix`, so ASan sees its exact end. */
 static char *repeat(const char *prefix, char c, size_t n)
 {
@@ -74,7 +102,6 @@ int main(void)
 	char *long_key_eq = repeat("", 'k', 100000);
 	char *long_old_root = repeat("old_root=", 'o', NAME_MAX + 1);
 	char *fits_old_root = repeat("old_root=", 'o', NAME_MAX);
-	char *long_job_tmp = repeat("job_tmp=/", 't', PATH_MAX);
 	char *empty[] = { NULL };
 
 	expect("no arguments", 0, empty, -1, "jail=<path> is required");
@@ -107,15 +134,6 @@ int main(void)
 	expect("very long unknown key", 1, (char *[]){ long_key_eq }, -1, "unknown argument 'kkk");
 	expect("very long old_root", 2, (char *[]){ "jail=/a", long_old_root }, -1, "longer than");
 	expect("value with equals", 1, (char *[]){ "jail=/a=b" }, 0, NULL);
-	expect("job_tmp alone", 2, (char *[]){ "jail=/a", "job_tmp=/t" }, -1, "job_tmp= and job_shm= go together");
-	expect("job_shm alone", 2, (char *[]){ "jail=/a", "job_shm=/s" }, -1, "job_tmp= and job_shm= go together");
-	expect("job_tmp relative", 3, (char *[]){ "jail=/a", "job_tmp=t", "job_shm=/s" }, -1,
-	       "job_tmp=t is not an absolute path");
-	expect("job_shm is root", 3, (char *[]){ "jail=/a", "job_tmp=/t", "job_shm=//" }, -1, "job_shm=// is the host's");
-	expect("job_tmp empty", 3, (char *[]){ "jail=/a", "job_tmp=", "job_shm=/s" }, -1, "job_tmp= needs a value");
-	expect("job_shm twice", 4, (char *[]){ "jail=/a", "job_tmp=/t", "job_shm=/s", "job_shm=/u" }, -1,
-	       "job_shm= is given more than once");
-	expect("very long job_tmp", 3, (char *[]){ "jail=/a", long_job_tmp, "job_shm=/s" }, -1, "longer than");
 
 	expect_parsed("jail only", 1, (char *[]){ "jail=/mnt/jail" }, "/mnt/jail", CHROOT_DEFAULT_OLD_ROOT);
 	expect_parsed("trailing slashes", 1, (char *[]){ "jail=/mnt/jail//" }, "/mnt/jail", CHROOT_DEFAULT_OLD_ROOT);
@@ -123,18 +141,15 @@ int main(void)
 	expect_parsed("longest jail", 1, (char *[]){ fits_jail }, fits_jail + strlen("jail="), CHROOT_DEFAULT_OLD_ROOT);
 	expect_parsed("longest old_root", 2, (char *[]){ "jail=/j", fits_old_root }, "/j",
 		      fits_old_root + strlen("old_root="));
-	cases++;
-	if (chroot_args_parse(3, (char *[]){ "job_shm=/s/", "jail=/j", "job_tmp=/t" }, &out, tiny, sizeof(tiny)) != 0 ||
-	    strcmp(out.job_tmp, "/t") != 0 || strcmp(out.job_shm, "/s") != 0) {
-		printf("FAIL job dirs parsed: job_tmp='%s' job_shm='%s'\n", out.job_tmp, out.job_shm);
-		return 1;
-	}
-	if (chroot_args_parse(1, (char *[]){ "jail=/j" }, &out, tiny, sizeof(tiny)) != 0 || out.job_tmp[0] != '\0' ||
-	    out.job_shm[0] != '\0') {
-		printf("FAIL no job dirs: job_tmp='%s' job_shm='%s'\n", out.job_tmp, out.job_shm);
-		return 1;
-	}
-	printf("ok job dirs parsed\n");
+
+	expect_job_dirs("job dirs unset", NULL, NULL, 0, "");
+	expect_job_dirs("job dirs empty", "", "", 0, "");
+	expect_job_dirs("job dirs both", "/var/lib/t//", "/var/lib/s", 0, "/var/lib/t");
+	expect_job_dirs("job tmp alone", "/t", NULL, -1, "go together");
+	expect_job_dirs("job shm alone", NULL, "/s", -1, "go together");
+	expect_job_dirs("job tmp relative", "t", "/s", -1, "SLURMCTL_JOB_TMP=t is not an absolute path");
+	expect_job_dirs("job shm root", "/t", "//", -1, "SLURMCTL_JOB_SHM=// is the node's root");
+	expect_job_dirs("job tmp too long", long_jail + strlen("jail="), "/s", -1, "SLURMCTL_JOB_TMP");
 
 	/* Callers may pass no message buffer, or one too small for any message. */
 	cases++;
@@ -153,7 +168,6 @@ int main(void)
 	free(long_key_eq);
 	free(long_old_root);
 	free(fits_old_root);
-	free(long_job_tmp);
 	printf("ok %d cases\n", cases);
 	return 0;
 }

@@ -136,9 +136,15 @@ def jail_mounts(spec: SlurmClusterSpec, *, read_only: bool = False) -> list[dict
 
 
 def jail_env(spec: SlurmClusterSpec) -> list[dict[str, Any]]:
-    """complement-jail re-binds each sub-mount from /mnt/jail-submounts/<name> to its path inside the jail."""
-    pairs = " ".join(f"{m.name}:{m.mount_path}" for m in sorted(spec.jail.sub_mounts, key=lambda m: m.name))
-    return [{"name": "JAIL_DIR", "value": JAIL_PATH}, {"name": "JAIL_SUBMOUNTS", "value": pairs}]
+    """complement-jail re-binds each sub-mount from /mnt/jail-submounts/<name> to its path inside the jail, nosuid and
+    nodev unless named in JAIL_SUBMOUNTS_SETUID (set only when one is, so other clusters' pod templates stay as
+    they were)."""
+    mounts = sorted(spec.jail.sub_mounts, key=lambda m: m.name)
+    pairs = " ".join(f"{m.name}:{m.mount_path}" for m in mounts)
+    env = [{"name": "JAIL_DIR", "value": JAIL_PATH}, {"name": "JAIL_SUBMOUNTS", "value": pairs}]
+    if setuid := " ".join(m.name for m in mounts if m.allow_setuid):
+        env.append({"name": "JAIL_SUBMOUNTS_SETUID", "value": setuid})
+    return env
 
 
 def quantity(value: int | str) -> str:

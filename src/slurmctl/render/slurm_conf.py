@@ -45,11 +45,6 @@ JAIL_PATH = "/mnt/jail"
 JWT_KEY_PATH = f"{SLURM_CONF_DIR}/jwt_hs256.key"
 JWT_AUTH_SETTINGS = (("AuthAltTypes", "auth/jwt"), ("AuthAltParameters", f"jwt_key={JWT_KEY_PATH}"))
 CHROOT_PLUGIN = "/usr/lib/slurmctl/chroot.so"
-# spec.jail.privateTmp: on each worker, where the chroot plugin makes each job's private /tmp and /dev/shm (a
-# directory per job under each, removed when the job ends). Outside the jail, so no job reaches another's; the worker
-# pod mounts an emptyDir at each (render/workers.py), the second memory-backed.
-JOB_TMP_DIR = "/var/lib/slurmctl/job-tmp"
-JOB_SHM_DIR = "/var/lib/slurmctl/job-shm"
 JOB_CONTAINER = "job_container/jail"
 # Per-user directories of container steps, on the node's /run, which the jail shares (complement-jail binds it). The
 # worker's entrypoint creates the top one owned by root (0711) when oci.conf is there: slurmstepd would otherwise
@@ -292,12 +287,8 @@ def render_gres_conf(cluster: SlurmCluster) -> str:
 
 def render_plugstack_conf(cluster: SlurmCluster) -> str:
     """Every job step enters the jail through slurmctl's chroot plugin; `required` makes a broken plugin fail jobs.
-    With spec.jail.privateTmp the plugin also gives each job its own /tmp and /dev/shm. pyxis, when asked for, comes
-    after it, so that its containers start from inside the jail."""
-    chroot = f"required {CHROOT_PLUGIN} jail={JAIL_PATH}"
-    if cluster.spec.jail.private_tmp:
-        chroot += f" job_tmp={JOB_TMP_DIR} job_shm={JOB_SHM_DIR}"
-    out = [_header(cluster), chroot + "\n"]
+    pyxis, when asked for, comes after it, so that its containers start from inside the jail."""
+    out = [_header(cluster), f"required {CHROOT_PLUGIN} jail={JAIL_PATH}\n"]
     pyxis = cluster.spec.containers.pyxis
     if pyxis.enabled:
         words = ["required" if pyxis.required else "optional", pyxis.path]

@@ -7,7 +7,7 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
 from slurmctl.render import meta, pods
-from slurmctl.render.slurm_conf import JOB_SHM_DIR, JOB_TMP_DIR, OCI_CONF, dynamic_node_conf, restart_settings
+from slurmctl.render.slurm_conf import OCI_CONF, dynamic_node_conf, restart_settings
 
 COMPONENT = "workers"
 # The preStop (images/scripts/worker-prestop: drain, wait for jobs, leave Slurm) takes at most about 17 s, munged
@@ -17,6 +17,14 @@ GRACE_SECONDS = 30
 FORMER_COMPONENTS = ("worker",)
 WORKER_PRESTOP = "/usr/lib/slurmctl/worker-prestop"
 DAEMON_CONTAINER = "slurmd"
+# spec.jail.privateTmp: where, on each worker, the chroot plugin makes each job's private /tmp and /dev/shm (a
+# directory per job under each, removed when the job ends; native/spank_chroot/jail.h). Outside the jail, so no job
+# reaches another's. The pod names them to slurmd (and so to slurmstepd) in its environment, beside the emptyDirs it
+# mounts there: a pod has both or neither, and turning the switch rolls the workers like any new pod template.
+JOB_DIRS = (
+    ("SLURMCTL_JOB_TMP", "job-tmp", "/var/lib/slurmctl/job-tmp"),
+    ("SLURMCTL_JOB_SHM", "job-shm", "/var/lib/slurmctl/job-shm"),
+)
 
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
@@ -95,13 +103,9 @@ def _pod_template(
         else {"name": "SLURMD_CONF", "value": dynamic_node_conf(group)}
     )
     shm_size = pods.quantity(spec.shared_memory_size(group))
-    # spec.jail.privateTmp: the chroot plugin's per-job /tmp and /dev/shm live under these (plugstack.conf names them).
-    job_dirs = (
-        [("job-tmp", JOB_TMP_DIR, {}), ("job-shm", JOB_SHM_DIR, {"medium": "Memory", "sizeLimit": shm_size})]
-        if spec.jail.private_tmp
-        else []
-    )
-    job_dirs_mounts = [{"name": name, "mountPath": path} for name, path, _ in job_dirs]
+    # The job's /tmp on the node's disk; its /dev/shm in memory, within the same limit as the pod's /dev/shm.
+    job_dirs = list(zip(JOB_DIRS, ({}, {"medium": "Memory", "sizeLimit": shm_size}), strict=True))
+    job_dirs = job_dirs if spec.jail.private_tmp else []
     slurmd = {
         "name": DAEMON_CONTAINER,
         "image": image,
@@ -110,6 +114,7 @@ def _pod_template(
             registration,
             *pods.jail_env(spec),
             pods.restart_keys_env(),
+            *({"name": env, "value": path} for (env, _, path), _ in job_dirs),
         ],
         "ports": [{"name": "slurmd", "containerPort": meta.SLURMD_PORT, "protocol": "TCP"}],
         # pivot_root, mount namespaces and bind mounts into the jail need the full capability set.
@@ -118,7 +123,7 @@ def _pod_template(
             *pods.slurm_mounts(),
             *pods.jail_mounts(spec),
             {"name": "dev-shm", "mountPath": "/dev/shm"},  # noqa: S108 - the pod's own memory-backed shm
-            *job_dirs_mounts,
+            *({"name": name, "mountPath": path} for (_, name, path), _ in job_dirs),
         ],
         "readinessProbe": pods.slurm_readiness("worker"),
         # A pod that goes drains its node, lets its jobs finish for a bounded while (or sets it DOWN so that Slurm
@@ -140,7 +145,7 @@ def _pod_template(
             *pods.slurm_volumes(c),
             *pods.jail_volumes(spec),
             shm,
-            *({"name": name, "emptyDir": source} for name, _, source in job_dirs),
+            *({"name": name, "emptyDir": source} for (_, name, _), source in job_dirs),
         ],
         placement=group,
         grace_seconds=GRACE_SECONDS,

@@ -144,7 +144,7 @@ def local_slurm_instance(
     task_plugin: str = "",
     cgroup_conf: str = "",
     plugin: str = "",
-    plugin_args: str = "",
+    daemon_env: Mapping[str, str] | None = None,
     rest: bool = False,
 ) -> Iterator[LocalSlurm]:
     """Start an instance in `state_dir` with the chroot plugin loaded (jail= `jail`, default the built busybox jail).
@@ -165,8 +165,7 @@ def local_slurm_instance(
         extra["LOCAL_SLURM_CGROUP_CONF"] = cgroup_conf
     if plugin:
         extra["LOCAL_SLURM_PLUGIN"] = plugin
-    if plugin_args:
-        extra["LOCAL_SLURM_PLUGIN_ARGS"] = plugin_args
+    extra |= daemon_env or {}
     if rest:
         extra["LOCAL_SLURM_REST"] = "1"
     up = local_slurm_script("up", state_dir, extra)

@@ -1,4 +1,5 @@
-"""The plugin's plugstack.conf argument parser under AddressSanitizer and UBSan, fed odd and hostile inputs."""
+"""The plugin's plugstack.conf argument parser and its reading of the per-job directories from the environment, under
+AddressSanitizer and UBSan, fed odd and hostile inputs."""
 
 from __future__ import annotations
 
@@ -40,5 +41,7 @@ def test_argument_parser_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
     match = re.search(r"^ok (\d+) cases$", proc.stdout, re.MULTILINE)
     assert match and int(match.group(1)) >= 30, proc.stdout
     # Each hostile input got its own verdict, including the ones a sloppy parser crashes on.
-    for case in ("very long jail", "very long unknown key", "bare equals", "jail without value", "unknown key"):
+    cases = ("very long jail", "very long unknown key", "bare equals", "jail without value", "unknown key")
+    # ... and the per-job directories the worker pod names in slurmd's environment (jail.h).
+    for case in (*cases, "job dirs both", "job tmp alone", "job shm root", "job tmp too long"):
         assert f"ok {case}:" in proc.stdout

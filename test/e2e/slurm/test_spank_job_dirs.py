@@ -1,7 +1,8 @@
-"""Per-job private /tmp and /dev/shm (chroot.so's job_tmp= and job_shm=, job_container/jail), on a real slurmd: each
-job sees only its own, every step and sbcast of one job the same, and both are gone when the job ends.
+"""Per-job private /tmp and /dev/shm (spec.jail.privateTmp: chroot.so and job_container/jail, with the directories
+slurmd's environment names, as a worker pod's does), on a real slurmd: each job sees only its own, every step and
+sbcast of one job the same, and both are gone when the job ends.
 
-An instance of its own (plugstack.conf names the job directories; the fail-closed test swaps one for a symlink).
+An instance of its own (its slurmd has the environment; the fail-closed test swaps a base for a symlink).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ def job_dirs_slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSl
     for base in ("job-tmp", "job-shm"):
         (state / base).mkdir()
     users = (ensure_test_user(), ensure_test_user(OTHER_USER))
-    args = f"job_tmp={state / 'job-tmp'} job_shm={state / 'job-shm'}"
-    with local_slurm_instance(state, jail_users=users, plugin_args=args) as slurm:
+    env = {"SLURMCTL_JOB_TMP": str(state / "job-tmp"), "SLURMCTL_JOB_SHM": str(state / "job-shm")}
+    with local_slurm_instance(state, jail_users=users, daemon_env=env) as slurm:
         yield slurm
 
 

@@ -190,3 +190,23 @@ def test_mirror_is_read_only_and_inert_and_never_covers_a_system_directory(tree:
     assert {"ro", "nosuid", "nodev", "noexec"} <= set(options.split(",")), options
     assert (executed, written, system) == ("refused", "refused", "not-mirrored")
     assert "not mirroring /usr/local/bin: a system directory of this container" in done.stderr
+
+
+def test_submounts_are_nosuid_and_nodev_unless_allowed_and_stay_read_only(tree: Path) -> None:
+    """A volume users (or root on another NFS client) can write must not carry setuid programs or device nodes into
+    the jail: bound nosuid,nodev, unless listed in JAIL_SUBMOUNTS_SETUID; a read-only volume stays read-only."""
+    jail, data = tree / "jail", tree / "submounts" / "data"
+    script = f"""
+        set -e
+        mount --bind {data} {data} && mount -o remount,bind,ro {data}   # as the pod mounts a readOnly volume
+        {SCRIPTS}/complement-jail
+        {SCRIPTS}/complement-jail   # idempotent: the flags stay as they are
+        findmnt -no OPTIONS --mountpoint {jail}/srv/data
+        findmnt -no OPTIONS --mountpoint {jail}/home
+    """
+    done = in_namespace(script, env_for(tree, JAIL_SUBMOUNTS_SETUID="home"))
+
+    assert done.returncode == 0, done.stderr
+    data_options, home_options = (set(line.split(",")) for line in done.stdout.split())
+    assert {"ro", "nosuid", "nodev"} <= data_options, data_options
+    assert not {"nosuid", "nodev", "ro"} & home_options, home_options

@@ -11,11 +11,7 @@ from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec
 from slurmctl.render.slurm_conf import dynamic_node_conf, render_slurm_configs
 from test.unit.render.samples import manifests, sample
 
-# The default: every job gets its own /tmp and /dev/shm (spec.jail.privateTmp).
-CHROOT_LINE = (
-    "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
-    " job_tmp=/var/lib/slurmctl/job-tmp job_shm=/var/lib/slurmctl/job-shm"
-)
+CHROOT_LINE = "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
 
 
 def _lines(text: str) -> list[str]:
@@ -180,9 +176,11 @@ def _worker_pod_spec(cluster: SlurmCluster) -> dict[str, Any]:
     return pod
 
 
-def test_private_tmp_is_on_by_default_and_off_removes_the_plugin_arguments_and_volumes() -> None:
+def test_private_tmp_is_on_by_default_and_off_leaves_the_workers_without_job_directories() -> None:
+    """The worker pod provides the per-job directories and names them to slurmd (its environment, which slurmstepd
+    and the chroot plugin inherit): both or neither. plugstack.conf stays the same either way, so a pod made before
+    (an older chroot.so, no such volumes) is never handed arguments it cannot honour."""
     cluster = sample("minimal")
-    assert _lines(render_slurm_configs(cluster)["plugstack.conf"])[1:] == [CHROOT_LINE]
     pod = _worker_pod_spec(cluster)
     volumes = {v["name"]: v for v in pod["volumes"]}
     # Per-job /tmp on the node's disk, per-job /dev/shm in memory within the same limit as /dev/shm itself.
@@ -191,13 +189,30 @@ def test_private_tmp_is_on_by_default_and_off_removes_the_plugin_arguments_and_v
     assert volumes["job-shm"]["emptyDir"]["medium"] == "Memory"
     (slurmd,) = [c for c in pod["containers"] if c["name"] == "slurmd"]
     mounts = {m["name"]: m["mountPath"] for m in slurmd["volumeMounts"]}
-    assert (mounts["job-tmp"], mounts["job-shm"]) == ("/var/lib/slurmctl/job-tmp", "/var/lib/slurmctl/job-shm")
+    env = {e["name"]: e.get("value") for e in slurmd["env"]}
+    assert (env["SLURMCTL_JOB_TMP"], env["SLURMCTL_JOB_SHM"]) == (mounts["job-tmp"], mounts["job-shm"])
+    assert mounts["job-tmp"].startswith("/var/lib/slurmctl/")  # the node's, outside the jail (/mnt/jail)
+    assert _lines(render_slurm_configs(cluster)["plugstack.conf"])[1:] == [CHROOT_LINE]
 
     spec = cluster.spec.model_dump(by_alias=True, exclude_none=True)
     spec["jail"]["privateTmp"] = False
     shared = cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
-    assert _lines(render_slurm_configs(shared)["plugstack.conf"])[1:] == [
-        "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
-    ]
     pod = _worker_pod_spec(shared)
     assert not {"job-tmp", "job-shm"} & {v["name"] for v in pod["volumes"]}
+    (slurmd,) = [c for c in pod["containers"] if c["name"] == "slurmd"]
+    assert not {"SLURMCTL_JOB_TMP", "SLURMCTL_JOB_SHM"} & {e["name"] for e in slurmd["env"]}
+    assert render_slurm_configs(shared)["plugstack.conf"] == render_slurm_configs(cluster)["plugstack.conf"]
+
+
+def test_submounts_are_nosuid_unless_a_spec_allows_setuid_on_one() -> None:
+    def slurmd_env(cluster: SlurmCluster) -> dict[str, str]:
+        (slurmd,) = [c for c in _worker_pod_spec(cluster)["containers"] if c["name"] == "slurmd"]
+        return {e["name"]: e.get("value", "") for e in slurmd["env"]}
+
+    cluster = sample("research")
+    assert "datasets:/datasets" in slurmd_env(cluster)["JAIL_SUBMOUNTS"]
+    assert "JAIL_SUBMOUNTS_SETUID" not in slurmd_env(cluster)  # complement-jail: every sub-mount nosuid,nodev
+    spec = cluster.spec.model_dump(by_alias=True, exclude_none=True)
+    spec["jail"]["subMounts"][0]["allowSetuid"] = True
+    allowed = cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
+    assert slurmd_env(allowed)["JAIL_SUBMOUNTS_SETUID"] == "datasets"
