@@ -40,7 +40,6 @@ int jail_pivot(const char *jail, const char *old_root, struct jail_error *e);
 int jail_detach(const char *old_root, struct jail_error *e);
 void jail_undo(const char *old_root);
 
-
 /*
  * A job's private /tmp and /dev/shm (spec.jail.privateTmp). The worker pod names, in slurmd's environment (which
  * slurmstepd inherits), two directories on the node, outside the jail: SLURMCTL_JOB_TMP and SLURMCTL_JOB_SHM (the pod
