@@ -21,10 +21,8 @@ DAEMON_CONTAINER = "slurmd"
 # directory per job under each, removed when the job ends; native/spank_chroot/jail.h). Outside the jail, so no job
 # reaches another's. The pod names them to slurmd (and so to slurmstepd) in its environment, beside the emptyDirs it
 # mounts there: a pod has both or neither, and turning the switch rolls the workers like any new pod template.
-JOB_DIRS = (
-    ("SLURMCTL_JOB_TMP", "job-tmp", "/var/lib/slurmctl/job-tmp"),
-    ("SLURMCTL_JOB_SHM", "job-shm", "/var/lib/slurmctl/job-shm"),
-)
+JOB_TMP_DIR = "/var/lib/slurmctl/job-tmp"
+JOB_SHM_DIR = "/var/lib/slurmctl/job-shm"
 
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
@@ -103,9 +101,16 @@ def _pod_template(
         else {"name": "SLURMD_CONF", "value": dynamic_node_conf(group)}
     )
     shm_size = pods.quantity(spec.shared_memory_size(group))
-    # The job's /tmp on the node's disk; its /dev/shm in memory, within the same limit as the pod's /dev/shm.
-    job_dirs = list(zip(JOB_DIRS, ({}, {"medium": "Memory", "sizeLimit": shm_size}), strict=True))
-    job_dirs = job_dirs if spec.jail.private_tmp else []
+    # (env, volume, path, emptyDir): the job's /tmp on the node's disk; its /dev/shm in memory, within the same limit
+    # as the pod's /dev/shm.
+    job_dirs: list[tuple[str, str, str, dict[str, str]]] = (
+        [
+            ("SLURMCTL_JOB_TMP", "job-tmp", JOB_TMP_DIR, {}),
+            ("SLURMCTL_JOB_SHM", "job-shm", JOB_SHM_DIR, {"medium": "Memory", "sizeLimit": shm_size}),
+        ]
+        if spec.jail.private_tmp
+        else []
+    )
     slurmd = {
         "name": DAEMON_CONTAINER,
         "image": image,
@@ -114,7 +119,7 @@ def _pod_template(
             registration,
             *pods.jail_env(spec),
             pods.restart_keys_env(),
-            *({"name": env, "value": path} for (env, _, path), _ in job_dirs),
+            *({"name": env, "value": path} for env, _, path, _ in job_dirs),
         ],
         "ports": [{"name": "slurmd", "containerPort": meta.SLURMD_PORT, "protocol": "TCP"}],
         # pivot_root, mount namespaces and bind mounts into the jail need the full capability set.
@@ -123,7 +128,7 @@ def _pod_template(
             *pods.slurm_mounts(),
             *pods.jail_mounts(spec),
             {"name": "dev-shm", "mountPath": "/dev/shm"},  # noqa: S108 - the pod's own memory-backed shm
-            *({"name": name, "mountPath": path} for (_, name, path), _ in job_dirs),
+            *({"name": name, "mountPath": path} for _, name, path, _ in job_dirs),
         ],
         "readinessProbe": pods.slurm_readiness("worker"),
         # A pod that goes drains its node, lets its jobs finish for a bounded while (or sets it DOWN so that Slurm
@@ -145,7 +150,7 @@ def _pod_template(
             *pods.slurm_volumes(c),
             *pods.jail_volumes(spec),
             shm,
-            *({"name": name, "emptyDir": source} for (_, name, _), source in job_dirs),
+            *({"name": name, "emptyDir": source} for _, name, _, source in job_dirs),
         ],
         placement=group,
         grace_seconds=GRACE_SECONDS,

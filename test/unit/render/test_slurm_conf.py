@@ -176,6 +176,11 @@ def _worker_pod_spec(cluster: SlurmCluster) -> dict[str, Any]:
     return pod
 
 
+def _slurmd(pod: dict[str, Any]) -> dict[str, Any]:
+    (slurmd,) = [c for c in pod["containers"] if c["name"] == "slurmd"]
+    return slurmd
+
+
 def test_private_tmp_is_on_by_default_and_off_leaves_the_workers_without_job_directories() -> None:
     """The worker pod provides the per-job directories and names them to slurmd (its environment, which slurmstepd
     and the chroot plugin inherit): both or neither. plugstack.conf stays the same either way, so a pod made before
@@ -187,7 +192,7 @@ def test_private_tmp_is_on_by_default_and_off_leaves_the_workers_without_job_dir
     assert volumes["job-tmp"]["emptyDir"] == {}
     assert volumes["job-shm"]["emptyDir"] == volumes["dev-shm"]["emptyDir"]
     assert volumes["job-shm"]["emptyDir"]["medium"] == "Memory"
-    (slurmd,) = [c for c in pod["containers"] if c["name"] == "slurmd"]
+    slurmd = _slurmd(pod)
     mounts = {m["name"]: m["mountPath"] for m in slurmd["volumeMounts"]}
     env = {e["name"]: e.get("value") for e in slurmd["env"]}
     assert (env["SLURMCTL_JOB_TMP"], env["SLURMCTL_JOB_SHM"]) == (mounts["job-tmp"], mounts["job-shm"])
@@ -199,15 +204,14 @@ def test_private_tmp_is_on_by_default_and_off_leaves_the_workers_without_job_dir
     shared = cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
     pod = _worker_pod_spec(shared)
     assert not {"job-tmp", "job-shm"} & {v["name"] for v in pod["volumes"]}
-    (slurmd,) = [c for c in pod["containers"] if c["name"] == "slurmd"]
+    slurmd = _slurmd(pod)
     assert not {"SLURMCTL_JOB_TMP", "SLURMCTL_JOB_SHM"} & {e["name"] for e in slurmd["env"]}
     assert render_slurm_configs(shared)["plugstack.conf"] == render_slurm_configs(cluster)["plugstack.conf"]
 
 
 def test_submounts_are_nosuid_unless_a_spec_allows_setuid_on_one() -> None:
     def slurmd_env(cluster: SlurmCluster) -> dict[str, str]:
-        (slurmd,) = [c for c in _worker_pod_spec(cluster)["containers"] if c["name"] == "slurmd"]
-        return {e["name"]: e.get("value", "") for e in slurmd["env"]}
+        return {e["name"]: e.get("value", "") for e in _slurmd(_worker_pod_spec(cluster))["env"]}
 
     cluster = sample("research")
     assert "datasets:/datasets" in slurmd_env(cluster)["JAIL_SUBMOUNTS"]
