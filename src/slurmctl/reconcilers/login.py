@@ -7,7 +7,7 @@ from slurmctl.reconcilers.base import ComponentReconciler, Loaded
 from slurmctl.reconcilers.observed import ready_replicas
 from slurmctl.reconcilers.populate_jail import jail_gate_open
 from slurmctl.render import meta
-from slurmctl.render.kinds import SECRET, STATEFULSET
+from slurmctl.render.kinds import SECRET, SERVICE, STATEFULSET
 from slurmctl.render.sshd import host_key_types
 
 
@@ -24,12 +24,12 @@ class LoginReconciler(ComponentReconciler):
             message = "waiting for the populate-jail Job to succeed"
             await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_JAIL, message=message)
             return
-        await self.apply(
-            loaded,
-            self.desired(
-                self.inputs(loaded, munge_key_id=munge_key_id, host_keys_id=host_keys_id, host_keys=host_keys)
-            ),
+        intents = self.desired(
+            self.inputs(loaded, munge_key_id=munge_key_id, host_keys_id=host_keys_id, host_keys=host_keys)
         )
+        await self.apply(loaded, intents)
+        # A login pod's own Service (render/login.py) goes with the pod when the set shrinks.
+        await self.prune(loaded, SERVICE, keep=[o["metadata"]["name"] for o in intents if o["kind"] == SERVICE.kind])
         desired = loaded.cluster.spec.login.size
         ready = min(desired, ready_replicas(self.live(STATEFULSET, meta.login(c), ns)))
         if ready == desired:

@@ -14,7 +14,6 @@ STATE_DIR = "/var/spool/slurmctld"
 # slurmctld saves all its state on SIGTERM (every job it accepted, the nodes, reservations): a large cluster's state on
 # a slow volume takes seconds. The kubelet kills it only after this.
 GRACE_SECONDS = 120
-STATEFULSET_POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"  # set by the StatefulSet controller on each pod
 
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str, jwt_key_id: str) -> str:
@@ -72,7 +71,7 @@ def _statefulset(
     apart = [(pods.APART_WEIGHT, meta.selector(c, "login"))]
     if ctl.standby:
         other = f"{meta.controller(c)}-0" if backup else f"{meta.controller_backup(c)}-0"
-        apart.append((pods.APART_WEIGHT, {STATEFULSET_POD_NAME_LABEL: other}))
+        apart.append((pods.APART_WEIGHT, {meta.STATEFULSET_POD_NAME_LABEL: other}))
     name = meta.controller_backup(c) if backup else meta.controller(c)
     extra_labels = {meta.LABEL_CONTROLLER_ROLE: "backup"} if backup else None
     sts_spec: dict[str, Any] = {

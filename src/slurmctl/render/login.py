@@ -97,6 +97,19 @@ def render_login_headless_service(cluster: SlurmCluster) -> dict[str, Any]:
     return meta.service(cluster, meta.login_headless(c), COMPONENT, port_name="ssh", port=meta.SSH_PORT, headless=True)
 
 
+def render_login_pod_services(cluster: SlurmCluster) -> list[dict[str, Any]]:
+    """One headless Service per login pod, named as the pod: its short name (`<c>-login-0`, which is what srun on it
+    calls its host) then resolves from every pod of the namespace. slurmctld reaches a step's srun by that name
+    (cancel, signal, step completion); unresolvable, each such call held slurmctld for 10 s of retries, `scancel`
+    timed out, and steps waiting on slurmctld ended as "Kill task failed" drains."""
+    c = meta.cluster_name(cluster)
+    names = (meta.login_pod(c, i) for i in range(cluster.spec.login.size))
+    return [
+        meta.service(cluster, name, COMPONENT, port_name="ssh", port=meta.SSH_PORT, headless=True, pod=name)
+        for name in names
+    ]
+
+
 def render_login_statefulset(
     cluster: SlurmCluster,
     *,
@@ -177,5 +190,6 @@ def render_login(
         render_sshd_configmap(cluster, host_keys=host_keys),
         render_login_service(cluster),
         render_login_headless_service(cluster),
+        *render_login_pod_services(cluster),
         render_login_statefulset(cluster, host_keys=host_keys, **ids),
     ]

@@ -26,6 +26,7 @@ LABEL_EVICTABLE = "slurm.slurmctl.io/evictable"
 # selects the primary's pod (the primary's selector, older and immutable, does select the backup's pods, but a
 # StatefulSet only counts and adopts pods named after itself).
 LABEL_CONTROLLER_ROLE = "slurm.slurmctl.io/controller-role"
+STATEFULSET_POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"  # set by the StatefulSet controller on each pod
 # What every child carries and nothing else needs to: the operator lists and watches every kind it owns (and Pods)
 # through this selector only, so it never lists (or caches) the cluster's other ConfigMaps, Secrets, Services...
 OWNED_SELECTOR = f"{LABEL_NAME}=slurmcluster,{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -91,6 +92,12 @@ def login(c: str) -> str:
 
 def login_headless(c: str) -> str:
     return f"{c}-login-headless"
+
+
+def login_pod(c: str, index: int) -> str:
+    """The name of login pod `index` (its StatefulSet's pod), also the name of the headless Service that makes that
+    name resolve (render/login.py)."""
+    return f"{login(c)}-{index}"
 
 
 def sshd_configs(c: str) -> str:
@@ -213,12 +220,22 @@ def controlled_by(obj: Mapping[str, Any], cluster: SlurmCluster) -> bool:
 
 
 def service(
-    cluster: SlurmCluster, name: str, component: str, *, port_name: str, port: int, headless: bool = False
+    cluster: SlurmCluster,
+    name: str,
+    component: str,
+    *,
+    port_name: str,
+    port: int,
+    headless: bool = False,
+    pod: str | None = None,
 ) -> dict[str, Any]:
-    """A Service for one TCP port of a component's pods. Headless ones publish not-ready pods too: Slurm daemons
-    must resolve each other (`<pod>.<service>`) before they pass their readiness probes."""
+    """A Service for one TCP port of a component's pods (`pod`: of that one StatefulSet pod only). Headless ones
+    publish not-ready pods too: Slurm daemons must resolve each other (`<pod>.<service>`) before they pass their
+    readiness probes."""
     spec: dict[str, Any] = {"clusterIP": "None", "publishNotReadyAddresses": True} if headless else {}
     spec["selector"] = selector(cluster_name(cluster), component)
+    if pod is not None:
+        spec["selector"][STATEFULSET_POD_NAME_LABEL] = pod
     spec["ports"] = [{"name": port_name, "port": port, "targetPort": port, "protocol": "TCP"}]
     return {"apiVersion": "v1", "kind": "Service", "metadata": object_meta(cluster, name, component), "spec": spec}
 

@@ -2,10 +2,11 @@
 daemons started from what the operator rendered, users entering the jail through sshd and the chroot SPANK plugin.
 
 One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in and
-runs jobs → two users' jobs at once on one worker, each with its own /tmp and /dev/shm → the escape table → slurmrestd →
-the operator's Slurm metrics against sinfo and squeue → Slurm's node state on the pods → a partition change reaches
-every daemon in place → scale out under a running job → scale in under a running job (drain first) → scale in while
-Slurm cannot be asked (nothing goes) → delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
+runs jobs → scancel of a step started on the login node → two users' jobs at once on one worker, each with its own /tmp
+and /dev/shm → the escape table → slurmrestd → the operator's Slurm metrics against sinfo and squeue → Slurm's node
+state on the pods → a partition change reaches every daemon in place → scale out under a running job → scale in under a
+running job (drain first) → scale in while Slurm cannot be asked (nothing goes) → delete. The operator runs as `slurmctl
+run`, with its ServiceAccount's token.
 (Re-creating workers for a change only a restart can apply is unit-tested: test/unit/reconcilers/test_drain.py.)
 """
 
@@ -136,6 +137,26 @@ def test_jail_user_logs_in_over_ssh_and_runs_jobs(available: Kube, jail_user: tu
     assert re.fullmatch(rf"batch-on {NAME}-worker-cpu-[01]\n", output), output
     owner = kube.exec(LOGIN_POD, LOGIN, "stat", "-c", "%u", f"{JAIL}/home/{USER}/batch-{job_id}.out")
     assert owner.strip() == str(UID)
+
+
+def test_scancel_of_a_step_started_on_the_login_node_is_answered_and_srun_hears_it(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """slurmctld reaches a step's srun by the name srun gives for its host, the login pod's short name: it resolves
+    (the pod's own Service), so `scancel` is answered at once and srun is told. Unresolvable, slurmctld spent 10 s
+    retrying inside the cancel, holding its job lock, and scancel said "Socket timed out"."""
+    kube = available
+    key, ip = jail_user
+    login_ip = kube.json("pod", LOGIN_POD)["status"]["podIP"]
+    resolved = kube.exec(CONTROLLER_POD, "slurmctld", "getent", "hosts", LOGIN_POD)
+    assert resolved.split()[0] == login_ip, resolved
+    # Cancelled once its task runs (the job alone can be RUNNING while srun still waits for its node).
+    script = """srun -N1 -J cancel-me sh -c 'echo started; exec sleep 300' > ~/cancel-me.out 2>&1 & pid=$!
+i=0; until grep -q started ~/cancel-me.out || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done
+scancel -n cancel-me 2>&1; echo "scancel=$?"; wait $pid; echo "srun=$?"; cat ~/cancel-me.out"""
+    out = ssh(key, USER, ip, script)
+    assert "scancel=0" in out and "error" not in out.split("scancel=0")[0], out
+    assert "CANCELLED" in out and "srun=0" not in out, out
 
 
 def test_job_output_working_directory_and_sbcast_files_are_the_jails_at_any_path(

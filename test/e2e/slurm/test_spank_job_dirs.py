@@ -35,6 +35,20 @@ def job_dirs(slurm: LocalSlurm, job_id: str) -> list[Path]:
     return [slurm.state_dir / base / job_id for base in ("job-tmp", "job-shm")]
 
 
+def wait_for_job_dirs_removed(slurm: LocalSlurm, job_id: str) -> None:
+    """The extern step removes both as it ends; when they stay, what is left and what slurmd and the job's
+    slurmstepds said about the job (seen once in a full CI run, never alone)."""
+    try:
+        slurm.wait_until(
+            lambda: not any(d.exists() for d in job_dirs(slurm, job_id)),
+            what=f"job {job_id}'s private directories removed",
+        )
+    except AssertionError as exc:
+        left = [str(d) for d in job_dirs(slurm, job_id) if d.exists()]
+        said = [line for line in slurm.log("slurmd").splitlines() if job_id in line or "job_container" in line]
+        raise AssertionError(f"{exc}; left: {left}; slurmd on the job:\n" + "\n".join(said[-80:])) from None
+
+
 def test_concurrent_jobs_of_two_users_each_see_only_their_own_tmp_and_shm(job_dirs_slurm: LocalSlurm) -> None:
     slurm = job_dirs_slurm
     # What every job on the node shared before: the jail's own /tmp (here the node's /tmp, bound into the jail).
@@ -79,10 +93,7 @@ i=0; while [ ! -e /home/{other}/{tag}.looked ] && [ $i -lt 1200 ]; do sleep 0.1;
             assert {"/tmp", "/dev/shm"} <= set((home / f"{tag}.mounts").read_text().split())
         # Gone with the job: the extern step removes both directories as it ends.
         for job_id in jobs.values():
-            slurm.wait_until(
-                lambda job_id=job_id: not any(d.exists() for d in job_dirs(slurm, job_id)),
-                what=f"job {job_id}'s private directories removed",
-            )
+            wait_for_job_dirs_removed(slurm, job_id)
         assert shared.read_text() == "anyone can see this\n"
     finally:
         for job_id in jobs.values():
@@ -107,7 +118,7 @@ srun -n1 cat /tmp/bcast
     assert out.split() == ["from-step-0", "broadcast"], out
     assert not (slurm.jail / "tmp" / "note").exists() and not Path("/tmp/note").exists()
     job_id = (tmp_path / "job-id").read_text().strip()
-    slurm.wait_until(lambda: not any(d.exists() for d in job_dirs(slurm, job_id)), what="the job's directories gone")
+    wait_for_job_dirs_removed(slurm, job_id)
 
 
 def test_a_job_directory_base_that_is_a_symlink_fails_the_step(job_dirs_slurm: LocalSlurm, tmp_path: Path) -> None:

@@ -42,6 +42,28 @@ async def test_an_existing_login_keeps_running_while_the_jail_is_overwritten() -
         assert env.get(STATEFULSET, f"{NAME}-login")["spec"]["replicas"] == 2  # type: ignore[index]
 
 
+async def test_each_login_pod_gets_a_service_of_its_name_which_goes_when_the_set_shrinks() -> None:
+    """srun on a login pod names its host by the pod's short name, and slurmctld reaches the step's srun by it: a
+    headless Service of the pod's name makes it resolve in the namespace (Kubernetes publishes no such name itself)."""
+    async with Env() as env:
+        env.create(spec())
+        await env.converge()
+        env.job_succeeds()
+        env.edit(lambda s: s.update(login={"size": 2, "sshRootPublicKeys": [SSH_KEY]}))
+        await env.converge()
+        for i in (0, 1):
+            svc = env.get(SERVICE, f"{NAME}-login-{i}")
+            assert svc is not None and svc["spec"]["clusterIP"] == "None", svc
+            assert svc["spec"]["selector"][meta.STATEFULSET_POD_NAME_LABEL] == f"{NAME}-login-{i}"
+        env.edit(lambda s: s.update(login={"size": 1, "sshRootPublicKeys": [SSH_KEY]}))
+        await env.converge()
+        assert {n for n in env.names(SERVICE) if n.startswith(f"{NAME}-login")} == {
+            f"{NAME}-login",
+            f"{NAME}-login-headless",
+            f"{NAME}-login-0",
+        }
+
+
 async def test_new_clusters_get_no_rsa_host_key_and_sshd_names_the_keys_the_secret_holds() -> None:
     async with Env() as env:
         env.create(spec())

@@ -21,6 +21,7 @@ def test_minimal_sample() -> None:
         "ConfigMap/minimal-sshd",
         "Service/minimal-login",
         "Service/minimal-login-headless",
+        "Service/minimal-login-0",
         "StatefulSet/minimal-login",
         "Service/minimal-rest",
         "Deployment/minimal-rest",
