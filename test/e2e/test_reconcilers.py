@@ -51,6 +51,7 @@ EXPECTED_CHILDREN = {
     ("Service", "c1-workers"),
     ("Service", "c1-login"),
     ("Service", "c1-login-headless"),
+    ("Service", "c1-login-0"),
     ("Service", "c1-rest"),
     ("StatefulSet", "c1-controller"),
     ("StatefulSet", "c1-worker-cpu"),

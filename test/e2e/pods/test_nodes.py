@@ -281,6 +281,9 @@ def test_the_standby_takes_control_when_the_primary_s_node_crashes(fleet: Fleet)
     # 5 s. Measured here without this wait: the standby, knowing the job only as pending, launched it again on the
     # same node, whose slurmd refused the duplicate; Slurm drained the node and held the job.
     mark = float(fleet.kube.exec(PRIMARY, "slurmctld", "date", "+%s.%N"))
+    # slurmctld saves only when something changed (and every 300 s): the save that followed the job's start can come
+    # before `mark` (CI run46: no save in the next 30 s). A change to the job after `mark` makes the next save certain.
+    fleet.login("scontrol", "update", f"JobId={running}", "Comment=saved-before-the-crash")
     until(
         lambda: float(fleet.kube.exec(PRIMARY, "slurmctld", "stat", "-c", "%.9Y", STATE_FILE)) > mark,
         timeout=30,

@@ -98,12 +98,25 @@ class LocalSlurm:
         out = self.run("sinfo", "--noheader", "--nodes", self.node, "--format", "%T").stdout.strip()
         return out
 
-    def wait_until(self, probe: Callable[[], object], *, timeout: float = 30, what: str = "condition") -> None:
-        """Poll `probe` until truthy; fail naming `what` when the deadline passes."""
+    def job_log(self, job_id: str, lines: int = 80) -> str:
+        """What slurmd and the job's slurmstepds (debug level here) said about one job: the last `lines` lines."""
+        said = [line for line in self.log("slurmd").splitlines() if job_id in line]
+        return "\n".join(said[-lines:])
+
+    def wait_until(
+        self,
+        probe: Callable[[], object],
+        *,
+        timeout: float = 30,
+        what: str = "condition",
+        explain: Callable[[], str] | None = None,
+    ) -> None:
+        """Poll `probe` until truthy; fail naming `what` (and what `explain` says then) when the deadline passes."""
         deadline = time.monotonic() + timeout
         while not probe():
             if time.monotonic() >= deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+                detail = f"\n{explain()}" if explain is not None else ""
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
             time.sleep(0.1)
 
 

@@ -88,6 +88,10 @@ def test_step_runs_in_the_jail_inside_its_job_cgroup_and_the_cgroup_goes_away(cg
         lambda: not any(d.exists() for d in dirs),
         timeout=90,
         what=f"the cgroups of job {job_id} to be removed: {[str(d) for d in dirs]}",
+        explain=lambda: (
+            f"left: {sorted(str(c) for d in dirs if d.exists() for c in d.rglob('*') if c.is_dir())}\n"
+            f"slurmd on the job:\n{cgroup_slurm.job_log(job_id)}"
+        ),
     )
 
 

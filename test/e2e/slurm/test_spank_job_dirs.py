@@ -38,15 +38,14 @@ def job_dirs(slurm: LocalSlurm, job_id: str) -> list[Path]:
 def wait_for_job_dirs_removed(slurm: LocalSlurm, job_id: str) -> None:
     """The extern step removes both as it ends; when they stay, what is left and what slurmd and the job's
     slurmstepds said about the job (seen once in a full CI run, never alone)."""
-    try:
-        slurm.wait_until(
-            lambda: not any(d.exists() for d in job_dirs(slurm, job_id)),
-            what=f"job {job_id}'s private directories removed",
-        )
-    except AssertionError as exc:
-        left = [str(d) for d in job_dirs(slurm, job_id) if d.exists()]
-        said = [line for line in slurm.log("slurmd").splitlines() if job_id in line or "job_container" in line]
-        raise AssertionError(f"{exc}; left: {left}; slurmd on the job:\n" + "\n".join(said[-80:])) from None
+    slurm.wait_until(
+        lambda: not any(d.exists() for d in job_dirs(slurm, job_id)),
+        what=f"job {job_id}'s private directories removed",
+        explain=lambda: (
+            f"left: {[str(d) for d in job_dirs(slurm, job_id) if d.exists()]}\n"
+            f"slurmd on the job:\n{slurm.job_log(job_id)}"
+        ),
+    )
 
 
 def test_concurrent_jobs_of_two_users_each_see_only_their_own_tmp_and_shm(job_dirs_slurm: LocalSlurm) -> None:
