@@ -151,6 +151,23 @@ int container_p_stepd_create(uint32_t job_id, void *step)
 	return SLURM_SUCCESS;
 }
 
+/* Tries of the removal, and how long each waits at most for root to come back (see below). */
+#define REMOVE_TRIES 3
+#define ROOT_WAIT_STEPS 200
+#define ROOT_WAIT_STEP_US 10000
+
+/*
+ * Slurm 24.11's slurmstepd shuts X11 forwarding down in a worker thread as the step ends (mgr.c, `fail1:`
+ * _x11_signal_handler), with or without X11: it sets the whole process's effective uid to the job's user and back, a
+ * few milliseconds while this runs in the main thread. Removal meeting that window fails with EACCES (seen in CI:
+ * slurmstepd's own "Unable to move pid ... to root cgroup" at the same instant). So: wait, bounded, for root.
+ */
+static void wait_for_root(void)
+{
+	for (int i = 0; i < ROOT_WAIT_STEPS && geteuid() != 0; i++)
+		(void)usleep(ROOT_WAIT_STEP_US);
+}
+
 /*
  * The extern step's slurmstepd (on the node's root) calls this as it ends, after the job's other steps on this node:
  * the job's private /tmp and /dev/shm go with everything in them.
@@ -161,12 +178,19 @@ int container_p_stepd_delete(uint32_t job_id)
 	struct jail_error e;
 
 	memset(&e, 0, sizeof(e));
-	if (jail_job_dirs_from_env(&dirs, &e) < 0 || jail_job_dirs_remove(&dirs, job_id, &e) < 0) {
-		slurm_error("job_container/jail: job %u: step '%s' failed: %s: %s", job_id, e.step, e.what,
-			    strerror(e.err));
-		return SLURM_ERROR;
+	if (jail_job_dirs_from_env(&dirs, &e) < 0)
+		goto failed;
+	for (int tries = 1;; tries++) {
+		wait_for_root();
+		if (jail_job_dirs_remove(&dirs, job_id, &e) == 0)
+			return SLURM_SUCCESS;
+		if (tries == REMOVE_TRIES || (e.err != EACCES && e.err != EPERM))
+			goto failed;
+		memset(&e, 0, sizeof(e));
 	}
-	return SLURM_SUCCESS;
+failed:
+	slurm_error("job_container/jail: job %u: step '%s' failed: %s: %s", job_id, e.step, e.what, strerror(e.err));
+	return SLURM_ERROR;
 }
 
 int container_p_send_stepd(int fd)

@@ -8,6 +8,7 @@ cgroup/v2 on a unified one; forcing cgroup/v2 on a hybrid host kills slurmd at s
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,17 +83,27 @@ def test_step_runs_in_the_jail_inside_its_job_cgroup_and_the_cgroup_goes_away(cg
     assert f"/job_{job_id}/step_0" in proc_cgroup, proc_cgroup
     dirs = job_cgroup_dirs(proc_cgroup, job_id)
     assert dirs, proc_cgroup
+
     # slurmstepd removes them when the job ends; on a loaded 2-core machine that took over 30 s once (CI with a
     # benchmark beside it), while a leak would never end.
-    cgroup_slurm.wait_until(
-        lambda: not any(d.exists() for d in dirs),
-        timeout=90,
-        what=f"the cgroups of job {job_id} to be removed: {[str(d) for d in dirs]}",
-        explain=lambda: (
-            f"left: {sorted(str(c) for d in dirs if d.exists() for c in d.rglob('*') if c.is_dir())}\n"
-            f"slurmd on the job:\n{cgroup_slurm.job_log(job_id)}"
-        ),
-    )
+    def gone() -> bool:
+        return not any(d.exists() for d in dirs)
+
+    def left() -> list[str]:
+        return sorted(str(c) for d in dirs if d.exists() for c in d.rglob("*") if c.is_dir())
+
+    try:
+        cgroup_slurm.wait_until(gone, timeout=90, what=f"the cgroups of job {job_id} to be removed: {dirs}")
+    except AssertionError:
+        # Slurm 24.11's own race, not the jail's: the extern step's slurmstepd shuts X11 forwarding down in a worker
+        # thread as it ends, setting the whole process's effective uid to the user for a moment; its cgroup cleanup
+        # meeting that moment cannot move itself out ("Unable to move pid ... to root cgroup"), and the extern step's
+        # cgroup (never the jailed step's) stays. CI runs 46 and 47 met it. Anything else left is a failure.
+        said = cgroup_slurm.job_log(job_id)
+        upstream = f"[{job_id}.extern]" in said and "Unable to move pid" in said
+        if not (upstream and left() and all("/step_extern" in c for c in left())):
+            raise AssertionError(f"job {job_id}'s cgroups stay: {left()}\nslurmd on the job:\n{said}") from None
+        warnings.warn(f"Slurm's extern-step cgroup race left {left()} (job {job_id})", stacklevel=1)
 
 
 def test_task_affinity_binds_a_one_cpu_step_to_one_cpu(cgroup_slurm: LocalSlurm) -> None:
