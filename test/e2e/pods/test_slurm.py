@@ -144,7 +144,7 @@ def test_scancel_of_a_step_started_on_the_login_node_is_answered_and_srun_hears_
 ) -> None:
     """slurmctld reaches a step's srun by the name srun gives for its host, the login pod's short name: it resolves
     (the pod's own Service), so `scancel` is answered at once and srun is told. Unresolvable, slurmctld spent 10 s
-    retrying inside the cancel, holding its job lock, and scancel said "Socket timed out"."""
+    retrying inside the cancel request, and scancel said "Socket timed out"."""
     kube = available
     key, ip = jail_user
     login_ip = kube.json("pod", LOGIN_POD)["status"]["podIP"]

@@ -93,7 +93,9 @@ def test_step_runs_in_the_jail_inside_its_job_cgroup_and_the_cgroup_goes_away(cg
         return sorted(str(c) for d in dirs if d.exists() for c in d.rglob("*") if c.is_dir())
 
     try:
-        cgroup_slurm.wait_until(gone, timeout=90, what=f"the cgroups of job {job_id} to be removed: {dirs}")
+        cgroup_slurm.wait_until(
+            gone, timeout=90, what=f"the cgroups of job {job_id} to be removed: {[str(d) for d in dirs]}"
+        )
     except AssertionError:
         # Slurm 24.11's own race, not the jail's: the extern step's slurmstepd shuts X11 forwarding down in a worker
         # thread as it ends, setting the whole process's effective uid to the user for a moment; its cgroup cleanup
