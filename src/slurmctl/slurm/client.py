@@ -15,17 +15,16 @@ slurmrestd's rest_auth/jwt passes on to slurmctld. How an answer is classified (
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
+import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import aiohttp
-from pydantic import ValidationError
+import msgspec
 
 from .errors import SlurmApiError, SlurmAuthError, SlurmError, SlurmProtocolError, SlurmUnavailable, one_line
 from .models import (
@@ -38,7 +37,7 @@ from .models import (
     WireNodes,
     WirePartitions,
     WirePings,
-    describe_validation,
+    decode_hook,
 )
 
 log = logging.getLogger(__name__)
@@ -60,13 +59,15 @@ _HOSTLIST_CHARACTERS = frozenset("[],") | frozenset(" \t\n")
 _W = TypeVar("_W", bound=WireEnvelope)
 
 # Query flags. Passing any replaces slurmrestd's defaults, which is how 24.11 behaves (checked against it): without
-# MIXED a node with some CPUs allocated reads ALLOCATED, and /jobs/ without DETAIL has no job_resources (the
-# allocation's node names). They repeat ("ALL,FUTURE" in one value is refused). ALL includes what hidden partitions
-# hold; FUTURE the nodes slurmctld knows that have not registered (a dynamic node made with `scontrol create`,
-# State=FUTURE in slurm.conf), which /nodes/ leaves out by default. The operator must see every node and job.
+# MIXED a node with some CPUs allocated reads ALLOCATED. They repeat ("ALL,FUTURE" in one value is refused). ALL
+# includes what hidden partitions hold; FUTURE the nodes slurmctld knows that have not registered (a dynamic node made
+# with `scontrol create`, State=FUTURE in slurm.conf), which /nodes/ leaves out by default. The operator must see
+# every node and job. No DETAIL for /jobs/: it adds each job's allocation core by core (a fifth of the answer) and the
+# operator needs only the nodes, which `nodes` names: a running job's allocation, a completing job's nodes still
+# completing (slurmctld's pack_job sends node_bitmap_cg's names then).
 Query = list[tuple[str, str]]
 NODES_QUERY: Query = [("flags", "MIXED"), ("flags", "FUTURE"), ("flags", "ALL")]
-JOBS_QUERY: Query = [("flags", "DETAIL"), ("flags", "ALL")]
+JOBS_QUERY: Query = [("flags", "ALL")]
 PARTITIONS_QUERY: Query = [("flags", "ALL")]
 # The accounting records the operator keeps (/slurmdb/v0.0.42/<kind>/), in the order they depend on each other.
 AccountingKind = Literal["qos", "accounts", "associations", "users"]
@@ -221,8 +222,7 @@ class SlurmClient:
 
     async def _get(self, path: str, model: type[_W], *, query: Query | None = None) -> _W:
         status, reason, raw = await self._send("GET", path, query=query)
-        with _collector_paused():
-            return _decoded(f"slurmrestd GET {self._path(path)}", model, status=status, reason=reason, raw=raw)
+        return _decoded(f"slurmrestd GET {self._path(path)}", model, status=status, reason=reason, raw=raw)
 
     def _path(self, path: str, plugin: str = "slurm") -> str:
         return f"/{plugin}/{API_VERSION}/{path}"
@@ -284,36 +284,24 @@ class SlurmClient:
         return status, reason, raw
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector held off while an answer is turned into objects (synchronous code: nothing
-    else runs meanwhile). The objects made (10,000 jobs' models) are all alive, so the collections their allocation
-    triggers find nothing and only walk the growing heap again and again (bench_slurm_observation). Reference counting
-    still frees everything as usual; collection resumes, as it was, at once after."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+@functools.cache
+def _decoder(model: type[_W]) -> msgspec.json.Decoder[_W]:
+    return msgspec.json.Decoder(model, dec_hook=decode_hook)
 
 
 def _decoded(where: str, model: type[_W], *, status: int, reason: str, raw: bytes) -> _W:
     """The answer as `model`, else the `SlurmError` that `_classify` and `_validated` make of it.
 
-    A success is validated straight from the bytes (pydantic-core's JSON parser): the fields the model ignores (most
-    of slurmrestd's, ~130 per job) never become Python objects, where `json.loads` first built a dict of every field
-    of every job, which cost most of the CPU of reading 10,000 jobs (a third of it the garbage collector walking that
-    growing heap; bench_slurm_observation). The peak memory is about the same: pydantic-core parses the whole answer
-    before validating it. Only an answer that validates with no Slurm error is taken that way, and the slower path
-    would have returned the same model for it; anything else (an error status, Slurm's errors[], a body that is not
-    JSON or not the shape) goes the slower path, so it is classified exactly as before."""
+    A success is decoded straight from the bytes into `model` (msgspec): the fields the model does not declare (most
+    of slurmrestd's, ~130 per job) are skipped, never made into Python objects (bench_slurm_observation). Only an
+    answer that decodes with no Slurm error is taken that way, and the slower path would have returned the same
+    model for it; anything else (an error status, Slurm's errors[], a body that is not JSON or not the shape) goes the
+    slower path, so it is classified exactly as before."""
     if 200 <= status < 300:
+        parsed: _W | None
         try:
-            parsed = model.model_validate_json(raw)
-        except ValueError:  # ValidationError included: not JSON, or not this shape
+            parsed = _decoder(model).decode(raw)
+        except msgspec.DecodeError:  # ValidationError included: not JSON, or not this shape
             parsed = None
         if parsed is not None and not parsed.errors:
             return parsed
@@ -322,9 +310,10 @@ def _decoded(where: str, model: type[_W], *, status: int, reason: str, raw: byte
 
 def _validated(where: str, model: type[_W], data: dict[str, Any]) -> _W:
     try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise SlurmProtocolError(f"{where}: unexpected answer: {describe_validation(exc)}") from None
+        validated: _W = msgspec.convert(data, model, dec_hook=decode_hook)
+    except msgspec.ValidationError as exc:
+        raise SlurmProtocolError(f"{where}: unexpected answer: {exc}") from None
+    return validated
 
 
 def _describe_connection_error(exc: BaseException) -> str:
@@ -339,12 +328,12 @@ def _classify(where: str, *, status: int, reason: str, raw: bytes) -> dict[str, 
         data = json.loads(raw) if raw.strip() else None
     except ValueError:
         data = None
-    errors: list[WireError] = []
+    errors: tuple[WireError, ...] = ()
     if isinstance(data, dict):
         try:
-            errors = WireEnvelope.model_validate(data).errors
-        except ValidationError:
-            errors = []
+            errors = msgspec.convert(data, WireEnvelope).errors
+        except msgspec.ValidationError:
+            errors = ()
     text = raw.decode(errors="replace").strip()
     if errors:
         joined = "; ".join(e.text() for e in errors)

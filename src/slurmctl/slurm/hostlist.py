@@ -72,6 +72,13 @@ def _expand_one(name: str) -> list[str]:
 
 def expand(hostlist: str) -> tuple[str, ...]:
     """All names in `hostlist`, in order, duplicates kept once; "" gives ()."""
+    if "[" not in hostlist and "]" not in hostlist:
+        # Most answers' lists (a job on one node, a pending job's ""): the same result without the general walk, which
+        # cost a third of decoding 10,000 jobs (bench_slurm_observation).
+        plain = dict.fromkeys(name for name in (part.strip() for part in hostlist.split(",")) if name)
+        if len(plain) > MAX_NAMES:
+            raise HostlistError(f"{hostlist[:80]!r} names more than {MAX_NAMES} hosts")
+        return tuple(plain)
     names: dict[str, None] = {}
     for part in _split_top_level(hostlist):
         for name in _expand_one(part):

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+import msgspec
 
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.render import meta
@@ -70,7 +71,7 @@ class FakeSlurm:
             self._set(node, (self.table[node].state - {"ALLOCATED"}) | {"IDLE"})
 
     def _set(self, name: str, state: frozenset[str], **changes: object) -> None:
-        self.table[name] = dataclasses.replace(self.table[name], state=state, **changes)  # type: ignore[arg-type]
+        self.table[name] = msgspec.structs.replace(self.table[name], state=state, **changes)
 
     # ---- the API ------------------------------------------------------------------------------------------------
     def _check(self) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, POD, STATEFULSET
 from slurmctl.runtime import Result
@@ -172,8 +174,8 @@ async def test_after_the_drain_timeout_the_pod_goes_with_a_warning() -> None:
         env.edit(shrink(1))
         await env.run("workers")
         assert replicas(env) == 2
-        slurm.table[node(1)] = slurm.table[node(1)].__class__(
-            **{**slurm.table[node(1)].__dict__, "reason_changed_at": datetime.now(UTC) - timedelta(hours=2)}
+        slurm.table[node(1)] = msgspec.structs.replace(
+            slurm.table[node(1)], reason_changed_at=datetime.now(UTC) - timedelta(hours=2)
         )
         await env.run("workers")
         assert replicas(env) == 1

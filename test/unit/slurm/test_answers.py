@@ -6,10 +6,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
 
 from slurmctl.slurm import SlurmError
 from slurmctl.slurm.client import _classify, _decoded, _validated
@@ -38,12 +38,12 @@ def mutate(value: Any, data: st.DataObject) -> Any:
     return value
 
 
-def _outcome(decoding: Callable[[], BaseModel]) -> tuple[str, Any]:
+def _outcome(decoding: Callable[[], WireEnvelope]) -> tuple[str, Any]:
     """What a decoding ends in: the model (dumped, and parsed where it parses) or the error's class and message."""
     try:
         parsed = decoding()
         parse = getattr(parsed, "parse", None)
-        return "value", (parsed.model_dump(), parse() if parse is not None else None)
+        return "value", (msgspec.to_builtins(parsed), parse() if parse is not None else None)
     except SlurmError as exc:
         assert "\n" not in str(exc) and len(str(exc)) <= 300
         return type(exc).__name__, str(exc)

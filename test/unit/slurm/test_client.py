@@ -311,7 +311,11 @@ def with_errors(*errors: dict[str, Any], status: int = 500) -> Handler:
         (answer(200, "[1, 2]"), SlurmProtocolError, "not a JSON object"),
         (answer(200, '{"errors": []}'), SlurmProtocolError, "nodes"),
         (answer(200, '{"nodes": "vm"}'), SlurmProtocolError, "nodes"),
-        (answer(200, '{"nodes": [{"name": "vm", "state": ["IDLE"]}]}'), SlurmProtocolError, "nodes.0.cpus"),
+        (
+            answer(200, '{"nodes": [{"name": "vm", "state": ["IDLE"]}]}'),
+            SlurmProtocolError,
+            "missing required field `cpus` - at `$.nodes[0]`",
+        ),
         (answer(200, '{"nodes": [{"name": "vm", "state": "IDLE", "cpus": 2}]}'), SlurmProtocolError, "state"),
         (answer(500, "Internal Server Error", "text/plain"), SlurmUnavailable, "HTTP 500"),
         (answer(502, "<html>\n<body>Bad Gateway</body>\n</html>", "text/html"), SlurmUnavailable, "HTTP 502"),

@@ -37,3 +37,10 @@ def test_a_bad_host_list_is_an_error_not_a_guess(hostlist: str) -> None:
 def test_expanding_a_range_list_gives_each_number_once(numbers: list[int]) -> None:
     spec = ",".join(str(n) for n in numbers)
     assert expand(f"node[{spec}]") == tuple(f"node{n}" for n in numbers)
+
+
+@given(st.text(alphabet="ab1-, \t", max_size=30))
+def test_a_list_without_brackets_expands_as_the_general_walk_does(hostlist: str) -> None:
+    """Bracket-free lists take a shortcut; one bracketed name ("#[1]", which no other name can equal) sends the same
+    list the general way, and the two agree on every name before it."""
+    assert expand(hostlist) == expand(f"{hostlist},#[1]")[:-1]

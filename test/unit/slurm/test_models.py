@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 
+import msgspec
 import pytest
 
 from slurmctl.slurm import Node
-from slurmctl.slurm.models import WireJobs
+from slurmctl.slurm.models import WireJobs, decode_hook
 
 
 def node(*state: str) -> Node:
@@ -58,8 +59,7 @@ def test_display_is_a_valid_kubernetes_condition_reason(state: tuple[str, ...]) 
 
 
 def test_a_job_state_list_splits_into_the_base_state_and_its_flags() -> None:
-    (job,) = WireJobs.model_validate(
-        {"jobs": [{"job_id": 7, "job_state": ["COMPLETING", "CANCELLED"], "nodes": "n[1-2]"}]}
-    ).parse()
+    answer = {"jobs": [{"job_id": 7, "job_state": ["COMPLETING", "CANCELLED"], "nodes": "n[1-2]"}]}
+    (job,) = msgspec.convert(answer, WireJobs, dec_hook=decode_hook).parse()
     assert (job.state, job.state_flags, job.nodes) == ("CANCELLED", frozenset({"COMPLETING"}), ("n1", "n2"))
     assert job.exit_code.return_code is None and job.exit_code.status == ()
