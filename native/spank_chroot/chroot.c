@@ -37,12 +37,13 @@
 #include "jail.h"
 
 /*
- * Built and tested against Slurm 24.11 only: where slurm_spank_init runs in slurmstepd (after its message thread
- * starts, before the step's I/O, working directory and tasks) is internal to Slurm and must be re-checked for every
- * new Slurm release.
+ * Built and tested against Slurm 24.11 and 26.05 only: where slurm_spank_init runs in slurmstepd (after its message
+ * thread starts, before the step's I/O, working directory and tasks: job_manager() in src/slurmd/slurmstepd/mgr.c,
+ * the same order in both) is internal to Slurm and must be re-checked for every new Slurm release.
  */
-#if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(24, 11, 0) || SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 12, 0)
-#error "chroot.so is built for Slurm 24.11; re-check the hooks it relies on before building it for another release"
+#if !((SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 11, 0) && SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(24, 12, 0)) || \
+      (SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0) && SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(26, 6, 0)))
+#error "chroot.so is built for Slurm 24.11 and 26.05; re-check the hooks it relies on for another release"
 #endif
 
 SPANK_PLUGIN(chroot, 1);
