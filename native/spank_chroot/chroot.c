@@ -48,6 +48,15 @@
 
 SPANK_PLUGIN(chroot, 1);
 
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0)
+/*
+ * 26.05 (since 25.11) returns a required plugin's own slurm_spank_init code to slurmd unless the plugin names one: a
+ * jail that cannot be entered is the node's fault, as 24.11 treated every failed init (the node drains and a batch
+ * job is requeued), and srun then says "Spank plugin failure, node failed" instead of "Unspecified error".
+ */
+int slurm_spank_init_failure_mode = ESPANK_NODE_FAILURE;
+#endif
+
 #ifndef SLURM_INTERACTIVE_STEP
 #define SLURM_INTERACTIVE_STEP (0xfffffffa)
 #endif
