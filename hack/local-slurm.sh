@@ -433,7 +433,7 @@ cmd_plugin() {
     fi
 }
 
-# Linters run on the host but must see Slurm 24.11's headers, not whatever the host has (if anything).
+# Linters run on the host but must see the line's Slurm headers (SLURM_LINE), not whatever the host has (if anything).
 cmd_include_dir() {
     local dir
     ensure_rootfs

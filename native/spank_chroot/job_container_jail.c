@@ -62,8 +62,12 @@ const char plugin_type[] = "namespace/jail";
  * for), so a record laid out differently fails the removal loudly instead of removing another job's directories.
  */
 struct stepd_step_rec_head {
+	/* Only there for step_id's offset. */
+	// cppcheck-suppress unusedStructMember
 	char *alias_list;
+	// cppcheck-suppress unusedStructMember
 	void *container;
+	// cppcheck-suppress unusedStructMember
 	int state; /* slurmstepd_state_t, an enum */
 	pthread_cond_t state_cond;
 	pthread_mutex_t state_mutex;
