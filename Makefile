@@ -67,7 +67,7 @@ plugin-lint:
 manifests: setup
 	$(BIN)/python hack/gen_crd.py
 
-# Compiled inside the cached Debian trixie root filesystem of hack/local-slurm.sh, against Slurm 24.11's headers.
+# Compiled inside the cached Debian root filesystem of hack/local-slurm.sh, against its Slurm's headers (24.11; SLURM_LINE=26.05).
 plugin:
 	hack/local-slurm.sh plugin
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A real Slurm 24.11 (Debian 13 trixie's slurmctld + slurmd + munged) on loopback, with the chroot SPANK plugin
+# A real Slurm 24.11 (Debian 13 trixie's slurmctld + slurmd + munged; SLURM_LINE=26.05: Debian testing's 26.05) on
+# loopback, with the chroot SPANK plugin
 # loaded, so jobs can be tested for real on this Debian 12 machine (whose own Slurm, 22.05, is out of support and is
 # not used). The daemons, the clients and the plugin's compiler all run inside a trixie root filesystem that
 # mmdebstrap builds once and caches under ~/.cache/slurmctl/slurm-rootfs/<key> (the key is a hash of the suite, the
@@ -8,7 +9,7 @@
 #
 #   hack/local-slurm.sh deps          apt-install the host tools this needs (mmdebstrap; unshare/nsenter are util-linux)
 #   hack/local-slurm.sh rootfs        build the Slurm root filesystem once, print its path
-#   hack/local-slurm.sh plugin        compile native/spank_chroot/chroot.so inside it, against Slurm 24.11's headers
+#   hack/local-slurm.sh plugin        compile native/spank_chroot's plugins inside it, against its Slurm's headers
 #   hack/local-slurm.sh include-dir   print a directory whose slurm/ holds those headers (for linters on the host)
 #   hack/local-slurm.sh run [--user U] [--fresh] -- CMD...
 #                                     run CMD inside the root filesystem: in the instance's namespace when the
@@ -28,6 +29,7 @@
 # filesystem is read-only there.
 #
 # Environment:
+#   SLURM_LINE               24.11 (default: Debian trixie's root filesystem) or 26.05 (Debian testing, forky)
 #   LOCAL_SLURM_DIR          state directory (default: <repo>/.local-slurm)
 #   LOCAL_SLURM_PLUGIN       the SPANK plugin to load (default: native/spank_chroot/chroot.so, built by `up`);
 #                            `none` loads no plugin
@@ -56,8 +58,28 @@ STATE=${LOCAL_SLURM_DIR:-$ROOT/.local-slurm}
 PLUGIN_DIR=$ROOT/native/spank_chroot
 READY_TIMEOUT=${READY_TIMEOUT:-60}
 HOST_PACKAGES=(mmdebstrap util-linux)
-SUITE=trixie
-# Slurm 24.11 and munge; the plugin's toolchain (gcc brings libasan/libubsan for the argument-parser harness);
+# The Slurm line, one setting: 24.11 (default) is Debian 13 trixie's slurm-wlm 24.11.5; 26.05 is Debian testing's
+# (forky; 26.05.5 when this was written). The suite is part of the root filesystem's cache key, so the lines never
+# share a tree. testing's Release file carries a Valid-Until that a mirror snapshot may have passed: apt is told
+# not to check it for that line only (trixie's stable Release has none).
+# An instance keeps the line it was started with (`run` and `down` for it need no SLURM_LINE).
+if [ -z "${SLURM_LINE:-}" ] && [ -f "$STATE/slurm-line" ]; then
+    SLURM_LINE=$(cat "$STATE/slurm-line")
+fi
+SLURM_LINE=${SLURM_LINE:-24.11}
+MMDEBSTRAP_APTOPTS=()
+case $SLURM_LINE in
+24.11) SUITE=trixie ;;
+26.05)
+    SUITE=forky
+    MMDEBSTRAP_APTOPTS=(--aptopt='Acquire::Check-Valid-Until "false"')
+    ;;
+*)
+    printf 'local-slurm: error: SLURM_LINE=%s: must be 24.11 or 26.05\n' "$SLURM_LINE" >&2
+    exit 2
+    ;;
+esac
+# Slurm and munge; the plugin's toolchain (gcc brings libasan/libubsan for the argument-parser harness);
 # busybox-static for the test jail; python3, procps and coreutils for the image scripts the tests run; slurmrestd
 # and Debian's auth/jwt + rest_auth/jwt plugins (slurm-wlm-jwt-plugin) for LOCAL_SLURM_REST.
 ROOTFS_PACKAGES=(slurmctld slurmd slurmrestd slurm-wlm-jwt-plugin slurm-client munge libslurm-dev gcc make libc6-dev
@@ -67,9 +89,11 @@ ALL_DAEMONS=(slurmrestd slurmd slurmctld munged)
 DAEMONS=(slurmd slurmctld munged)
 REST=${LOCAL_SLURM_REST:-0}
 [ "$REST" != 1 ] || DAEMONS=(slurmrestd "${DAEMONS[@]}")
-# slurmrestd refuses to serve as root or SlurmUser: it binds as root, then switches to this user and group.
-REST_USER=nobody
-REST_GROUP=nogroup
+# slurmrestd refuses to serve as root or SlurmUser: it binds as root, then switches to this user and group (nobody and
+# nogroup, by number: since 25.11 Slurm resolves the name "nobody" to its own SLURM_AUTH_NOBODY, which `-u` refuses
+# with "Unable to resolve user: nobody").
+REST_USER=65534
+REST_GROUP=65534
 CACHE=${LOCAL_SLURM_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/slurmctl/slurm-rootfs}
 # Inside an instance's namespace.
 NS_CONF_DIR=/etc/slurm
@@ -115,7 +139,7 @@ ensure_rootfs() {
         local packages
         packages=$(IFS=,; printf '%s' "${ROOTFS_PACKAGES[*]}")
         run_step mmdebstrap "$CACHE/logs/$(basename "$dir").log" mmdebstrap --variant=minbase \
-            --include="$packages" "$SUITE" "$tmp" \
+            "${MMDEBSTRAP_APTOPTS[@]}" --include="$packages" "$SUITE" "$tmp" \
             "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(mirror) $SUITE main"
         # The mount points an instance needs; the rest of the tree is never written after this.
         mkdir -p "$tmp/etc/slurm" "$tmp/run/munge"
@@ -268,7 +292,7 @@ AuthAltParameters=jwt_key=$STATE/jwt/jwt_hs256.key"
     # FirstJobId differs per instance: cgroup plugins name their cgroups after the job id (/slurm/uid_U/job_N), and
     # instances run side by side on one host.
     cat >"$STATE/etc/slurm.conf" <<EOF
-# Written by hack/local-slurm.sh for a local test instance (Slurm 24.11; read inside the instance's namespace).
+# Written by hack/local-slurm.sh for a local test instance (Slurm $SLURM_LINE; read inside the instance's namespace).
 ClusterName=local$tag
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$ctld_port
@@ -409,7 +433,7 @@ cmd_plugin() {
     fi
 }
 
-# Linters run on the host but must see Slurm 24.11's headers, not whatever the host has (if anything).
+# Linters run on the host but must see the line's Slurm headers (SLURM_LINE), not whatever the host has (if anything).
 cmd_include_dir() {
     local dir
     ensure_rootfs
@@ -450,6 +474,7 @@ cmd_up() {
     [ -d "$STATE/pids" ] && cmd_down >/dev/null 2>&1
     ensure_rootfs
     mkdir -p "$STATE"/{pids,log,run,etc,munge,ctld,spool}
+    printf '%s\n' "$SLURM_LINE" >"$STATE/slurm-line"
     chmod 700 "$STATE/munge"
     if [ -z "${LOCAL_SLURM_PLUGIN:-}" ]; then
         cmd_plugin "$STATE/log/build-plugin.log"

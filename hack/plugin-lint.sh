@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Static analysis of the chroot SPANK plugin and job_container/jail (native/spank_chroot): cppcheck and clang-tidy, any finding fails.
 # The analysers are the host's (cppcheck and clang-tidy are apt-installed when missing; another agent may hold the dpkg
-# lock); the Slurm headers are Slurm 24.11's, from the root filesystem hack/local-slurm.sh builds the plugin in (the
+# lock); the Slurm headers are those of SLURM_LINE (24.11 by default), from the root filesystem hack/local-slurm.sh builds the plugin in (the
 # host's own libslurm-dev, 22.05 on Debian 12, is never used: the plugin refuses to compile against it).
 set -euo pipefail
 

@@ -37,15 +37,25 @@
 #include "jail.h"
 
 /*
- * Built and tested against Slurm 24.11 only: where slurm_spank_init runs in slurmstepd (after its message thread
- * starts, before the step's I/O, working directory and tasks) is internal to Slurm and must be re-checked for every
- * new Slurm release.
+ * Built and tested against Slurm 24.11 and 26.05 only: where slurm_spank_init runs in slurmstepd (after its message
+ * thread starts, before the step's I/O, working directory and tasks: job_manager() in src/slurmd/slurmstepd/mgr.c,
+ * the same order in both) is internal to Slurm and must be re-checked for every new Slurm release.
  */
-#if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(24, 11, 0) || SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 12, 0)
-#error "chroot.so is built for Slurm 24.11; re-check the hooks it relies on before building it for another release"
+#if !((SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 11, 0) && SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(24, 12, 0)) || \
+      (SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0) && SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(26, 6, 0)))
+#error "chroot.so is built for Slurm 24.11 and 26.05; re-check the hooks it relies on for another release"
 #endif
 
 SPANK_PLUGIN(chroot, 1);
+
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0)
+/*
+ * 26.05 (since 25.11) returns a required plugin's own slurm_spank_init code to slurmd unless the plugin names one: a
+ * jail that cannot be entered is the node's fault, as 24.11 treated every failed init (the node drains and a batch
+ * job is requeued), and srun then says "Spank plugin failure, node failed" instead of "Unspecified error".
+ */
+int slurm_spank_init_failure_mode = ESPANK_NODE_FAILURE;
+#endif
 
 #ifndef SLURM_INTERACTIVE_STEP
 #define SLURM_INTERACTIVE_STEP (0xfffffffa)

@@ -12,8 +12,15 @@
  * two can never disagree. Fail closed: when it cannot be read or entered, the join fails and Slurm runs nothing
  * (the task exits, the sbcast file is not written).
  *
- * Built against Slurm's public headers only: the plugin interface (plugin_name/type/version and the seven
- * container_p_* functions of src/interfaces/job_container.c) is Slurm 24.11's, re-checked for every release.
+ * Built against Slurm's public headers, for Slurm 24.11 and 26.05, whose plugin interfaces differ:
+ *  - 24.11: a job_container plugin, plugin_type "job_container/jail" in job_container_jail.so, the seven
+ *    container_p_* functions of src/interfaces/job_container.c.
+ *  - 26.05 (since 25.11): job_container became "namespace" (src/interfaces/namespace.c): plugin_type
+ *    "namespace/jail" in namespace_jail.so (the Makefile names the file), the nine namespace_p_* functions;
+ *    stepd_create/stepd_delete take slurmstepd's step record instead of the job id, join_external takes the step id
+ *    and a list, and can_bpf/setup_bpf_token are new. slurm.conf's JobContainerType=job_container/jail still selects
+ *    it (Slurm maps job_container/X to namespace/X, with a warning that NamespaceType replaces JobContainerType).
+ * Re-checked for every release: the build refuses any other.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -33,12 +40,44 @@
 #include "args.h"
 #include "jail.h"
 
-#if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(24, 11, 0) || SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 12, 0)
-#error "job_container/jail is built for Slurm 24.11; re-check the job_container interface for another release"
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 11, 0) && SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(24, 12, 0)
+#define JAIL_NAMESPACE_API 0
+#elif SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0) && SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(26, 6, 0)
+#define JAIL_NAMESPACE_API 1
+#else
+#error "job_container/jail is built for Slurm 24.11 and 26.05; re-check the plugin interface for another release"
 #endif
 
+#if JAIL_NAMESPACE_API
+#include <pthread.h>
+
+const char plugin_name[] = "namespace jail plugin (slurmctl)";
+const char plugin_type[] = "namespace/jail";
+#define JAIL_FN(name) namespace_p_##name
+
+/*
+ * The leading members of slurmstepd's step record (stepd_step_rec_t, src/slurmd/slurmstepd/slurmstepd_job.h; the
+ * same in 24.11 and 26.05.0-26.05.3), which Slurm 26.05 hands to stepd_create/stepd_delete instead of the job id.
+ * Only step_id is read, and only after checking that it names the extern step (the only step those two are called
+ * for), so a record laid out differently fails the removal loudly instead of removing another job's directories.
+ */
+struct stepd_step_rec_head {
+	/* Only there for step_id's offset. */
+	// cppcheck-suppress unusedStructMember
+	char *alias_list;
+	// cppcheck-suppress unusedStructMember
+	void *container;
+	// cppcheck-suppress unusedStructMember
+	int state; /* slurmstepd_state_t, an enum */
+	pthread_cond_t state_cond;
+	pthread_mutex_t state_mutex;
+	slurm_step_id_t step_id;
+};
+#else
 const char plugin_name[] = "job_container jail plugin (slurmctl)";
 const char plugin_type[] = "job_container/jail";
+#define JAIL_FN(name) container_p_##name
+#endif
 const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
 /* Slurm's parsed slurm.conf (libslurmfull exports it; its type is the public slurm_conf_t). */
@@ -87,7 +126,7 @@ static int cannot_enter(uint32_t job_id, const char *jail, const struct jail_err
 	return SLURM_ERROR;
 }
 
-int container_p_join(slurm_step_id_t *step_id, uid_t uid, bool step_create)
+int JAIL_FN(join)(slurm_step_id_t *step_id, uid_t uid, bool step_create)
 {
 	const char *plugstack = slurm_conf.plugstack ? slurm_conf.plugstack : PLUGSTACK_DEFAULT;
 	struct chroot_args args;
@@ -130,26 +169,44 @@ int container_p_join(slurm_step_id_t *step_id, uid_t uid, bool step_create)
 	return SLURM_SUCCESS;
 }
 
+#if JAIL_NAMESPACE_API
+/* 26.05: the list is Slurm's list_t of namespace file descriptors to fill; none is handed out. */
+int namespace_p_join_external(slurm_step_id_t *step_id, void *ns_map)
+{
+	(void)step_id;
+	(void)ns_map;
+	return -1; /* no namespace file to hand out: pam_slurm_adopt and the like get none */
+}
+#else
 int container_p_join_external(uint32_t job_id)
 {
 	(void)job_id;
 	return -1; /* no namespace file to hand out: pam_slurm_adopt and the like get none */
 }
+#endif
 
-/* Slurm's signature (src/interfaces/job_container.c), hence the non-const pointer. */
-int container_p_restore(char *dir_name, bool recover) /* NOLINT(readability-non-const-parameter) */
+/* Slurm's signature (src/interfaces/job_container.c, namespace.c), hence the non-const pointer. */
+int JAIL_FN(restore)(char *dir_name, bool recover) /* NOLINT(readability-non-const-parameter) */
 {
 	(void)dir_name;
 	(void)recover;
 	return SLURM_SUCCESS;
 }
 
+#if JAIL_NAMESPACE_API
+int namespace_p_stepd_create(void *step)
+{
+	(void)step;
+	return SLURM_SUCCESS;
+}
+#else
 int container_p_stepd_create(uint32_t job_id, void *step)
 {
 	(void)job_id;
 	(void)step;
 	return SLURM_SUCCESS;
 }
+#endif
 
 /* Tries of the removal, and how long each waits at most for root to come back (see below). */
 #define REMOVE_TRIES 3
@@ -157,7 +214,7 @@ int container_p_stepd_create(uint32_t job_id, void *step)
 #define ROOT_WAIT_STEP_US 10000
 
 /*
- * Slurm 24.11's slurmstepd shuts X11 forwarding down in a worker thread as the step ends (mgr.c, `fail1:`
+ * Slurm 24.11's slurmstepd (and 26.05's, which has the same handler) shuts X11 forwarding down in a worker thread as the step ends (mgr.c, `fail1:`
  * _x11_signal_handler), with or without X11: it sets the whole process's effective uid to the job's user and back, a
  * few milliseconds while this runs in the main thread. Removal meeting that window fails with EACCES (seen in CI:
  * slurmstepd's own "Unable to move pid ... to root cgroup" at the same instant). So: wait, bounded, for root.
@@ -172,7 +229,7 @@ static void wait_for_root(void)
  * The extern step's slurmstepd (on the node's root) calls this as it ends, after the job's other steps on this node:
  * the job's private /tmp and /dev/shm go with everything in them.
  */
-int container_p_stepd_delete(uint32_t job_id)
+static int remove_job_dirs(uint32_t job_id)
 {
 	struct jail_job_dirs dirs;
 	struct jail_error e;
@@ -193,14 +250,48 @@ failed:
 	return SLURM_ERROR;
 }
 
-int container_p_send_stepd(int fd)
+#if JAIL_NAMESPACE_API
+int namespace_p_stepd_delete(const void *step)
+{
+	const struct stepd_step_rec_head *head = step;
+
+	if (head == NULL || head->step_id.step_id != SLURM_EXTERN_CONT || head->step_id.job_id == 0) {
+		slurm_error("job_container/jail: stepd_delete: the step record is not the extern step's as this plugin"
+			    " reads it (Slurm's stepd_step_rec_t changed?); the job's /tmp and /dev/shm are left");
+		return SLURM_ERROR;
+	}
+	return remove_job_dirs(head->step_id.job_id);
+}
+#else
+int container_p_stepd_delete(uint32_t job_id)
+{
+	return remove_job_dirs(job_id);
+}
+#endif
+
+int JAIL_FN(send_stepd)(int fd)
 {
 	(void)fd;
 	return SLURM_SUCCESS;
 }
 
-int container_p_recv_stepd(int fd)
+int JAIL_FN(recv_stepd)(int fd)
 {
 	(void)fd;
 	return SLURM_SUCCESS;
 }
+
+#if JAIL_NAMESPACE_API
+/* Nothing here stands in the way of task/cgroup's BPF device filter (no user namespace), nor needs a BPF token. */
+bool namespace_p_can_bpf(const void *step)
+{
+	(void)step;
+	return true;
+}
+
+int namespace_p_setup_bpf_token(const void *step)
+{
+	(void)step;
+	return SLURM_SUCCESS;
+}
+#endif

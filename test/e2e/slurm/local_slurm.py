@@ -1,8 +1,10 @@
-"""A real local Slurm 24.11 instance (hack/local-slurm.sh) for tests: start, run clients against it, read logs, stop.
+"""A real local Slurm instance (hack/local-slurm.sh) for tests: start, run clients against it, read logs, stop.
 
-The daemons run inside a Debian trixie root filesystem in a mount namespace of their own; clients must run in that
-namespace too (`LocalSlurm.run`, `LocalSlurm.command`). /tmp, the repository and the state directory are visible there
-at the same paths as on the host, so tests can hand paths from `tmp_path` to jobs and read what the jobs wrote.
+Slurm 24.11 by default; SLURM_LINE=26.05 in the environment runs the whole suite against Debian testing's 26.05. The
+daemons run inside a Debian root filesystem (trixie, or forky for 26.05) in a mount namespace of their own; clients
+must run in that namespace too (`LocalSlurm.run`, `LocalSlurm.command`). /tmp, the repository and the state directory
+are visible there at the same paths as on the host, so tests can hand paths from `tmp_path` to jobs and read what the
+jobs wrote.
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ class LocalSlurm:
                 f"slurmd log tail:\n{self.log_tail('slurmd')}"
             )
         return proc
+
+    @property
+    def slurm_line(self) -> str:
+        """The Slurm line the instance runs ("24.11" or "26.05": hack/local-slurm.sh's SLURM_LINE when it started)."""
+        return (self.state_dir / "slurm-line").read_text().strip()
 
     def log(self, daemon: str) -> str:
         """The whole log of `slurmd`, `slurmctld` or `munged`."""

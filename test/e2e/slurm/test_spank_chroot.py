@@ -102,13 +102,33 @@ def test_sbatch_writes_land_in_the_jail_directory_on_the_host(local_slurm: Local
     assert not Path("/data").exists()
 
 
+def stepd_pids(job_id: str, step: str) -> list[int]:
+    """PIDs of the slurmstepd of `step` of a job, by the title it gives itself (`slurmstepd: [JOB.STEP]`)."""
+    title = f"slurmstepd: [{job_id}.{step}]".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if (proc / "cmdline").read_bytes().rstrip(b"\0") == title:
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
 def test_extern_step_stays_in_the_hosts_namespace(local_slurm: LocalSlurm) -> None:
     job_id = local_slurm.run("sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 120").stdout.strip()
     try:
         found: dict[str, list[int]] = {}
 
         def both_steps_running() -> bool:
-            found.update(extern=step_pids(local_slurm, job_id, "extern"), batch=step_pids(local_slurm, job_id, "batch"))
+            # The extern step's slurmstepd itself, and its `sleep` child where Slurm starts one (24.11; 26.05's extern
+            # step runs no process of its own, `scontrol listpids` shows it as -1).
+            found.update(
+                extern=stepd_pids(job_id, "extern") + step_pids(local_slurm, job_id, "extern"),
+                batch=step_pids(local_slurm, job_id, "batch"),
+            )
             return bool(found["extern"] and found["batch"])
 
         local_slurm.wait_until(both_steps_running, what=f"extern and batch steps of job {job_id}")
