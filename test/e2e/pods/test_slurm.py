@@ -460,8 +460,16 @@ class Timeline:
 def test_slurm_node_state_follows_drain_and_resume_and_an_idle_cluster_writes_nothing(available: Kube) -> None:
     kube = available
     pod = f"{NAME}-worker-cpu-1"
-    # The pod conditions and the cluster's counts are written by the same poll, one after the other.
-    until(lambda: node_state_condition(kube, pod) == ("True", "Idle", "") or None, timeout=90, what="Idle on pod")
+    # Idle in Slurm first: the test before this one cancels its job, and a node still completing it is not idle (CI
+    # run50: the status, still "2 idle" from before that job, became "1 allocated" inside the window below). Then the
+    # pod conditions and the cluster's counts, written by the same poll, one after the other.
+    wait_for_nodes(kube, lambda n: set(n.values()) == {"idle"} and len(n) == 2, timeout=120, what="both idle in sinfo")
+    for worker in worker_pods(kube):
+
+        def idle(w: str = worker) -> bool | None:
+            return node_state_condition(kube, w) == ("True", "Idle", "") or None
+
+        until(idle, timeout=90, what=f"Idle on {worker}")
     until(
         lambda: kube.json("slurmcluster", NAME)["status"].get("slurmNodes", {}).get("idle") == 2,
         timeout=30,
