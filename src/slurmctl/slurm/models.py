@@ -2,8 +2,8 @@
 
 Two layers on purpose: the `Wire*` msgspec structs check the subset of the v0.0.42 JSON this client relies on (extra
 fields skipped, so a newer Slurm adding fields does not break us; a missing or mistyped field is a
-`SlurmProtocolError`), and the public dataclasses hold what callers need, in the form they need it (upper-case state
-flags as a frozenset, host lists expanded to names).
+`SlurmProtocolError`), and the public values (`Node`, `Job`, ...) hold what callers need, in the form they need it
+(upper-case state flags as a frozenset, host lists expanded to names).
 
 Why msgspec and not pydantic (which the API types use): an answer of 10,000 jobs is 66 MB of which the operator reads
 a few fields. msgspec decodes the bytes straight into these structs and skips the rest without making objects of
@@ -43,13 +43,13 @@ JOB_BASE_STATES = frozenset(
 
 
 class _Value(msgspec.Struct, frozen=True, gc=False):
-    """What callers get: immutable values (msgspec structs, not dataclasses, for one reason: `gc=False`). They hold
-    only strings, numbers, datetimes and each other, never a cycle, so the garbage collector need not track them: a
-    snapshot of 10,000 jobs and 4,096 nodes kept by the operator made every full collection walk ~60,000 more objects
-    (~100 ms a pass in bench_slurm_observation)."""
+    """What callers get: immutable values (msgspec structs, not dataclasses, for one reason: `gc=False`, which the
+    subclasses inherit). They hold only strings, numbers, datetimes and each other, never a cycle, so the garbage
+    collector need not track them: a snapshot of 10,000 jobs and 4,096 nodes kept by the operator made every full
+    collection walk ~60,000 more objects (~100 ms a pass in bench_slurm_observation)."""
 
 
-class Node(_Value, frozen=True, gc=False):
+class Node(_Value, frozen=True):
     """A Slurm node as slurmctld sees it. `state` is Slurm's list of upper-case words: one base state (IDLE,
     ALLOCATED, MIXED, DOWN, ...) plus flags (DRAIN, COMPLETING, NOT_RESPONDING, DYNAMIC_NORM, ...)."""
 
@@ -120,7 +120,7 @@ class Node(_Value, frozen=True, gc=False):
         return self.base.capitalize()
 
 
-class ExitCode(_Value, frozen=True, gc=False):
+class ExitCode(_Value, frozen=True):
     """A job's exit: Slurm's status words ("SUCCESS", "ERROR", "SIGNALED", "PENDING", ...), the process' return
     code and the signal that ended it, each None when Slurm has none (yet)."""
 
@@ -129,7 +129,7 @@ class ExitCode(_Value, frozen=True, gc=False):
     signal: int | None
 
 
-class Job(_Value, frozen=True, gc=False):
+class Job(_Value, frozen=True):
     job_id: int
     name: str
     user: str
@@ -146,7 +146,7 @@ class Job(_Value, frozen=True, gc=False):
     node_count: int | None = None  # nodes requested (pending) or allocated (running)
 
 
-class Partition(_Value, frozen=True, gc=False):
+class Partition(_Value, frozen=True):
     name: str
     nodes: tuple[str, ...]
     total_nodes: int

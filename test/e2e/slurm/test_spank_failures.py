@@ -17,8 +17,9 @@ from test.e2e.slurm.local_slurm import PLUGIN, LocalSlurm, local_slurm_instance
 
 pytestmark = pytest.mark.slurm
 
-# What srun says when a required plugin's slurm_spank_init fails: Slurm 24.11, then 26.05 (ESPANK_NODE_FAILURE).
-FAILED_INIT = ("Plugin initialization failed", "Spank plugin failure, node failed")
+# What srun says when a required plugin's slurm_spank_init fails, by Slurm line (26.05 reports the plugin's
+# slurm_spank_init_failure_mode, ESPANK_NODE_FAILURE).
+FAILED_INIT = {"24.11": "Plugin initialization failed", "26.05": "Spank plugin failure, node failed"}
 
 
 class SetPlugstack(Protocol):
@@ -86,8 +87,7 @@ def test_bad_jail_fails_the_step_and_runs_nothing(
     ran = tmp_path / "ran-on-the-host"
     proc = spare_slurm.run("srun", "/bin/touch", str(ran), check=False)
     assert proc.returncode != 0
-    # 24.11: "Plugin initialization failed"; 26.05 reports the plugin's slurm_spank_init_failure_mode instead.
-    assert any(said in proc.stderr for said in FAILED_INIT), proc.stderr
+    assert FAILED_INIT[spare_slurm.slurm_line] in proc.stderr, proc.stderr
     line = next((x for x in spare_slurm.log("slurmd").splitlines() if f"cannot enter jail {jail}:" in x), "")
     assert f"step '{step}' failed" in line and reason in line, spare_slurm.log_tail("slurmd")
     assert not ran.exists(), "the user's program ran on the host"
