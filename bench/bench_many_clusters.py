@@ -65,6 +65,9 @@ NAMESPACES = 4
 CREATE_CONCURRENCY = 16
 PLAIN_CONCURRENCY = 16
 GROUPS = ("a", "b", "c")
+# Issue 26: 200 clusters within 1.5x the plain loop; 1,000 within 2x and 400 MB (381.5 MiB) of peak RSS.
+RATIO_GOAL = "<= 1.5" if CLUSTERS <= 200 else "<= 2"
+RSS_GOAL = "<= 400 MB (381.5 MiB)"
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyForBenchmarks bench@example"
 # Writes that are not the operator's: this driver's (it plays the kubelet and the workload controllers, and creates
 # the namespaces and clusters) and the API server's own endpoint reconciler (`POST endpoints` every 10 s).
@@ -339,10 +342,11 @@ async def _measure(kubeconfig: Path, log: IO[bytes]) -> list[Figure]:
             ("many_clusters_objects", float(objects), "objects"),
             ("many_clusters_load_average_1m", load, ""),
             ("many_clusters_plain_apply_loop_s", plain_s, "s"),
-            ("many_clusters_all_available_s", available_s, versus("s", available_s, plain_s, goal="ratio <= 2")),
-            ("many_clusters_ratio", available_s / plain_s, goal("x", "<= 2")),
+            ("many_clusters_all_available_s", available_s, versus("s", available_s, plain_s, goal=RATIO_GOAL)),
+            ("many_clusters_ratio", available_s / plain_s, goal("x", RATIO_GOAL)),
             ("many_clusters_plain_writes", float(plain.writes), "writes"),
             ("many_clusters_operator_writes", float(total), versus("writes", total, plain.writes)),
+            ("many_clusters_operator_writes_by_resource", float(total), f"writes {dict(created.most_common())}"),
             (
                 "many_clusters_writes_per_object",
                 total / objects,
@@ -363,7 +367,7 @@ async def _measure(kubeconfig: Path, log: IO[bytes]) -> list[Figure]:
             ("many_clusters_edit_p50_ms", 1000 * statistics.median(latencies), goal("ms", "< 100")),
             ("many_clusters_edit_p99_ms", 1000 * _percentile(latencies, 0.99), goal("ms", "< 500")),
             ("many_clusters_writes_per_edit", sum(edits.values()) / EDITS, "writes"),
-            ("many_clusters_operator_peak_rss", peak_rss, goal("MiB", "<= 200 MB (190.7 MiB)")),
+            ("many_clusters_operator_peak_rss", peak_rss, goal("MiB", RSS_GOAL)),
             ("many_clusters_operator_idle_rss", idle_rss, "MiB"),
             ("many_clusters_operator_cpu_s", cpu_s, versus("s", cpu_s, plain.cpu_s)),
             (

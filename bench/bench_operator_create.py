@@ -36,10 +36,10 @@ from slurmctl.api.v1 import API_VERSION, KIND, check_cluster
 from slurmctl.cli import default_workers
 from slurmctl.reconcilers import desired_objects, register
 from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
-from slurmctl.render.cluster import render_munge_secret, render_ssh_host_keys_secret
+from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 from slurmctl.render.kinds import CRONJOB, PDB
 from slurmctl.render.manifests import Inputs
-from slurmctl.runtime import Client, Event, EventType, Manager, ManagerOptions, Request
+from slurmctl.runtime import Client, Event, EventType, Manager, ManagerOptions, Request, drop_nones
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "config" / "samples" / "slurmcluster_research.yaml"
@@ -51,6 +51,7 @@ DEPLOYMENT = ("apps/v1", "Deployment")
 JOB = ("batch/v1", "Job")
 MERGE_PATCH = "application/merge-patch+json"
 DB_PASSWORD = "bench-password-not-secret"
+JWT_KEY = bytes(32)  # fixed bytes: the plain loop applies what the operator would, without generating keys
 TIMEOUT = 60.0
 Figure = tuple[str, float, str]
 Key = tuple[str, str, str]  # namespace, kind, name
@@ -192,19 +193,22 @@ def _sample() -> dict[str, Any]:
 def _children(
     doc: Mapping[str, Any], *, munge: bytes, host_keys: Mapping[str, bytes], cronjob: str, pdb: str
 ) -> list[dict[str, Any]]:
-    """Everything the operator applies for `doc`, key Secrets with fixed bytes; ownerReferences need a uid."""
+    """Everything the operator applies for `doc`, as the operator sends it (no `None`s), key Secrets with fixed bytes;
+    ownerReferences need a uid."""
     body = copy.deepcopy(dict(doc))
     body["metadata"]["uid"] = "00000000-0000-0000-0000-000000000001"
     cluster, problems = check_cluster(body)
     if cluster is None or problems:
         raise RuntimeError(f"the sample is not valid: {problems}")
-    return [
+    objects = [
         *desired_objects(
             Inputs.offline(cluster, dbd_password=DB_PASSWORD, cronjob_api_version=cronjob, pdb_api_version=pdb)
         ),
         render_munge_secret(cluster, munge),
+        render_jwt_key_secret(cluster, JWT_KEY),
         render_ssh_host_keys_secret(cluster, host_keys),
     ]
+    return [drop_nones(o) for o in objects]
 
 
 def _in_namespace(doc: Mapping[str, Any], namespace: str) -> dict[str, Any]:
