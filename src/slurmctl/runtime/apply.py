@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
 from cachetools import TTLCache
 
 from slurmctl.runtime.client import Obj, drop_nones
@@ -65,9 +65,14 @@ def _not_watched(api_version: str, kind: str, namespace: str, name: str) -> Cach
     return Cached.NOT_WATCHED
 
 
+_canonical = msgspec.json.Encoder(order="sorted")
+
+
 def intent_digest(body: Mapping[str, Any], field_manager: str) -> str:
-    canonical = json.dumps([field_manager, body], sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    """SHA-256 of `[field_manager, body]` as compact JSON with sorted keys (msgspec: the digest is taken of every
+    intent, also of those the cache then skips). Earlier releases hashed `json.dumps` of the same; the bytes differ
+    only for non-ASCII text and floats in exponent form, so an upgrade applies such an object once more."""
+    return hashlib.sha256(_canonical.encode([field_manager, body])).hexdigest()
 
 
 def _same_scalar(live: Any, want: Any) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -20,6 +19,7 @@ from urllib.parse import quote, urlsplit
 from urllib.request import getproxies
 
 import aiohttp
+import msgspec
 from kubernetes_asyncio.client import ApiClient
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
@@ -43,6 +43,27 @@ Obj = dict[str, Any]
 T = TypeVar("T")
 
 APPLY_PATCH = "application/apply-patch+yaml"
+# The same media type with a parameter, which the API server drops before it reads the patch type. kubernetes-asyncio
+# runs its own encoding (a walk of the whole body in Python, then json.dumps) only for a content type that names JSON
+# or is exactly APPLY_PATCH, and sends bytes of any other as they are: so an apply body goes out as `encode` made it
+# (that walk, with a second `drop_nones`, was a sixth of the operator's CPU in the many-clusters benchmark).
+_APPLY_PATCH_AS_IS = f"{APPLY_PATCH}; charset=utf-8"
+# Answers are decoded by msgspec into the same plain dicts and lists json.loads makes: several times faster, and its
+# dict keys are shared between objects (the informer caches hold millions of them).
+_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+
+
+def decode(data: bytes) -> Any:
+    """JSON bytes from the API server as plain dicts and lists; a `ValueError` when they are not JSON."""
+    return _decoder.decode(data)
+
+
+def encode(body: Any) -> bytes:
+    """A body as the API server reads it: compact JSON."""
+    return _encoder.encode(body)
+
+
 MERGE_PATCH = "application/merge-patch+json"
 # A discovery answer of "not served" is re-checked after this long, so a CRD installed later is picked up.
 NEGATIVE_DISCOVERY_TTL = 60.0
@@ -243,7 +264,7 @@ class Client:
             if not 200 <= resp.status < 300:
                 raise error_for_status(resp.status, data, context=f"{method} {path}")
         try:
-            return json.loads(data) if data else None
+            return decode(data) if data else None
         except ValueError as exc:
             raise ServerError(f"{method} {path}: answer is not JSON", status=resp.status, reason="BadBody") from exc
 
@@ -349,7 +370,7 @@ class Client:
                 if not line:
                     return
                 try:
-                    event = json.loads(line)
+                    event = decode(line)
                 except ValueError as exc:
                     raise ServerError(f"{what}: malformed event", status=0, reason="BadEvent") from exc
                 if event.get("type") == "ERROR":
@@ -362,12 +383,13 @@ class Client:
     async def apply(
         self, body: Mapping[str, Any], *, field_manager: str, subresource: str | None = None, force: bool = True
     ) -> Obj:
-        """Server-side apply (`application/apply-patch+yaml`) of `body` under `field_manager`. Not retried."""
+        """Server-side apply (`application/apply-patch+yaml`) of `body` under `field_manager`. Not retried. `body`
+        is sent as it is: no `None`s (SSA reads `null` as "remove this field"; `Applier` drops them)."""
         meta = body.get("metadata") or {}
         res = await self.resource(body["apiVersion"], body["kind"])
         query = {"fieldManager": field_manager, "force": "true" if force else "false"}
         path = res.path(meta.get("namespace"), meta["name"], subresource)
-        obj: Obj = await self.request("PATCH", path, query=query, body=drop_nones(body), content_type=APPLY_PATCH)
+        obj: Obj = await self.request("PATCH", path, query=query, body=encode(body), content_type=_APPLY_PATCH_AS_IS)
         return obj
 
     async def create(self, body: Mapping[str, Any]) -> Obj:

@@ -1,8 +1,13 @@
-"""The client's HTTP session consults the environment (proxies, netrc) only when proxy variables are set."""
+"""The client's HTTP session consults the environment (proxies, netrc) only when proxy variables are set; what an
+apply sends and gets back."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from slurmctl.runtime import Client
@@ -35,3 +40,34 @@ async def test_proxy_variables_are_honoured(monkeypatch: pytest.MonkeyPatch) -> 
         assert api.rest_client.pool_manager.trust_env is True
     finally:
         await api.close()
+
+
+async def test_an_apply_goes_out_as_compact_json_bytes_and_its_answer_comes_back_as_dicts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The apply body is sent as the client encoded it (kubernetes-asyncio's own walk and json.dumps are skipped by
+    the media type's parameter), text outside ASCII intact, and the answer is decoded to plain dicts."""
+    _without_proxies(monkeypatch)
+    seen: list[tuple[str, str, bytes]] = []
+
+    async def patch(request: web.Request) -> web.Response:
+        body = await request.read()
+        seen.append((request.method, request.headers["Content-Type"], body))
+        answer = {**json.loads(body), "metadata": {"name": "c", "namespace": "ns", "resourceVersion": "7"}}
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.router.add_patch("/api/v1/namespaces/ns/configmaps/c", patch)
+    async with TestServer(app, host="127.0.0.1") as server:
+        api = ApiClient(Configuration(host=str(server.make_url(""))))
+        try:
+            body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"},
+                    "data": {"motd": "Grüße, Åsa ✓", "n": "1"}}  # fmt: skip
+            applied = await Client(api).apply(body, field_manager="m")
+        finally:
+            await api.close()
+    [(method, content_type, sent)] = seen
+    assert (method, content_type.split(";")[0]) == ("PATCH", "application/apply-patch+yaml")
+    assert sent == json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    assert applied["data"] == body["data"]
+    assert applied["metadata"]["resourceVersion"] == "7"
