@@ -142,7 +142,7 @@ class Informer:
         self.name = name
         self.label_selector = label_selector  # what the source was narrowed to (the cache answers only within it)
         self._transform = transform
-        self.store = Store()
+        self.store = Store(encoded=True)
         self._source = source
         self._clock = clock
         self._page_size = page_size

@@ -1,0 +1,75 @@
+"""An informer's store keeps objects encoded with only a few decoded: whatever it holds and however few stay decoded,
+it answers exactly as a store of plain dicts does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmctl.runtime.store import Store
+
+NAMES = st.sampled_from(["a", "b", "c", "d", "e"])
+
+
+def _obj(name: str, namespace: str, owner: str, label: str, value: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"component": label},
+                     "ownerReferences": [{"uid": owner, "name": owner}], "resourceVersion": str(value)},
+        "spec": {"replicas": value, "template": {"spec": {"containers": [{"name": "x", "args": ["é", 1.5, None]}]}}},
+    }  # fmt: skip
+
+
+OBJECTS = st.builds(
+    _obj, NAMES, st.sampled_from(["ns", "other"]), st.sampled_from(["u1", "u2"]),
+    st.sampled_from(["workers", "login"]), st.integers(0, 3),
+)  # fmt: skip
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), OBJECTS),
+        st.tuples(st.just("remove"), st.tuples(st.sampled_from(["ns", "other"]), NAMES).map("/".join)),
+    ),
+    max_size=40,
+)
+
+
+def _answers(store: Store) -> list[Any]:
+    keys = [f"{ns}/{name}" for ns in ("ns", "other") for name in "abcde"]
+    return [
+        len(store),
+        sorted(store.keys()),
+        [store.get(k) for k in keys],
+        sorted((o["metadata"]["namespace"], o["metadata"]["name"]) for o in store),
+        *(
+            store.list(namespace=ns, labels=labels, owner_uid=owner)
+            for ns in (None, "ns")
+            for labels in (None, {"component": "workers"})
+            for owner in (None, "u1")
+        ),
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPERATIONS)
+def test_an_encoded_store_with_two_decoded_objects_answers_as_a_plain_store(operations: list[Any]) -> None:
+    plain, encoded = Store(), Store(encoded=True, hot=2)
+    for op, arg in operations:
+        if op == "put":
+            assert plain.put(arg) == encoded.put(arg)  # the previous object: what an update event carries
+        else:
+            assert plain.remove(arg) == encoded.remove(arg)
+        assert _answers(plain) == _answers(encoded)
+
+
+def test_what_a_pass_reads_again_is_the_same_decoded_object_and_a_cold_read_decodes_an_equal_one() -> None:
+    store = Store(encoded=True, hot=1)
+    first, second = _obj("a", "ns", "u1", "workers", 1), _obj("b", "ns", "u1", "workers", 1)
+    store.put(first)
+    assert store.get("ns/a") is first  # hot: no decode, the very object the watch delivered
+    store.put(second)  # pushes `a` out of the decoded ones
+    cold = store.get("ns/a")
+    assert cold == first and cold is not first
+    assert store.get("ns/a") is cold
