@@ -27,7 +27,7 @@ from slurmctl.reconcilers.base import Context
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.render import rbac
 from slurmctl.render.manifests import Inputs
-from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions
+from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions, heap
 from slurmctl.runtime.logs import configure, kv
 
 log = logging.getLogger(__name__)
@@ -304,6 +304,7 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
             )
         else:
             await register(manager)
+        heap.settle()
         await manager.run()
     except LeaderElectionLost as exc:
         log.error("exiting so that Kubernetes restarts the operator %s", kv(error=exc))
