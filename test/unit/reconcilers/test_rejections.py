@@ -112,3 +112,25 @@ async def test_host_path_volumes_are_an_invalid_spec_unless_the_operator_allows_
         env.create(spec(jail={"volume": {"claimName": "jail"}, "subMounts": [host]}))
         await env.converge()
         assert env.reason("SpecValid") == ("True", "Valid")
+
+
+async def test_a_rejected_object_does_not_hold_back_the_others_of_the_same_pass() -> None:
+    """One pass applies its objects together: group `a`'s StatefulSet refused, group `b`'s (rendered after it) is
+    still created, and the condition names the refused one."""
+
+    def reject_group_a(body: Mapping[str, Any], live: Mapping[str, Any] | None) -> ApiError | None:
+        if body["kind"] == "StatefulSet" and body["metadata"]["name"] == f"{NAME}-worker-a":
+            return Invalid("PATCH statefulsets: 422", status=422, detail="spec.replicas: Invalid value: quota")
+        return None
+
+    group = {"size": 1, "resources": {"requests": {"cpu": 1, "memory": "1Gi"}}}
+    async with Env() as env:
+        env.fake.admission.append(reject_group_a)
+        env.create(spec(workers=[{"name": "a", **group}, {"name": "b", **group}]))
+        await env.converge()
+        env.job_succeeds()  # the jail is populated: the worker groups may start
+        await env.converge()
+        names = {o["metadata"]["name"] for o in env.fake.of_kind(*STATEFULSET)}
+        assert f"{NAME}-worker-b" in names and f"{NAME}-worker-a" not in names
+        assert env.reason("WorkersReady") == ("False", "ApplyRejected")
+        assert f"StatefulSet {NAME}-worker-a" in (env.condition("WorkersReady") or {})["message"]
