@@ -26,13 +26,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import msgspec
 from cachetools import TTLCache
 
 from slurmctl.runtime.client import Obj, drop_nones
 from slurmctl.runtime.errors import NotFound
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.metrics import Metrics, default_metrics
+from slurmctl.runtime.wire import canonical
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +65,12 @@ def _not_watched(api_version: str, kind: str, namespace: str, name: str) -> Cach
     return Cached.NOT_WATCHED
 
 
-_canonical = msgspec.json.Encoder(order="sorted")
-
-
 def intent_digest(body: Mapping[str, Any], field_manager: str) -> str:
-    """SHA-256 of `[field_manager, body]` as compact JSON with sorted keys (msgspec: the digest is taken of every
-    intent, also of those the cache then skips). Earlier releases hashed `json.dumps` of the same; the bytes differ
-    only for non-ASCII text and floats in exponent form, so an upgrade applies such an object once more."""
-    return hashlib.sha256(_canonical.encode([field_manager, body])).hexdigest()
+    """SHA-256 of `[field_manager, body]` as compact JSON with sorted keys (`wire.canonical`, fast: the digest is
+    taken of every intent, also of those the cache then skips). Earlier releases hashed `json.dumps` of the same;
+    the bytes differ only for non-ASCII text and floats in exponent form, so an upgrade applies such an object once
+    more."""
+    return hashlib.sha256(canonical([field_manager, body])).hexdigest()
 
 
 def _same_scalar(live: Any, want: Any) -> bool:

@@ -19,7 +19,6 @@ from urllib.parse import quote, urlsplit
 from urllib.request import getproxies
 
 import aiohttp
-import msgspec
 from kubernetes_asyncio.client import ApiClient
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
@@ -36,6 +35,7 @@ from slurmctl.runtime.errors import (
 )
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.metrics import Metrics, default_metrics
+from slurmctl.runtime.wire import decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -48,20 +48,6 @@ APPLY_PATCH = "application/apply-patch+yaml"
 # or is exactly APPLY_PATCH, and sends bytes of any other as they are: so an apply body goes out as `encode` made it
 # (that walk, with a second `drop_nones`, was a sixth of the operator's CPU in the many-clusters benchmark).
 _APPLY_PATCH_AS_IS = f"{APPLY_PATCH}; charset=utf-8"
-# Answers are decoded by msgspec into the same plain dicts and lists json.loads makes: several times faster, and its
-# dict keys are shared between objects (the informer caches hold millions of them).
-_decoder = msgspec.json.Decoder()
-_encoder = msgspec.json.Encoder()
-
-
-def decode(data: bytes) -> Any:
-    """JSON bytes from the API server as plain dicts and lists; a `ValueError` when they are not JSON."""
-    return _decoder.decode(data)
-
-
-def encode(body: Any) -> bytes:
-    """A body as the API server reads it: compact JSON."""
-    return _encoder.encode(body)
 
 
 MERGE_PATCH = "application/merge-patch+json"

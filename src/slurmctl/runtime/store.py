@@ -1,8 +1,8 @@
-"""The informer's local copy of one resource type: plain dicts keyed by namespace/name, with secondary indexes.
+"""The informer's local copy of one resource type, keyed by namespace/name, with secondary indexes.
 
 Objects are shared, not copied, on read: callers must treat them as read-only (`copy.deepcopy` before changing).
 
-An informer's store keeps its objects encoded (`encoded=True`: compact JSON bytes, msgspec) and only the most
+An informer's store keeps its objects encoded (`encoded=True`: compact JSON bytes, `wire.encode`) and only the most
 recently read or written ones also as dicts (`HOT_OBJECTS`). Why: a Kubernetes object as Python dicts and strings
 takes four to five times its JSON size (a worker StatefulSet: 22 KB against 4.7 KB), and the caches of the owned
 kinds were most of the operator's memory at a thousand clusters (over the 512 MiB its Deployment allows). What one
@@ -15,15 +15,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-import msgspec
 from cachetools import LRUCache
+
+from slurmctl.runtime.wire import decode, encode
 
 Obj = dict[str, Any]
 # Decoded objects a store keeps beside the encoded ones: a few hundred clusters' worth of one kind, so that the
 # clusters being reconciled at once read their objects decoded (their passes read each several times).
 HOT_OBJECTS = 512
-_encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder()
 Index = tuple[str, list[str], list[tuple[str, str]]]
 
 
@@ -66,7 +65,7 @@ class Store:
             return item
         obj = self._hot.get(key)
         if obj is None:
-            obj = _decoder.decode(item)
+            obj = decode(item)
             self._hot[key] = obj
         return obj
 
@@ -80,7 +79,7 @@ class Store:
         if old is not None:
             self._unindex(key)
         if self._encoded:
-            self._items[key] = _encoder.encode(obj)
+            self._items[key] = encode(obj)
             self._hot[key] = obj
         else:
             self._items[key] = obj
