@@ -40,7 +40,7 @@ class _ClosingAnswerHandler(ResponseHandler):
         # calls parse the same), so that a complete closing answer is seen before the bytes after it are parsed.
         start = 0
         while True:
-            if start < len(data) and self._closing_answer_complete():
+            if data.startswith(_STATUS_LINE, start) and self._closing_answer_complete():
                 self._drop(len(data) - start)
                 return
             cut = data.find(_STATUS_LINE, start + 1)
