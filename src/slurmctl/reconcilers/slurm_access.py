@@ -38,6 +38,7 @@ from slurmctl.slurm import (
     SlurmError,
     SlurmUnavailable,
     TokenSource,
+    new_session,
 )
 
 REST_COMPONENT = "rest"
@@ -134,8 +135,9 @@ class SlurmAccess:
         if self._connect is not None:
             return self._connect(base_url, token)
         if self._session is None or self._session.closed:
-            # Slurm is reached on pod IPs only: no proxy lookups, no netrc.
-            self._session = aiohttp.ClientSession(trust_env=False)
+            # Slurm is reached on pod IPs only: no proxy lookups, no netrc; slurmrestd 26.05's double error answers
+            # are read (slurmctl.slurm.session).
+            self._session = new_session()
         metrics = self.metrics
         return SlurmClient(
             session=self._session,

@@ -7,6 +7,7 @@ from .client import ACCOUNTING_KINDS, API_VERSION, DEFAULT_TIMEOUT, AccountingKi
 from .errors import SlurmApiError, SlurmAuthError, SlurmError, SlurmProtocolError, SlurmUnavailable
 from .hostlist import HostlistError, expand
 from .models import ExitCode, Job, Node, Partition
+from .session import new_session
 from .token import DEFAULT_LIFETIME, TokenSource, mint_token
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "TokenSource",
     "expand",
     "mint_token",
+    "new_session",
 ]

@@ -22,15 +22,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmctl.api.v1 import default_image
 from test.e2e.harness import REPO, Node, control_plane_script, node_script
 from test.e2e.operator import service_account_kubeconfig
-from test.e2e.pods.slurm import Kube, OperatorProcess, operator_process
+from test.e2e.pods.slurm import Kube, OperatorProcess, operator_process, slurm_image
 from test.waiting import until
 
 TEST_IMAGE = "localhost/slurmctl-test/busybox:1"
 # What every SlurmCluster of these tests runs; a module that needs more checks them itself (require_images).
-SLURM_IMAGES = tuple(default_image(c) for c in ("controller", "worker", "login", "rest", "populate-jail"))
+SLURM_IMAGES = tuple(slurm_image(c) for c in ("controller", "worker", "login", "rest", "populate-jail"))
 BRIDGE = "slurmctl0"
 
 

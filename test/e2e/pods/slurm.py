@@ -6,8 +6,10 @@ what it waited for and what it saw last.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import runpy
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -15,12 +17,48 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from slurmctl.api.v1 import IMAGE_TAG
+import yaml
+
+from slurmctl.api.v1 import IMAGE_TAG, Component, default_image
 from test.e2e.harness import REPO, ControlPlane
 from test.waiting import until
 
 SLURMCTL = REPO / ".venv" / "bin" / "slurmctl"
+# Not a Slurm image: the same for every Slurm line (hack/images.sh builds it with the default line only).
 TEST_DB_IMAGE = f"localhost/slurmctl-test/mariadb:{IMAGE_TAG}"
+
+# The Slurm line the tests run, one setting as for hack/images.sh and hack/local-slurm.sh: SLURM_LINE=26.05 runs every
+# SlurmCluster on the images `SLURM_LINE=26.05 make images` built (the line's tag suffix from its pin file).
+DEFAULT_SLURM_LINE = "24.11"
+SLURM_LINE = os.environ.get("SLURM_LINE") or DEFAULT_SLURM_LINE
+
+
+def _line_image_tag(line: str) -> str:
+    if line == DEFAULT_SLURM_LINE:
+        return IMAGE_TAG
+    pins = REPO / "images" / "lines" / f"{line}.pins"
+    assert pins.is_file(), f"SLURM_LINE={line}: no {pins.relative_to(REPO)}"
+    image_line = runpy.run_path(str(REPO / "hack" / "image_line.py"))
+    suffix: str = image_line["parse"](pins.read_text(), str(pins)).settings["tag-suffix"]
+    return IMAGE_TAG + suffix
+
+
+SLURM_IMAGE_TAG = _line_image_tag(SLURM_LINE)
+
+
+def slurm_image(component: Component) -> str:
+    """The image of a Slurm component on the line the tests run."""
+    return default_image(component, tag=SLURM_IMAGE_TAG)
+
+
+def on_slurm_line(obj: dict[str, Any]) -> dict[str, Any]:
+    """A SlurmCluster set to the tests' line's images (spec.slurm.imageTag, unless it names a tag itself); any other
+    object as it is. The default line leaves the spec alone, so those tests run the operator's own default."""
+    if obj.get("kind") != "SlurmCluster" or SLURM_IMAGE_TAG == IMAGE_TAG:
+        return obj
+    obj = copy.deepcopy(obj)
+    obj.setdefault("spec", {}).setdefault("slurm", {}).setdefault("imageTag", SLURM_IMAGE_TAG)
+    return obj
 
 
 class Kube:
@@ -76,9 +114,13 @@ class Kube:
         return "\n".join(out)
 
     def apply(self, objects: list[dict[str, Any]]) -> None:
-        """Server-side apply, as one List."""
-        items = {"apiVersion": "v1", "kind": "List", "items": objects}
+        """Server-side apply, as one List; SlurmClusters on the tests' Slurm line (`on_slurm_line`)."""
+        items = {"apiVersion": "v1", "kind": "List", "items": [on_slurm_line(o) for o in objects]}
         self.run("apply", "--server-side", "-f", "-", input=json.dumps(items))
+
+    def apply_file(self, path: Path) -> None:
+        """A manifest file (such as a sample), applied as `apply` applies objects."""
+        self.apply([doc for doc in yaml.safe_load_all(path.read_text()) if doc])
 
     def phase(self, cluster: str) -> str:
         return str(self.json("slurmcluster", cluster).get("status", {}).get("phase", ""))

@@ -20,10 +20,18 @@ from typing import Any
 
 import pytest
 
-from slurmctl.api.v1 import default_image
 from test.e2e.harness import Node
 from test.e2e.pods.conftest import require_images
-from test.e2e.pods.slurm import TEST_DB_IMAGE, Kube, accounting_into, database, identity, pod_ready, small_cluster
+from test.e2e.pods.slurm import (
+    TEST_DB_IMAGE,
+    Kube,
+    accounting_into,
+    database,
+    identity,
+    pod_ready,
+    slurm_image,
+    small_cluster,
+)
 from test.waiting import until
 
 pytestmark = pytest.mark.e2e
@@ -95,7 +103,7 @@ def others(kube: Kube) -> dict[str, tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def cluster(node: Node, kube: Kube, operator: Path) -> Iterator[Kube]:
-    require_images(node, [TEST_DB_IMAGE, default_image("accounting")])
+    require_images(node, [TEST_DB_IMAGE, slurm_image("accounting")])
     kube.apply(database(DB, secrets.token_urlsafe(18)))
     kube.apply(slurm_cluster())
     kube.until_available(NAME, operator, timeout=600, logs=(f"deployment/{NAME}-accounting -c slurmdbd",))

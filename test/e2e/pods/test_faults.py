@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 
-from slurmctl.api.v1 import default_image
 from test.e2e.harness import Node
 from test.e2e.pods.conftest import require_images
 from test.e2e.pods.slurm import (
@@ -37,6 +36,7 @@ from test.e2e.pods.slurm import (
     identity,
     node_fields,
     pod_ready,
+    slurm_image,
     small_cluster,
 )
 from test.waiting import holds, until
@@ -213,7 +213,7 @@ def assert_nothing_lost(row: Row) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(node: Node, kube: Kube, operator: Path) -> Iterator[Cluster]:
-    require_images(node, [TEST_DB_IMAGE, default_image("accounting")])
+    require_images(node, [TEST_DB_IMAGE, slurm_image("accounting")])
     kube.apply(database(DB, secrets.token_urlsafe(18)))
     objects = small_cluster(NAME, accounting=accounting_into(DB))
     objects[1]["spec"]["workers"][0]["size"] = 2

@@ -233,7 +233,7 @@ def test_both_replicas_run_restricted_and_one_holds_the_lease(operator_pods: Ope
 
 
 def test_the_sample_becomes_available(kube: Kube, operator_pods: OperatorPods) -> None:
-    kube.run("apply", "--server-side", "-f", str(SAMPLE))
+    kube.apply_file(SAMPLE)
     seconds = available(kube, "2/2", operator_pods, timeout=600)
     print(f"\nminimal sample applied → Available (2/2 workers), operator as pods: {seconds:.1f}s")
     leader = operator_pods.holder()

@@ -68,7 +68,7 @@ def worker_pods(kube: Kube) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def available(kube: Kube, operator: Path) -> Kube:
-    kube.run("apply", "--server-side", "-f", str(SAMPLE))
+    kube.apply_file(SAMPLE)
     kube.until_available(NAME, operator, timeout=900)
     return kube
 

@@ -11,10 +11,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
-import aiohttp
 import pytest
 
-from slurmctl.slurm import Node, SlurmAuthError, SlurmClient, SlurmUnavailable, TokenSource, mint_token
+from slurmctl.slurm import Node, SlurmAuthError, SlurmClient, SlurmUnavailable, TokenSource, mint_token, new_session
 from test.e2e.harness import eventually
 from test.e2e.slurm.local_slurm import LocalSlurm, local_slurm_instance
 
@@ -38,7 +37,7 @@ async def client(rest_slurm: LocalSlurm) -> AsyncIterator[SlurmClient]:
     assert rest_slurm.rest_url is not None and rest_slurm.jwt_key is not None
     # SlurmUser is root in the local instance: root may drain, resume, delete and reconfigure.
     token = TokenSource(rest_slurm.jwt_key.read_bytes(), user="root", lifetime=timedelta(minutes=10))
-    async with aiohttp.ClientSession() as session:
+    async with new_session() as session:
         yield SlurmClient(session=session, base_url=rest_slurm.rest_url, token=token, user="root", timeout=10)
 
 
@@ -161,7 +160,7 @@ async def test_a_token_signed_with_another_key_is_an_auth_error(rest_slurm: Loca
     wrong = mint_token(
         b"not the key that slurmctld has!!", user="root", lifetime=timedelta(minutes=5), now=datetime.now(UTC)
     )
-    async with aiohttp.ClientSession() as session:
+    async with new_session() as session:
         c = SlurmClient(session=session, base_url=rest_slurm.rest_url, token=lambda: wrong, user="root")
         with pytest.raises(SlurmAuthError) as info:
             await c.nodes()
@@ -174,7 +173,7 @@ async def test_slurmctld_gone_is_unavailable_and_slurmrestd_stops_with_the_insta
         rest_pid = slurm.pid("slurmrestd")
         assert "slurmrestd" in Path(f"/proc/{rest_pid}/cmdline").read_text()
         token = TokenSource(slurm.jwt_key.read_bytes(), user="root")
-        async with aiohttp.ClientSession() as session:
+        async with new_session() as session:
             # slurmrestd gives up on slurmctld after about 9 s: a deadline above that shows its own answer.
             c = SlurmClient(session=session, base_url=slurm.rest_url, token=token, user="root", timeout=30)
             await c.ping()
