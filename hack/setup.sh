@@ -22,6 +22,22 @@ if [ ${#missing[@]} -gt 0 ]; then
         "${missing[@]}" >/dev/null
 fi
 
+# promtool, for `promtool check metrics` on the operator's /metrics (test/e2e/pods/test_slurm.py): only the binary,
+# taken out of Debian's prometheus package (installing the package would also install and start a Prometheus server).
+PROMTOOL=${SLURMCTL_CACHE:-$HOME/.cache/slurmctl}/promtool/promtool
+if [ ! -x "$PROMTOOL" ]; then
+    log "fetching promtool from Debian's prometheus package"
+    unpack=$(mktemp -d)
+    if ! (cd "$unpack" && apt-get download prometheus >/dev/null 2>&1); then
+        apt-get -o DPkg::Lock::Timeout=300 update >/dev/null
+        (cd "$unpack" && apt-get download prometheus >/dev/null 2>&1)
+    fi
+    dpkg-deb --fsys-tarfile "$unpack"/prometheus_*.deb | tar -x -C "$unpack" ./usr/bin/promtool
+    mkdir -p "$(dirname "$PROMTOOL")"
+    install -m 0755 "$unpack/usr/bin/promtool" "$PROMTOOL"
+    rm -rf "$unpack"
+fi
+
 # The container scripts run as the images' fixed users; the tests run them here, so the same users exist here.
 getent group slurm >/dev/null || groupadd --system --gid 64030 slurm
 getent passwd slurm >/dev/null || useradd --system --uid 64030 --gid slurm --home-dir /nonexistent --no-create-home \

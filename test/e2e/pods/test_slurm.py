@@ -13,8 +13,10 @@ run`, with its ServiceAccount's token.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
@@ -40,6 +42,7 @@ USER, UID = "alice", 1500
 REST = f"http://{NAME}-rest:6820"
 REST_PODS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest"
 METRICS = f"127.0.0.1:{free_port()}"
+PROMTOOL = Path(os.environ.get("SLURMCTL_CACHE", Path.home() / ".cache" / "slurmctl")) / "promtool" / "promtool"
 OPERATOR_ARGS = ("--metrics-bind-address", METRICS)  # the module's operator serves /metrics there
 
 
@@ -353,12 +356,16 @@ def test_users_get_a_token_and_slurmrestd_answers_with_every_node(available: Kub
     assert refused == "401"
 
 
+def metrics_text() -> str:
+    with urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=10) as answer:
+        text: str = answer.read().decode()
+    return text
+
+
 def operator_metrics(namespace: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     """The operator's series about this cluster: name -> (labels other than namespace and cluster) -> value."""
-    with urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
     out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(metrics_text()):
         for sample in family.samples:
             labels = dict(sample.labels)
             if (labels.pop("namespace", None), labels.pop("cluster", None)) == (namespace, NAME):
@@ -404,6 +411,12 @@ def test_the_operators_slurm_metrics_match_sinfo_and_squeue_while_a_job_runs(
     print(f"requests the operator sent slurmrestd so far: {requests}")
     for endpoint in ("nodes", "jobs", "partitions"):
         assert requests.get((("endpoint", endpoint), ("method", "GET")), 0) > 0, requests
+    # Prometheus's own linter on the whole page, Slurm series included (hack/setup.sh fetches promtool).
+    assert PROMTOOL.is_file(), f"{PROMTOOL} missing: run `make setup`"
+    lint = subprocess.run([PROMTOOL, "check", "metrics"], input=metrics_text(), capture_output=True, text=True,
+                          timeout=30, check=False)  # fmt: skip
+    print(f"promtool check metrics: exit {lint.returncode} {lint.stdout.strip()} {lint.stderr.strip()}")
+    assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), lint
     kube.exec(LOGIN_POD, LOGIN, "scancel", job)
     until(lambda: job_ended(kube, job), timeout=60, what=f"job {job} to end")
 
