@@ -149,9 +149,11 @@ class ClusterReconciler(ComponentReconciler):
         """An invalid spec changes no child: only the status says what is wrong, naming each field."""
         md = invalid.obj.get("metadata") or {}
         message = "; ".join(invalid.problems)
+        # What the status says once what is pending or just written is written: the cached object can lag a status
+        # write still in the writer's window, and a second pass in that window must not repeat the Event.
         current = {"metadata": md, "status": self.ctx.status.view(invalid.obj)}
         cond = make_condition(current, self.condition_type, ok=False, reason=Reason.INVALID_SPEC, message=message)
-        conditions = (invalid.obj.get("status") or {}).get("conditions") or []
+        conditions = current["status"].get("conditions") or []
         previous = next((c for c in conditions if c.get("type") == self.condition_type), None)
         if previous is None or previous.get("message") != message or previous.get("status") != "False":
             self.warn(invalid, Reason.INVALID_SPEC.value, message)  # logged as a warning too

@@ -6,6 +6,7 @@ import base64
 
 from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, SECRET, STATEFULSET
+from slurmctl.runtime import Request
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 
 
@@ -64,6 +65,20 @@ async def test_an_invalid_spec_fails_names_the_field_and_changes_no_child() -> N
         await env.converge()
         assert env.reason("SpecValid") == ("True", "Valid")
         assert env.phase() in ("Pending", "Reconciling")
+
+
+async def test_an_invalid_spec_reconciled_again_before_its_status_is_written_records_one_event() -> None:
+    """A second pass while the first one's status is still in the writer's window (the cache does not show it yet)."""
+    async with Env() as env:
+        env.create(spec(partitions=[{"name": "main", "workers": ["nope"]}]))
+        cluster = env.ctx.reconcilers["cluster"]
+        await cluster(Request(NS, NAME))
+        await cluster(Request(NS, NAME))
+        await env.ctx.status.flush()
+        await env.manager.recorder.flush()
+        events = env.fake.of_kind("v1", "Event")
+        assert [(e["type"], e["reason"], e.get("count", 1)) for e in events] == [("Warning", "InvalidSpec", 1)]
+        assert env.reason("SpecValid") == ("False", "InvalidSpec")
 
 
 async def test_a_key_secret_this_cluster_did_not_create_is_never_used_and_its_own_comes_once_it_is_gone() -> None:
