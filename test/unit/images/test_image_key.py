@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from test.unit.images.conftest import ROOT
+from test.unit.images.conftest import ROOT, load_module
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("image_key", ROOT / "hack" / "image_key.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["image_key"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ik = _load()
+ik = load_module(ROOT / "hack" / "image_key.py")
 
 DOCKERFILE = """\
 # syntax=docker/dockerfile:1

@@ -3,26 +3,14 @@ version left behind, and the default line's Dockerfiles untouched."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from types import ModuleType
 
 import pytest
 
-from test.unit.images.conftest import ROOT
+from test.unit.images.conftest import ROOT, load_module
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("image_line", ROOT / "hack" / "image_line.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["image_line"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-il = _load()
+il = load_module(ROOT / "hack" / "image_line.py")
 PINS_2605 = ROOT / "images" / "lines" / "26.05.pins"
 SLURM_IMAGES = ("slurm-base", "controller", "worker", "login", "accounting", "rest", "jail", "populate_jail")
 
