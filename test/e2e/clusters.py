@@ -17,6 +17,7 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 
+from test import timing
 from test.e2e.harness import eventually
 from test.e2e.operator import reconciles
 
@@ -149,10 +150,15 @@ class Cluster:
         return ((await self.get()).get("status") or {}).get("phase")
 
     async def wait_phase(self, phase: str, timeout: float = 30) -> None:
+        """Wait for `phase`; a wait for Available is charged to the module's "to Available" (test.timing)."""
+
         async def reached() -> bool:
             return await self.phase() == phase
 
+        start = time.monotonic()
         await eventually(reached, timeout=timeout, what=f"phase {phase}")
+        if phase == "Available":
+            timing.record_available(time.monotonic() - start)
 
     async def sts(self, name: str) -> Any:
         return await self.apps.read_namespaced_stateful_set(name, self.ns, _request_timeout=T)
@@ -229,6 +235,9 @@ class Cluster:
         return len(pods.items)
 
     async def become_available(self, expected_pods: int) -> None:
+        """Stand in for the kubelet and the Job controller until the cluster is Available; the wait is charged to the
+        module's "to Available" (test.timing)."""
+        start = time.monotonic()
         await self.populate_jail()
 
         async def all_ready() -> bool:
@@ -236,6 +245,7 @@ class Cluster:
             return await self.phase() == "Available"
 
         await eventually(all_ready, timeout=60, interval=0.3, what=f"phase Available with {expected_pods} pods ready")
+        timing.record_available(time.monotonic() - start)
 
     async def children(self) -> dict[tuple[str, str], Any]:
         selector = f"app.kubernetes.io/instance={NAME}"

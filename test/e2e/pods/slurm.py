@@ -12,6 +12,7 @@ import os
 import runpy
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import yaml
 
 from slurmctl.api.v1 import IMAGE_TAG, Component, default_image
+from test import timing
 from test.e2e.harness import REPO, ControlPlane
 from test.waiting import until
 
@@ -127,16 +129,20 @@ class Kube:
 
     def until_available(self, cluster: str, operator_log: Path, *, timeout: float, logs: tuple[str, ...] = ()) -> None:
         """Wait for the SlurmCluster to be Available; on timeout print what explains why: pods, their events, the
-        `logs` (kubectl logs arguments, e.g. "deployment/x -c c") and the operator's log."""
+        `logs` (kubectl logs arguments, e.g. "deployment/x -c c") and the operator's log. The wait is charged to the
+        running module's "to Available" in the timing table (test.timing), on timeout too."""
+        start = time.monotonic()
         try:
             until(lambda: self.phase(cluster) == "Available", timeout=timeout, interval=3, what=f"{cluster} Available")
         except AssertionError:
+            timing.record_available(time.monotonic() - start)
             print(self.run("get", "pods,jobs,pvc", "-o", "wide", check=False))
             print(self.run("describe", "pods", check=False)[-8000:])
             for args in logs:
                 print(self.run("logs", *args.split(), "--tail=40", check=False))
             print(operator_log.read_text()[-4000:])
             raise
+        timing.record_available(time.monotonic() - start)
 
     def delete(self, kind: str, name: str, *, timeout: float = 180) -> None:
         """Delete an object and wait until that one (by uid: a controller may make a new one of the same name) is

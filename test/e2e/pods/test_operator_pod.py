@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
+from test import timing
 from test.e2e.harness import REPO, Node
 from test.e2e.pods.conftest import SLURM_IMAGES, TEST_IMAGE, require_images
 from test.e2e.pods.slurm import Kube, pod_ready
@@ -202,7 +203,8 @@ def status(kube: Kube) -> dict[str, Any]:
 
 def available(kube: Kube, workers: str, ops: OperatorPods, *, timeout: float, idle: int | None = None) -> float:
     """Seconds until the sample is Available with `workers` ready/desired (and, given `idle`, Slurm's node list as the
-    operator last read it from slurmrestd: that many nodes, all idle); on timeout what explains why."""
+    operator last read it from slurmrestd: that many nodes, all idle); on timeout what explains why. The wait is
+    charged to the module's "to Available" (test.timing), on timeout too."""
     t0 = time.monotonic()
 
     def done() -> bool:
@@ -214,9 +216,12 @@ def available(kube: Kube, workers: str, ops: OperatorPods, *, timeout: float, id
     try:
         until(done, timeout=timeout, interval=0.5, what=f"{NAME} Available with workers {workers}, {idle} idle")
     except AssertionError as exc:
+        timing.record_available(time.monotonic() - t0)
         pods = kube.run("get", "pods,jobs,pvc", "-o", "wide", check=False)
         raise AssertionError(f"{exc}\nstatus: {status(kube)}\n{pods}\n{ops.report()}") from None
-    return time.monotonic() - t0
+    seconds = time.monotonic() - t0
+    timing.record_available(seconds)
+    return seconds
 
 
 def test_both_replicas_run_restricted_and_one_holds_the_lease(operator_pods: OperatorPods) -> None:
