@@ -28,9 +28,9 @@ import pytest
 # starts an inner session, so the table's figures are exact and no test sleeps.
 clock: Callable[[], float] = time.monotonic
 
-# Modules faster than this share one "other (N modules)" row: the unit tests are hundreds of modules of well under a
-# second each, and one line each would bury the few modules that matter.
-FOLD_BELOW = 1.0
+# Modules faster than this share one "other (N modules)" row: the unit tests are a hundred modules of seconds or less
+# each, and one line each would bury the few modules (real clusters) that matter.
+FOLD_BELOW = 10.0
 
 _KEY = pytest.StashKey["Timing"]()
 
@@ -108,9 +108,10 @@ def record_available(seconds: float) -> None:
         _sessions[-1].record_available(seconds)
 
 
-def table(modules: dict[str, ModuleTime], *, fold_below: float = FOLD_BELOW) -> list[str]:
+def table(modules: dict[str, ModuleTime]) -> list[str]:
     """The table's lines: a header, one row per module by wall time (slowest first), the modules faster than
-    `fold_below` in one row after them (when there are at least two of them), and a total row."""
+    FOLD_BELOW in one row after them (when there are at least two of them), and a total row."""
+    fold_below = FOLD_BELOW
     rows = sorted(modules.items(), key=lambda kv: (-kv[1].wall, kv[0]))
     fast = [(name, t) for name, t in rows if t.wall < fold_below]
     if len(fast) >= 2:

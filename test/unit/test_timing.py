@@ -78,6 +78,7 @@ class FakeClock:
 def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester directory with the plugin registered and a fake clock for the sessions started from it."""
     monkeypatch.setattr(timing, "clock", FakeClock())
+    monkeypatch.setattr(timing, "FOLD_BELOW", 1.0)  # the figures below are small ones
     pytester.makeconftest(CONFTEST)
     # The suite's asyncio setting (else a warning each run); without Hypothesis, whose summary hook imports it anew in
     # every inner session (seconds each).
@@ -112,7 +113,7 @@ def test_the_table_lists_each_module_before_pytests_summary_line(inner: pytest.P
     assert re.fullmatch(r"5 passed in [\d.]+s.*", result.outlines[-1])
 
 
-def test_modules_under_a_second_share_one_row(inner: pytest.Pytester) -> None:
+def test_modules_under_the_threshold_share_one_row(inner: pytest.Pytester) -> None:
     quick = """
 def test_quick(advance):
     advance(0.25)

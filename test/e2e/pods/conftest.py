@@ -51,12 +51,17 @@ class Leftovers:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A failed test that used a cluster's namespace (a `Kube` argument) reports what Slurm said at that moment: a
-    job that never ran or a node Slurm drained on its own explains most timeouts, and the namespace is gone later."""
+    job that never ran or a node Slurm drained on its own explains most timeouts, and the namespace is gone later.
+    With SLURMCTL_E2E_FAILURE_LOGS=DIR, every container's whole log goes to DIR/<test name>/ too."""
     report: pytest.TestReport = yield
     if report.when == "call" and report.failed:
         for kube in {id(v): v for v in getattr(item, "funcargs", {}).values() if isinstance(v, Kube)}.values():
             try:
                 report.sections.append((f"Slurm in {kube.ns} at the failure", kube.slurm_state()))
+                if logs := os.environ.get("SLURMCTL_E2E_FAILURE_LOGS"):
+                    into = Path(logs) / item.name
+                    kube.save_logs(into)
+                    report.sections.append((f"Logs of {kube.ns}", f"every container's log saved in {into}"))
             except (AssertionError, ValueError, subprocess.SubprocessError) as exc:  # the API server is gone, ...
                 report.sections.append((f"Slurm in {kube.ns} at the failure", f"not readable: {exc}"))
     return report

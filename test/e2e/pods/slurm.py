@@ -115,6 +115,19 @@ class Kube:
                 out.append(f"--- {name}/{container}, last lines\n{logs}")
         return "\n".join(out)
 
+    def save_logs(self, into: Path) -> None:
+        """Every container's whole log in the namespace (and its previous run's, where it restarted), one file each,
+        for a failed test: the report keeps only the last lines, and the namespace is gone once the module ends."""
+        into.mkdir(parents=True, exist_ok=True)
+        for pod in self.json("pods")["items"]:
+            name = pod["metadata"]["name"]
+            for status in pod.get("status", {}).get("containerStatuses", []):
+                container = status["name"]
+                for previous in [False, True] if status.get("restartCount") else [False]:
+                    args = ["logs", name, "-c", container, *(["--previous"] if previous else [])]
+                    suffix = ".previous" if previous else ""
+                    (into / f"{name}.{container}{suffix}.log").write_text(self.run(*args, check=False))
+
     def apply(self, objects: list[dict[str, Any]]) -> None:
         """Server-side apply, as one List; SlurmClusters on the tests' Slurm line (`on_slurm_line`)."""
         items = {"apiVersion": "v1", "kind": "List", "items": [on_slurm_line(o) for o in objects]}
