@@ -599,6 +599,10 @@ start_scheduler() {
 }
 
 # kubelet_flags DIR NAME IP SOCKET: the kubelet's flags for a node with state in DIR (into the array KUBELET_FLAGS).
+# --sync-frequency=10s (default 1m): a changed ConfigMap reaches a pod's volume only at the pod's next periodic sync,
+# so each Slurm config change (a new topology.conf, a scaled group's nodes) took up to a minute and more per pod to
+# reach the daemons; at 10 s the tests wait on Slurm, not on a timer sized for large nodes. The same kubelet setting
+# a cluster admin has (KubeletConfiguration syncFrequency); docs/testing.md lists the short settings of the tests.
 kubelet_flags() {
     local dir=$1 name=$2 ip=$3 sock=$4 port healthz
     port=$(free_port)
@@ -612,7 +616,8 @@ kubelet_flags() {
         --read-only-port=0 --healthz-bind-address=127.0.0.1 --healthz-port="$healthz"
         --fail-swap-on=false --cgroup-driver=cgroupfs --cgroups-per-qos=false --enforce-node-allocatable=
         --cluster-dns="$DNS_IP" --cluster-domain=cluster.local --resolv-conf="$NODE/resolv.conf"
-        --make-iptables-util-chains=false --node-status-update-frequency=2s --containerd="$sock"
+        --make-iptables-util-chains=false --node-status-update-frequency=2s --sync-frequency=10s
+        --containerd="$sock"
         --eviction-hard= --image-gc-high-threshold=100 --anonymous-auth=true --authorization-mode=AlwaysAllow)
 }
 

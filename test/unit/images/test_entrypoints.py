@@ -12,7 +12,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,8 +205,8 @@ def test_a_reconfigure_that_fails_is_retried_until_slurmctld_takes_it(pod: dict[
         down.unlink()
         tries = until(lambda: _settled(log, reconfigured), timeout=30, interval=0.1, what="the tries to stop")
         assert "MaxJobCount=5000" in ctl.installed.read_text()
-    assert ctl.output.count("'own_scontrol reconfigure' failed: Unable to contact slurm controller") == 1, ctl.output
-    assert ctl.output.count("configs changed; ran: own_scontrol reconfigure") == 1, ctl.output
+    assert ctl.output.count("'reconfigure_topology' failed: Unable to contact slurm controller") == 1, ctl.output
+    assert ctl.output.count("configs changed; ran: reconfigure_topology") == 1, ctl.output
     assert tries >= 4
 
 
@@ -220,50 +220,104 @@ def _settled(log: Path, line: str) -> int:
     return count
 
 
-# scontrol's answers for a cluster whose topology.conf puts c-0 and c-2 in sw1, while the running slurmctld built its
-# topology before c-2 registered again: c-2 is in no switch until a reconfigure. Hostlists are plain comma lists.
+# scontrol's answers for a cluster whose topology.conf puts c-0 and c-2 in sw1. `known` holds the nodes slurmctld
+# knows ("NAME ADDRESS" lines); `show topology` prints the file's names, as Slurm 24.11 does whether or not a node
+# is in the switch's bitmap, so it tells the follower nothing; `show config` names the last build, which a
+# reconfigure renews. Hostlists are plain comma lists.
 TOPOLOGY_SCONTROL = """case "$*" in
 "show hostnames "*) echo "$3" | tr , '\\n' ;;
-"show topology") cat {root}/shown ;;
-"-o show node "*) grep -qx "$4" {root}/known || {{ echo "Node $4 not found" >&2; exit 1; }}
-    echo "NodeName=$4 Arch=x86_64" ;;
-reconfigure) echo "SwitchName=sw1 Level=0 LinkSpeed=1 Nodes=$(paste -sd, {root}/known)" > {root}/shown ;;
+"show topology") echo "SwitchName=sw1 Level=0 LinkSpeed=1 Nodes=c-0,c-2" ;;
+"-o show nodes") [ -s {root}/known ] || {{ echo "No nodes in the system"; exit 0; }}
+    while read -r name addr; do echo "NodeName=$name Arch=x86_64 NodeAddr=$addr Reason=a b"; done <{root}/known ;;
+"show config") echo "Configuration data as of $(cat {root}/built 2>/dev/null || echo start)" ;;
+reconfigure) date +%s.%N > {root}/built ;;
 esac
 """
+RECONFIGURED = "scontrol uid=0 args=reconfigure"
 
 
-def _with_topology(pod: dict[str, str], known: str) -> None:
+def _with_topology(pod: dict[str, str], known: str) -> Path:
+    """topology.conf naming c-0 and c-2 installed, slurmctld knowing `known`; the file to change what it knows."""
     root = Path(pod["ROOT"])
     configs = Path(pod["SLURM_CONFIGS_SOURCE"])
     (configs / "..data" / "topology.conf").write_text("SwitchName=sw1 Nodes=c-0,c-2\nSwitchName=root Switches=sw1\n")
     (configs / "topology.conf").symlink_to("..data/topology.conf")
-    (root / "shown").write_text("SwitchName=sw1 Level=0 LinkSpeed=1 Nodes=c-0\nSwitchName=root Level=1 Nodes=c-0\n")
     (root / "known").write_text(known)
+    return root / "known"
 
 
-def test_a_node_slurmctld_knows_but_has_in_no_switch_gets_a_reconfigure(pod: dict[str, str]) -> None:
-    """topology.conf unchanged, but c-2 registered after slurmctld built its topology (a node back from a crash):
-    the follower sees c-2 in no switch of `scontrol show topology` and reconfigures once, which puts it there."""
-    _with_topology(pod, known="c-0\nc-2\n")
-    log = Path(pod["LOG"])
-    reconfigured = "scontrol uid=0 args=reconfigure"
-    with running_controller(
+def _topology_controller(pod: dict[str, str]) -> AbstractContextManager[RunningController]:
+    return running_controller(
         pod, scontrol=TOPOLOGY_SCONTROL.format(root=pod["ROOT"]), SLURM_CONFIGS_VERIFY_SECONDS="0"
-    ) as ctl:
-        until(lambda: _settled(log, reconfigured), timeout=30, interval=0.1, what="one reconfigure")
-        assert log.read_text().count(reconfigured) == 1
-        assert "Nodes=c-0,c-2" in (Path(pod["ROOT"]) / "shown").read_text()
-    assert "slurmctld has no switch for c-2, named in topology.conf; ran: own_scontrol reconfigure" in ctl.output
+    )
+
+
+def test_a_started_controller_rebuilds_its_topology_once_for_the_nodes_it_knows(pod: dict[str, str]) -> None:
+    """slurmctld built its topology as it started, while nodes were registering: the follower cannot tell which it
+    placed (`show topology` names what the file names), so it reconfigures once, then not again while nothing
+    changes."""
+    _with_topology(pod, known="c-0 10.0.0.1\nc-2 10.0.0.3\n")
+    log = Path(pod["LOG"])
+    with _topology_controller(pod) as ctl:
+        until(lambda: _settled(log, RECONFIGURED), timeout=30, interval=0.1, what="one reconfigure")
+        assert log.read_text().count(RECONFIGURED) == 1
+    assert "slurmctld knows c-0 c-2, named in topology.conf, since its last topology build" in ctl.output
+
+
+def test_a_node_registered_anew_after_the_last_build_gets_a_reconfigure(pod: dict[str, str]) -> None:
+    """c-2's pod was re-created (a lost node, a replaced worker): deleted from Slurm and registered again at a new
+    address, after the last build. The file is unchanged and `show topology` still names c-2, yet the node is in no
+    switch: the follower sees a node it did not know at its last reconfigure and reconfigures once more. A node the
+    file does not name (c-9) is no reason."""
+    known = _with_topology(pod, known="c-0 10.0.0.1\nc-2 10.0.0.3\n")
+    log = Path(pod["LOG"])
+    with _topology_controller(pod) as ctl:
+        until(lambda: _settled(log, RECONFIGURED) == 1, timeout=30, interval=0.1, what="the start-up reconfigure")
+        known.write_text("c-0 10.0.0.1\nc-9 10.0.0.9\n")  # c-2 deleted; c-9 registered (not in topology.conf)
+        holds(lambda: log.read_text().count(RECONFIGURED) == 1, seconds=1, what="no reconfigure for c-9")
+        known.write_text("c-0 10.0.0.1\nc-2 10.0.0.7\nc-9 10.0.0.9\n")
+        until(lambda: _settled(log, RECONFIGURED) == 2, timeout=30, interval=0.1, what="a second reconfigure")
+    assert "slurmctld knows c-2, named in topology.conf, since its last topology build" in ctl.output
 
 
 def test_a_node_slurmctld_does_not_know_yet_is_no_reason_to_reconfigure(pod: dict[str, str]) -> None:
-    """c-2 is named in topology.conf but has not registered (yet, or any more): a reconfigure would not put it in a
-    switch, so none runs."""
-    _with_topology(pod, known="c-0\n")
+    """c-2 is named in topology.conf but has not registered (yet, or any more): once the nodes slurmctld knows were
+    built in, a reconfigure would not place c-2, so none runs."""
+    _with_topology(pod, known="c-0 10.0.0.1\n")
     log = Path(pod["LOG"])
-    with running_controller(pod, scontrol=TOPOLOGY_SCONTROL.format(root=pod["ROOT"]), SLURM_CONFIGS_VERIFY_SECONDS="0"):
-        until(lambda: "show node c-2" in log.read_text(), timeout=30, interval=0.1, what="c-2 looked up")
-        holds(lambda: "args=reconfigure" not in log.read_text(), seconds=1, what="no reconfigure")
+    with _topology_controller(pod):
+        until(lambda: _settled(log, RECONFIGURED) == 1, timeout=30, interval=0.1, what="the start-up reconfigure")
+        until(lambda: log.read_text().count("show nodes") >= 5, timeout=30, interval=0.1, what="several checks")
+        assert log.read_text().count(RECONFIGURED) == 1
+
+
+def test_a_build_the_follower_did_not_run_voids_what_it_knew(pod: dict[str, str]) -> None:
+    """An administrator's `scontrol reconfigure` built the topology while c-2 was deleted; c-2 then registered again
+    at the address the follower knew it by. Its own last build is no longer slurmctld's, so it takes every node for
+    unplaced and reconfigures."""
+    known = _with_topology(pod, known="c-0 10.0.0.1\nc-2 10.0.0.3\n")
+    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
+    with _topology_controller(pod):
+        until(lambda: _settled(log, RECONFIGURED) == 1, timeout=30, interval=0.1, what="the start-up reconfigure")
+        until(lambda: log.read_text().count("show config") >= 3, timeout=30, interval=0.1, what="its build named")
+        assert log.read_text().count(RECONFIGURED) == 1
+        known.write_text("c-0 10.0.0.1\n")
+        (root / "built").write_text("the administrator's\n")
+        known.write_text("c-0 10.0.0.1\nc-2 10.0.0.3\n")
+        until(lambda: _settled(log, RECONFIGURED) == 2, timeout=30, interval=0.1, what="a second reconfigure")
+
+
+def test_a_failed_reconfigure_leaves_the_nodes_unplaced(pod: dict[str, str]) -> None:
+    """slurmctld does not take the reconfigure (starting, busy): the nodes it knows are not taken as built in, and the
+    reconfigure is tried again."""
+    _with_topology(pod, known="c-0 10.0.0.1\n")
+    root, log = Path(pod["ROOT"]), Path(pod["LOG"])
+    failing = TOPOLOGY_SCONTROL.replace("reconfigure) ", f"reconfigure) [ -e {root}/accept ] || exit 1; ")
+    with running_controller(pod, scontrol=failing.format(root=root), SLURM_CONFIGS_VERIFY_SECONDS="0"):
+        until(lambda: log.read_text().count(RECONFIGURED) >= 2, timeout=30, interval=0.1, what="a retried reconfigure")
+        (root / "accept").touch()
+        count = until(lambda: _settled(log, RECONFIGURED), timeout=30, interval=0.1, what="reconfigures to stop")
+        holds(lambda: log.read_text().count(RECONFIGURED) == count, seconds=1, what="no reconfigure once taken")
 
 
 def test_the_standby_controller_installs_a_change_and_leaves_its_slurmctld_alone(pod: dict[str, str]) -> None:
