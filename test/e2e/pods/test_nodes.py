@@ -246,6 +246,13 @@ def test_a_worker_registered_anew_takes_jobs_within_seconds(fleet: Fleet) -> Non
     rebuilds. `sbatch -w` on the node is accepted and runs within USABLE_WITHIN s of its registration."""
     victim = next(w for w, n in fleet.placement().items() if n == NODES[0])
     fleet.until_configs_installed()
+
+    # Slurm deletes only a node that runs nothing (the previous test's last job may still be completing there).
+    def idle() -> bool:
+        state = fleet.slurm_node(victim).get("State", "")
+        return state.startswith("IDLE") and "COMPLETING" not in state
+
+    until(idle, timeout=120, what=f"{victim} idle")
     fleet.login("scontrol", "delete", f"NodeName={victim}")
     t0 = time.monotonic()
     until(lambda: fleet.slurm_node(victim), timeout=120, interval=1, what=f"{victim} registered again")
