@@ -5,6 +5,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# pytest-xdist workers of `make test` and `make e2e`: modules run side by side, each module's tests together on one
+# worker (docs/testing.md). Three keep two cores busy while the real-pods modules mostly wait; 0 runs in one process.
+TEST_WORKERS ?= 3
+XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 .PHONY: setup run test test-other-line lint unit e2e manifests plugin plugin-lint images images-lint bench \
         cluster-build cluster-up cluster-down cluster-status clean
@@ -34,10 +38,14 @@ cluster-status:
 	hack/node.sh status
 
 # Everything CI checks, then every test in one pytest run so the output ends with pytest's summary line. The
-# real-pods tests run the images `make images` built (cached: seconds when nothing changed). The other Slurm line is
-# proven at host level first (test-other-line), so the output still ends with the main run's summary line.
-test: setup cluster-build lint images test-other-line
-	$(BIN)/pytest test $(PYTEST_ARGS)
+# real-pods tests run the images `make images` built (cached: seconds when nothing changed). The Kubernetes build,
+# the image builds and lint do not depend on each other and run side by side (each one's output printed whole when it
+# ends; apt runs one at a time). The other Slurm line is proven at host level next (test-other-line), so the output
+# still ends with the main run's summary line.
+test: setup
+	$(MAKE) --no-print-directory --output-sync=target -j3 cluster-build images lint
+	$(MAKE) --no-print-directory test-other-line
+	$(BIN)/pytest test $(XDIST) $(PYTEST_ARGS)
 
 # The host-level Slurm tests (hack/local-slurm.sh, the C plugins built against the line's headers, the REST client
 # against its slurmrestd) on the Slurm line that is not the default: 26.05, Debian testing's (docs/slurm-26.05.md).
@@ -49,7 +57,7 @@ unit: setup
 	$(BIN)/pytest test/unit $(PYTEST_ARGS)
 
 e2e: setup cluster-build images
-	$(BIN)/pytest test/e2e $(PYTEST_ARGS)
+	$(BIN)/pytest test/e2e $(XDIST) $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

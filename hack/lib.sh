@@ -47,6 +47,11 @@ ensure_apt_packages() {
     done
     [ ${#missing[@]} -eq 0 ] && return 0
     mkdir -p "$CACHE/logs"
+    # `make test` builds side by side: one apt at a time (DPkg::Lock::Timeout covers dpkg's lock, not the package
+    # lists an update rewrites), whoever comes second waits for the first.
+    local lock
+    exec {lock}>/run/lock/slurmctl-apt.lock
+    flock -w 1200 "$lock" || die "waited 20 minutes for another slurmctl script's apt-get (/run/lock/slurmctl-apt.lock)"
     if [ "$apt_updated" = 0 ]; then
         run_step apt-update "$CACHE/logs/apt-update.log" apt-get -o DPkg::Lock::Timeout=300 update
         apt_updated=1
@@ -54,6 +59,7 @@ ensure_apt_packages() {
     run_step apt-install "$CACHE/logs/apt-install.log" \
         env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends \
         "${missing[@]}"
+    exec {lock}>&-
 }
 
 # A random unused loopback port (pure bash: `cluster-up` must work before Python is installed). A port taken between

@@ -1,4 +1,63 @@
-"""Plugins for every run of the suite: test.timing prints the time each module took (and how much of it went to waiting
-for SlurmClusters to become Available) before pytest's final summary line."""
+"""What every run of the suite shares: test.timing prints the time each module took (and how much of it went to waiting
+for SlurmClusters to become Available) before pytest's final summary line; the order in which pytest-xdist hands the
+modules out; and, in a distributed run, the teardown of the machine's pods cluster once every worker is done.
+
+`make test` runs the suite on several xdist workers (`--dist loadscope`: a module's tests stay together, in order, on
+one worker). The run lasts as long as its longest chain of real-pods modules, so those go first, longest first; the
+modules marked `alone` come after them (each waits until no other pods module runs: test/e2e/pods/machine.py);
+everything else fills the workers around them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from test.e2e.pods.machine import SharedCluster, run_root
 
 pytest_plugins = ["test.timing"]
+
+PODS = "test/e2e/pods/"
+# The real-pods modules that share the machine, longest first (the timing table's order): the first three start at
+# once, and the longest sets the run's length.
+LONGEST_FIRST = ("test_faults", "test_slurm", "test_elastic", "test_accounting", "test_make_run", "test_containers")
+
+
+def schedule_rank(item: pytest.Item) -> tuple[int, int]:
+    """Where a test's module goes in the queue: pods modules sharing the machine (longest first), then the ones that
+    run alone, then everything else. A stable sort on it keeps each module's tests together and in order."""
+    path = item.nodeid.split("::", 1)[0]
+    if not path.startswith(PODS):
+        return (2, 0)
+    if item.get_closest_marker("alone") is not None:
+        return (1, 0)
+    stem = Path(path).stem
+    return (0, LONGEST_FIRST.index(stem) if stem in LONGEST_FIRST else len(LONGEST_FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The queue's order (`schedule_rank`); xdist (`--dist loadscope --no-loadscope-reorder`) hands it out a module
+    at a time, in this order, to whichever worker is free."""
+    items.sort(key=schedule_rank)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The xdist controller tears the machine's cluster down once every worker is done (a plain run's package
+    fixture does it itself); what it left behind is reported as an error of test/e2e/pods, so that pytest's summary
+    line counts it."""
+    config = session.config
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("dsession"):
+        return
+    problems = SharedCluster(run_root(config)).tear_down()
+    if problems:
+        report = pytest.TestReport(
+            nodeid=PODS.rstrip("/"),
+            location=(PODS, None, "the machine's pods cluster"),
+            keywords={},
+            outcome="failed",
+            longrepr="\n".join(problems),
+            when="teardown",
+        )
+        config.hook.pytest_runtest_logreport(report=report)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

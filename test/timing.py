@@ -33,6 +33,8 @@ clock: Callable[[], float] = time.monotonic
 FOLD_BELOW = 10.0
 
 _KEY = pytest.StashKey["Timing"]()
+# The user property of a teardown report that carries its test's seconds and waits for Available.
+_PROPERTY = "slurmctl-timing"
 
 # The configured sessions, innermost last: `record_available` reports to the one running now (a pytester session
 # runs inside a test of the outer one, and its waits belong to its own table).
@@ -54,7 +56,9 @@ class Timing:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._lock = threading.Lock()  # helpers may wait for clusters in threads of their own
-        self._current: str | None = None
+        self._current: str | None = None  # the module of the test running now
+        self._started: float | None = None  # when that test's protocol began
+        self._available: float | None = None  # its waits for Available so far
         self.modules: dict[str, ModuleTime] = {}
 
     @pytest.hookimpl(wrapper=True)
@@ -63,22 +67,39 @@ class Timing:
     ) -> Generator[None, object, object]:
         """Time the test's setup, call and teardown. Module fixtures are set up in the first test's setup and torn
         down in the last one's teardown, so the sum over a module's tests is its wall time from the first setup to the
-        last teardown (pytest runs a module's tests one after another)."""
-        module = module_of(item.nodeid)
-        start = self._clock()
-        self._current = module
+        last teardown (pytest runs a module's tests one after another, xdist too: on one worker)."""
+        self._started = self._clock()
+        self._available = None
+        self._current = module_of(item.nodeid)
         try:
             return (yield)
         finally:
+            self._current = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """The teardown report carries the test's time and its waits for Available, so that the xdist controller,
+        which sees only reports, can add them up as a plain run does."""
+        report = yield
+        if report.when == "teardown" and self._started is not None:
             with self._lock:
-                self.modules.setdefault(module, ModuleTime()).wall += self._clock() - start
-                self._current = None
+                report.user_properties.append((_PROPERTY, (self._clock() - self._started, self._available)))
+        return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Count a test once its call phase ran (passed, failed or skipped from its body)."""
-        if report.when == "call":
-            with self._lock:
-                self.modules.setdefault(module_of(report.nodeid), ModuleTime()).tests += 1
+        """Count a test once its call phase ran (passed, failed or skipped from its body); add its time at its
+        teardown."""
+        module = module_of(report.nodeid)
+        with self._lock:
+            if report.when == "call":
+                self.modules.setdefault(module, ModuleTime()).tests += 1
+            for name, value in report.user_properties:
+                if name == _PROPERTY and isinstance(value, (tuple, list)):
+                    wall, available = value
+                    times = self.modules.setdefault(module, ModuleTime())
+                    times.wall += wall
+                    if available is not None:
+                        times.available = (times.available or 0.0) + available
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Print the table. pytest calls this before its final summary line, so that line stays the last one."""
@@ -92,8 +113,7 @@ class Timing:
         with self._lock:
             if self._current is None:
                 return  # outside any test's protocol: no module to charge it to
-            times = self.modules.setdefault(self._current, ModuleTime())
-            times.available = (times.available or 0.0) + seconds
+            self._available = (self._available or 0.0) + seconds
 
 
 def module_of(nodeid: str) -> str:

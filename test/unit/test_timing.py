@@ -164,3 +164,25 @@ def test_waits_outside_a_test_are_ignored() -> None:
     session = timing.Timing(FakeClock())
     session.record_available(3.0)
     assert session.modules == {}
+
+
+def test_a_distributed_run_adds_up_what_its_workers_report(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With pytest-xdist the table is printed by the controller, which sees only the workers' reports: each test's
+    teardown report carries its time and its waits for Available. (The workers read the real clock: the Available
+    figures are exact, the wall times only counted.)"""
+    inner.makeconftest(CONFTEST.replace("return timing.clock.advance", "return lambda seconds: None"))
+    inner.makepyfile(test_slow=SLOW, test_medium=MEDIUM)
+    monkeypatch.setattr(timing, "FOLD_BELOW", 0.0)  # real seconds, all small: no row folded
+
+    result = inner.runpytest("-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadscope")
+
+    result.assert_outcomes(passed=5)
+    rows = table_rows(result.outlines)
+    assert set(rows) == {"test_slow.py", "test_medium.py", "total"}
+    assert rows["test_slow.py"][0] == "2" and rows["test_slow.py"][2] == "4.0"
+    assert rows["test_medium.py"][0] == "3" and len(rows["test_medium.py"]) == 2  # made no cluster: blank
+    assert rows["total"][0] == "5" and rows["total"][2] == "4.0"
+    # (The workers warn that test.timing, imported by the outer session, is not assertion-rewritten.)
+    assert re.fullmatch(r"5 passed(, \d+ warnings?)? in [\d.]+s.*", result.outlines[-1])

@@ -27,6 +27,7 @@ import pytest
 
 from test.e2e.harness import Node
 from test.e2e.pods.conftest import require_images
+from test.e2e.pods.machine import FAULTS_NODE, FAULTS_TOLERATION
 from test.e2e.pods.slurm import (
     TEST_DB_IMAGE,
     Kube,
@@ -216,7 +217,10 @@ def cluster(node: Node, kube: Kube, operator: Path) -> Iterator[Cluster]:
     require_images(node, [TEST_DB_IMAGE, slurm_image("accounting")])
     kube.apply(database(DB, secrets.token_urlsafe(18)))
     objects = small_cluster(NAME, accounting=accounting_into(DB))
-    objects[1]["spec"]["workers"][0]["size"] = 2
+    # Both workers on the node kept for this module (machine.py): the cordon test cordons it, and no other module's
+    # workers are there for their operators to drain.
+    pinned = {"nodeSelector": {"kubernetes.io/hostname": FAULTS_NODE}, "tolerations": [FAULTS_TOLERATION]}
+    objects[1]["spec"]["workers"][0].update(size=2, **pinned)
     kube.apply(objects)
     kube.until_available(NAME, operator, timeout=600, logs=(f"deployment/{NAME}-accounting -c slurmdbd",))
     c = Cluster(kube)

@@ -66,6 +66,9 @@ def make_run(node: Node, tmp_path: Path) -> Iterator[Callable[[int], Run]]:
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
             "SLURMCTL_AVAILABLE_TIMEOUT": str(available_timeout),
+            # The operator watches the run's namespace only (a documented setting): other modules' clusters on the
+            # machine are not its to reconcile.
+            "SLURMCTL_WATCH_NAMESPACE": namespace,
             "SLURMCTL_HEALTH_PROBE_BIND_ADDRESS": f"127.0.0.1:{free_port()}",
             "SLURMCTL_METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port()}",
         }

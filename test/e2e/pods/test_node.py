@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from test.e2e.harness import Node, eventually, node_script
-from test.e2e.pods.conftest import TEST_IMAGE
+from test.e2e.pods.machine import TEST_IMAGE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pods]
 

@@ -2,8 +2,9 @@
 the primary slurmctld's node crashed (the standby takes over), a node lost with a job and the standby slurmctld on
 it, a worker drained by a health check moved off its node.
 
-Nodes 2 and 3 join the package's cluster for this module only (each its own kubelet and containerd; `crash` kills one
-as a machine failure would: pods off the network, every process SIGKILLed; `start` is its reboot). One SlurmCluster
+Nodes 2 and 3 are the machine's (test/e2e/pods/machine.py: each its own kubelet and containerd); this module runs
+alone on them (`crash` kills one as a machine failure would: pods off the network, every process SIGKILLed; `start` is
+its reboot). One SlurmCluster
 (three workers, a login node, slurmrestd, slurmctld with a standby) is shared by the tests, in order. Node labels:
 switch `sw1` = nodes 1 and 2, `sw2` = node 3; the two slurmctld pods may run on nodes 2 and 3 only and the login pod
 (through which the tests reach Slurm) on node 1 only, which is never crashed: it runs the scheduler and DNS.
@@ -29,13 +30,14 @@ from typing import Any
 import pytest
 
 from test.e2e.harness import NODE_NAME, Node, node_script
-from test.e2e.pods.conftest import SLURM_IMAGES, TEST_IMAGE
+from test.e2e.pods.machine import EXTRA_NODES, FAULTS_NODE, FAULTS_TAINT
 from test.e2e.pods.slurm import Kube, node_fields, pod_ready, small_cluster
 from test.waiting import until
 
-pytestmark = pytest.mark.e2e
+# Alone: it crashes nodes and lifts node 3's taint, which every other module's cluster would notice.
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 NAME = "fleet"
-EXTRA = ("2", "3")
+EXTRA = EXTRA_NODES
 NODES = (NODE_NAME, *(f"{NODE_NAME}-{k}" for k in EXTRA))
 SWITCH_LABEL = "slurmctl.test/switch"
 SWITCHES = {NODES[0]: "sw1", NODES[1]: "sw1", NODES[2]: "sw2"}
@@ -144,25 +146,27 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def nodes(node: Node) -> Iterator[list[str]]:
-    """Nodes 2 and 3 up beside node 1, with the images the module's pods run; all three labelled with a switch."""
-    assert node.state_dir is not None
-    images = {"NODE_IMAGES": " ".join((*SLURM_IMAGES, TEST_IMAGE))}
+    """Nodes 1, 2 and 3 (the machine's: test/e2e/pods/machine.py), labelled with a switch, node 3 without the taint
+    that keeps it for test_faults. The module runs alone, so no other module's pods see either; at its end every node
+    is Ready again (its tests start what they crashed), labels and taint as they were."""
+    for name, switch in SWITCHES.items():
+        node.kubectl("label", "node", name, f"{SWITCH_LABEL}={switch}", "--overwrite")
+    for name in NODES[1:]:
+        node.kubectl("label", "node", name, f"{CONTROLLERS_LABEL}=yes", "--overwrite")
+    node.kubectl("taint", "node", FAULTS_NODE, f"{FAULTS_TAINT}-")
     try:
-        for k in EXTRA:
-            t0 = time.monotonic()
-            added = node_script("add", node.state_dir, k, env=images, timeout=600)
-            assert added.returncode == 0, added.stderr
-            print(f"node {k} added in {time.monotonic() - t0:.1f}s")
-        for name, switch in SWITCHES.items():
-            node.kubectl("label", "node", name, f"{SWITCH_LABEL}={switch}", "--overwrite")
-        for name in NODES[1:]:
-            node.kubectl("label", "node", name, f"{CONTROLLERS_LABEL}=yes", "--overwrite")
         yield list(NODES)
     finally:
-        node.kubectl("label", "node", NODE_NAME, f"{SWITCH_LABEL}-", check=False)
-        for k in reversed(EXTRA):
-            removed = node_script("remove", node.state_dir, k, timeout=300)
-            assert removed.returncode == 0, removed.stderr
+        node.kubectl("taint", "node", FAULTS_NODE, FAULTS_TAINT, "--overwrite")
+        for name in NODES:
+            node.kubectl("label", "node", name, f"{SWITCH_LABEL}-", f"{CONTROLLERS_LABEL}-", check=False)
+        until(lambda: all(node_ready(node, name) for name in NODES), timeout=120, what="every node Ready again")
+
+
+def node_ready(node: Node, name: str) -> bool:
+    found = node.kubectl("get", "node", name, "-o", "json", check=False)
+    conditions = json.loads(found.stdout)["status"]["conditions"] if found.returncode == 0 else []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 @pytest.fixture(scope="module")

@@ -31,11 +31,13 @@ import yaml
 
 from test import timing
 from test.e2e.harness import REPO, Node
-from test.e2e.pods.conftest import SLURM_IMAGES, TEST_IMAGE, require_images
+from test.e2e.pods.conftest import SLURM_IMAGES, require_images
+from test.e2e.pods.machine import TEST_IMAGE
 from test.e2e.pods.slurm import Kube, pod_ready
 from test.waiting import until
 
-pytestmark = pytest.mark.e2e
+# Alone: the installed operator watches every namespace, so it would reconcile other modules' clusters too.
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 NAMESPACE = "slurmctl-system"
 DEPLOYMENT = "slurmctl-operator"
 METRICS_SERVICE = "slurmctl-operator-metrics"
