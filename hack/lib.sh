@@ -149,8 +149,22 @@ stop_pid() {
                 sleep 0.2
             done
         fi
+        # Its command line goes as it starts exiting, before it has released its memory and ports: wait until only
+        # its exit status is left (a big apiserver under load took a moment more; a reused PID costs 5 s at most).
+        for _ in $(seq 1 50); do
+            pid_exited "$pid" && break
+            sleep 0.1
+        done
     fi
     rm -f "$STATE/pids/$n"
+}
+
+# pid_exited PID: the process is gone, or a zombie (only its exit status is left for its parent).
+pid_exited() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    stat=${stat##*) }
+    [ "${stat%% *}" = Z ]
 }
 
 # tail_log NAME: the last lines of a daemon's log, indented, on stderr.

@@ -113,6 +113,9 @@ class StatusWriter:
         self._due: dict[Key, float] = {}  # when each key's pending parts go out
         self._failures: dict[Key, int] = {}
         self._in_flight: set[Key] = set()
+        # The part each in-flight write carries, shown by view() until the write lands in `_written`: a reconcile
+        # while the API server has not answered yet must not take it for unsaid (it warned twice under load).
+        self._writing: dict[Key, Status] = {}
         self._written: dict[Key, _Written] = {}  # what this writer wrote last, per cluster
         self._wake = asyncio.Event()
 
@@ -120,7 +123,7 @@ class StatusWriter:
     def view(self, obj: Mapping[str, Any]) -> Status:
         """The status as it will be once what is pending is written: what a component compares its part with."""
         key = _key(obj)
-        return overlay(self._base(key, obj), self._pending.get(key, {}))
+        return overlay(overlay(self._base(key, obj), self._writing.get(key, {})), self._pending.get(key, {}))
 
     def submit(self, obj: Mapping[str, Any], part: Mapping[str, Any]) -> None:
         """Write `part` of the status of the SlurmCluster `obj` soon, together with whatever else comes meanwhile;
@@ -200,6 +203,7 @@ class StatusWriter:
             status = self.derive(obj, base, status)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("status write %s", kv(namespace=key[0], name=key[1], changed=",".join(_changes(base, status))))
+        self._writing[key] = part
         try:
             applied = await self._manager.apply_status(_status_body(key, status), field_manager=self.field_manager)
         except NotFound:
@@ -208,6 +212,8 @@ class StatusWriter:
         except ApiError as exc:
             self._retry_later(key, part, exc)
             return
+        finally:
+            self._writing.pop(key, None)
         self._failures.pop(key, None)
         rv = (applied.get("metadata") or {}).get("resourceVersion")
         if rv:

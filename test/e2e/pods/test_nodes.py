@@ -34,8 +34,7 @@ from test.e2e.pods.machine import EXTRA_NODES, FAULTS_NODE, FAULTS_TAINT
 from test.e2e.pods.slurm import Kube, node_fields, pod_ready, small_cluster
 from test.waiting import until
 
-# Alone: it crashes nodes and lifts node 3's taint, which every other module's cluster would notice.
-pytestmark = [pytest.mark.e2e, pytest.mark.alone]
+pytestmark = pytest.mark.e2e  # and `alone` (test/conftest.py ALONE)
 NAME = "fleet"
 EXTRA = EXTRA_NODES
 NODES = (NODE_NAME, *(f"{NODE_NAME}-{k}" for k in EXTRA))

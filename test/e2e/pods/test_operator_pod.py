@@ -36,8 +36,7 @@ from test.e2e.pods.machine import TEST_IMAGE
 from test.e2e.pods.slurm import Kube, pod_ready
 from test.waiting import until
 
-# Alone: the installed operator watches every namespace, so it would reconcile other modules' clusters too.
-pytestmark = [pytest.mark.e2e, pytest.mark.alone]
+pytestmark = pytest.mark.e2e  # and `alone` (test/conftest.py ALONE)
 NAMESPACE = "slurmctl-system"
 DEPLOYMENT = "slurmctl-operator"
 METRICS_SERVICE = "slurmctl-operator-metrics"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+from typing import Any
 
 from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, SECRET, STATEFULSET
@@ -75,6 +77,32 @@ async def test_an_invalid_spec_reconciled_again_before_its_status_is_written_rec
         await cluster(Request(NS, NAME))
         await cluster(Request(NS, NAME))
         await env.ctx.status.flush()
+        await env.manager.recorder.flush()
+        events = env.fake.of_kind("v1", "Event")
+        assert [(e["type"], e["reason"], e.get("count", 1)) for e in events] == [("Warning", "InvalidSpec", 1)]
+        assert env.reason("SpecValid") == ("False", "InvalidSpec")
+
+
+async def test_an_invalid_spec_reconciled_again_while_its_status_write_is_in_flight_records_one_event() -> None:
+    """A second pass while the API server has not answered the status write yet (CI under load: a resync came first,
+    and the same invalid spec was warned about twice)."""
+    async with Env() as env:
+        env.create(spec(partitions=[{"name": "main", "workers": ["nope"]}]))
+        cluster = env.ctx.reconcilers["cluster"]
+        apply_status, started, answer = env.manager.apply_status, asyncio.Event(), asyncio.Event()
+
+        async def slow_apply_status(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            started.set()
+            await answer.wait()
+            return await apply_status(*args, **kwargs)
+
+        env.manager.apply_status = slow_apply_status  # type: ignore[method-assign]
+        await cluster(Request(NS, NAME))
+        flushing = asyncio.create_task(env.ctx.status.flush())
+        await asyncio.wait_for(started.wait(), timeout=5)
+        await cluster(Request(NS, NAME))  # the write is in flight
+        answer.set()
+        await flushing
         await env.manager.recorder.flush()
         events = env.fake.of_kind("v1", "Event")
         assert [(e["type"], e["reason"], e.get("count", 1)) for e in events] == [("Warning", "InvalidSpec", 1)]
