@@ -133,7 +133,7 @@ apiserver_reachable() {
 ctr_at() {
     local sock=$1
     shift
-    ctr --address "$sock" --timeout 60s -n k8s.io "$@"
+    ctr --address "$sock" --timeout "${CTR_TIMEOUT:-60s}" -n k8s.io "$@"
 }
 
 # The containerd that owns the persistent store right now, as "PID SOCKET STATE", if it is alive.
@@ -958,8 +958,9 @@ sync_images() {
     done < <(ctr_at "$CTR_SOCK" images ls | tail -n +2)
     [ ${#missing[@]} -gt 0 ] || return 0
     local start=$SECONDS
-    ctr_at "$CTR_SOCK" images export - "${missing[@]}" |
-        ctr_at "$XSOCK" images import --snapshotter overlayfs - >/dev/null ||
+    # One stream for every missing image: a new node's first copy is gigabytes (over a minute on a busy machine).
+    CTR_TIMEOUT=900s ctr_at "$CTR_SOCK" images export - "${missing[@]}" |
+        CTR_TIMEOUT=900s ctr_at "$XSOCK" images import --snapshotter overlayfs - >/dev/null ||
         die "copying images to node $XNAME failed: ${missing[*]}"
     log "node $XNAME: ${#missing[@]} image(s) copied from node 1 in $((SECONDS - start))s"
 }

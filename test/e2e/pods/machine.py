@@ -32,7 +32,9 @@ from pathlib import Path
 
 import pytest
 
+from slurmctl.api.v1 import default_image
 from test.e2e.harness import NODE_NAME, Node, control_plane_script, node_script
+from test.e2e.pods.slurm import TEST_DB_IMAGE, slurm_image
 from test.waiting import until
 
 BRIDGE = "slurmctl0"
@@ -42,6 +44,14 @@ FAULTS_NODE = f"{NODE_NAME}-3"
 FAULTS_TAINT = "slurmctl.test/dedicated=faults:NoSchedule"
 FAULTS_TOLERATION = {"key": "slurmctl.test/dedicated", "operator": "Equal", "value": "faults", "effect": "NoSchedule"}
 TEST_IMAGE = "localhost/slurmctl-test/busybox:1"
+# What the modules' pods run, which nodes 2 and 3 get a copy of (not the benchmark's or the jail's build image: on a
+# fresh machine each copy is gigabytes, and no pod here runs them).
+POD_IMAGES = (
+    *(slurm_image(c) for c in ("controller", "worker", "login", "rest", "populate-jail", "accounting")),
+    default_image("operator"),
+    TEST_DB_IMAGE,
+    TEST_IMAGE,
+)
 # Modules wait this long for their turn on the machine: the longest module holds it about twelve minutes.
 TURN_TIMEOUT = 3600.0
 
@@ -185,13 +195,13 @@ def ensure_test_image(node: Node) -> None:
 
 
 def prepare(node: Node) -> None:
-    """What every pods module may count on besides node 1: the test image, nodes 2 and 3 up (with every image node 1
-    has) and node 3 tainted for test_faults. Each step does nothing when it is done already."""
+    """What every pods module may count on besides node 1: the test image, nodes 2 and 3 up (with the images pods
+    run) and node 3 tainted for test_faults. Each step does nothing when it is done already."""
     assert node.state_dir is not None
     ensure_test_image(node)
     for k in EXTRA_NODES:
         t0 = time.monotonic()
-        added = node_script("add", node.state_dir, k, timeout=600)
+        added = node_script("add", node.state_dir, k, env={"NODE_IMAGES": " ".join(POD_IMAGES)}, timeout=900)
         assert added.returncode == 0, f"node {k} did not come up:\n{added.stderr}"
         print(f"node {k} up in {time.monotonic() - t0:.1f}s")
     node.kubectl("taint", "node", FAULTS_NODE, FAULTS_TAINT, "--overwrite")

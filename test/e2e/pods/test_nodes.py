@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from test.e2e.harness import NODE_NAME, Node, node_script
-from test.e2e.pods.machine import EXTRA_NODES, FAULTS_NODE, FAULTS_TAINT
+from test.e2e.pods.machine import EXTRA_NODES, FAULTS_NODE, FAULTS_TAINT, POD_IMAGES
 from test.e2e.pods.slurm import Kube, node_fields, pod_ready, small_cluster
 from test.waiting import until
 
@@ -290,7 +290,8 @@ def crash(fleet: Fleet, node_name: str) -> float:
 
 def start(fleet: Fleet, node_name: str) -> None:
     assert fleet.node.state_dir is not None
-    started = node_script("start", fleet.node.state_dir, number(node_name))
+    images = {"NODE_IMAGES": " ".join(POD_IMAGES)}  # the ones it was given (machine.py): nothing to copy at a boot
+    started = node_script("start", fleet.node.state_dir, number(node_name), env=images)
     assert started.returncode == 0, started.stderr
 
 
