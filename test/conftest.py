@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from test.e2e.pods.machine import SharedCluster, run_root
-
 pytest_plugins = ["test.timing"]
 
 PODS = "test/e2e/pods/"
@@ -77,6 +75,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("dsession"):
         return
+    # Imported here, not at the top: the pods helpers import test.timing, which must first be imported as the plugin
+    # `pytest_plugins` names (assertion rewriting; pytester's inner sessions warn otherwise).
+    from test.e2e.pods.machine import SharedCluster, run_root  # noqa: PLC0415
+
     problems = SharedCluster(run_root(config)).tear_down()
     if problems:
         report = pytest.TestReport(
