@@ -18,6 +18,7 @@ runs while no other pods module does (`Share`).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -139,25 +140,34 @@ def find_leftovers(
     state: Path, pids: dict[str, str], before: Before, volumes: list[str], deadline: float = 10.0
 ) -> Leftovers:
     """Everything of this cluster still present; polls briefly, since a killed process may take a moment to go."""
-    end = time.monotonic() + deadline
-    while True:
-        found = Leftovers()
-        for name, pid in pids.items():
-            line = cmdline(pid)
-            if line and (name.split("-")[-1] in line or str(state) in line):
-                found.processes.append(f"{name} pid {pid}: {line}")
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit() and str(state) in cmdline(proc.name) and proc.name != str(os.getpid()):
-                found.processes.append(f"pid {proc.name}: {cmdline(proc.name)}")
-        found.mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(state) in line]
-        found.links = owned_bridge(state)
-        found.netns = sorted(netns_names() - set(before.netns))
-        found.paths = [v for v in volumes if Path(v).exists()] + ([str(state)] if state.exists() else [])
-        found.paths += sorted(pod_log_dirs() - set(before.logs)) + sorted(host_paths() - set(before.host))
-        found.rules = service_rules(state)
-        if found.empty() or time.monotonic() >= end:
-            return found
-        time.sleep(0.2)
+    found = Leftovers()
+
+    def scanned_empty() -> bool:
+        nonlocal found
+        found = scan(state, pids, before, volumes)
+        return found.empty()
+
+    with contextlib.suppress(AssertionError):  # the caller reports what is left, item by item
+        until(scanned_empty, timeout=deadline, interval=0.2, what=f"everything of {state} gone")
+    return found
+
+
+def scan(state: Path, pids: dict[str, str], before: Before, volumes: list[str]) -> Leftovers:
+    found = Leftovers()
+    for name, pid in pids.items():
+        line = cmdline(pid)
+        if line and (name.split("-")[-1] in line or str(state) in line):
+            found.processes.append(f"{name} pid {pid}: {line}")
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and str(state) in cmdline(proc.name) and proc.name != str(os.getpid()):
+            found.processes.append(f"pid {proc.name}: {cmdline(proc.name)}")
+    found.mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(state) in line]
+    found.links = owned_bridge(state)
+    found.netns = sorted(netns_names() - set(before.netns))
+    found.paths = [v for v in volumes if Path(v).exists()] + ([str(state)] if state.exists() else [])
+    found.paths += sorted(pod_log_dirs() - set(before.logs)) + sorted(host_paths() - set(before.host))
+    found.rules = service_rules(state)
+    return found
 
 
 def abandoned(state: Path) -> bool:
@@ -167,12 +177,14 @@ def abandoned(state: Path) -> bool:
 
 def wait_for_other_test_sessions(timeout: float = 240.0) -> None:
     """Another pytest session's live node (a parallel run on a shared machine) is waited for; an abandoned one is
-    reclaimed by `up`, anything else fails there."""
-    end = time.monotonic() + timeout
-    while (owner := bridge_owner()) and owner.startswith(tempfile.gettempdir() + "/pytest-of-"):
-        if abandoned(Path(owner)) or time.monotonic() >= end:
-            return
-        time.sleep(1)
+    reclaimed by `up`, anything else fails there (naming whose node it is)."""
+
+    def machine_free() -> bool:
+        owner = bridge_owner()
+        return not (owner and owner.startswith(tempfile.gettempdir() + "/pytest-of-")) or abandoned(Path(owner))
+
+    with contextlib.suppress(AssertionError):  # `up` refuses and says whose node it is
+        until(machine_free, timeout=timeout, what="another pytest session's node to go")
 
 
 def ensure_test_image(node: Node) -> None:
