@@ -21,7 +21,15 @@ pytest_plugins = ["test.timing"]
 PODS = "test/e2e/pods/"
 # The real-pods modules that share the machine, longest first (the timing table's order): the first three start at
 # once, and the longest sets the run's length.
-LONGEST_FIRST = ("test_faults", "test_slurm", "test_elastic", "test_accounting", "test_make_run", "test_containers")
+LONGEST_FIRST = (
+    "test_faults",
+    "test_faults_restarts",
+    "test_slurm",
+    "test_elastic",
+    "test_accounting",
+    "test_make_run",
+    "test_containers",
+)
 # The real-pods modules that run while no other one does (marked `alone`: test/e2e/pods/machine.py), and why.
 ALONE = {
     f"{PODS}test_nodes.py": "it crashes nodes and lifts node 3's taint",
