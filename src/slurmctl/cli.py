@@ -27,6 +27,7 @@ from slurmctl.reconcilers.base import Context
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.render import rbac
 from slurmctl.render.manifests import Inputs
+from slurmctl.render.meta import DEFAULT_CLUSTER_DOMAIN
 from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions, heap
 from slurmctl.runtime.logs import configure, kv
 
@@ -79,6 +80,28 @@ def _seconds(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError("must be a number of seconds, 0 or more")
     return value
+
+
+# A DNS subdomain as Kubernetes names one (RFC 1123): dot-separated lower-case labels.
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*")
+
+
+def _dns_domain(text: str) -> str:
+    domain = text.strip().rstrip(".")
+    if len(domain) > 253 or not _DNS_SUBDOMAIN.fullmatch(domain):
+        raise argparse.ArgumentTypeError(f"expected a DNS domain such as cluster.local, got {text!r}")
+    return domain
+
+
+def _cluster_domain_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster-domain",
+        type=_dns_domain,
+        default=_dns_domain(_env("cluster-domain") or DEFAULT_CLUSTER_DOMAIN),
+        metavar="DOMAIN",
+        help="the kubelets' clusterDomain: Slurm pods search <cluster>-workers.<namespace>.svc.DOMAIN, so that "
+        f"a worker's Slurm node name resolves in jobs and on login nodes (default: {DEFAULT_CLUSTER_DOMAIN})",
+    )
 
 
 def default_workers() -> int:
@@ -198,6 +221,7 @@ def _parser() -> argparse.ArgumentParser:
         "Slurm, and those whose slurmd Slurm cannot reach either are set DOWN, leave Slurm and have their pods "
         "force-deleted so that their StatefulSets re-create them on Ready nodes (default: 60; 0: never)",
     )
+    _cluster_domain_argument(run)
     run.add_argument(
         "--graceful-shutdown-timeout",
         type=float,
@@ -220,6 +244,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="BOOL",
         help="render as an operator started with --allow-host-path would (default: hostPath volumes are refused)",
     )
+    _cluster_domain_argument(render)
     rbac = sub.add_parser(
         "rbac", help="print the Roles and RoleBindings of the namespaced mode (and the ClusterRole on Nodes)"
     )
@@ -301,6 +326,7 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
                 ),
                 rsa_host_keys=args.ssh_rsa_host_keys,
                 node_lost_after=args.node_lost_after,
+                cluster_domain=args.cluster_domain,
             )
         else:
             await register(manager)
@@ -316,7 +342,9 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
     return 0
 
 
-def render_command(filename: str, *, namespace: str, allow_host_path: bool = False) -> int:
+def render_command(
+    filename: str, *, namespace: str, allow_host_path: bool = False, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+) -> int:
     """`slurmctl render`: what the operator would apply, without a cluster (for reviews and GitOps diffs). It runs
     the reconcilers' own renderers over the component registry, with inputs a cluster would add left empty.
 
@@ -341,7 +369,7 @@ def render_command(filename: str, *, namespace: str, allow_host_path: bool = Fal
             for problem in [str(p) for p in problems] or ["the object could not be read"]:
                 sys.stderr.write(f"{filename}: SlurmCluster {name}: {problem}\n")
             continue
-        rendered.extend(reconcilers.desired_objects(Inputs.offline(cluster)))
+        rendered.extend(reconcilers.desired_objects(Inputs.offline(cluster, cluster_domain=cluster_domain)))
     sys.stdout.write(yaml.safe_dump_all(rendered, sort_keys=False))
     return 1 if failed else 0
 
@@ -350,7 +378,12 @@ def main(argv: Sequence[str] | None = None, *, register: Register | None = None)
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "render":
-        return render_command(args.filename, namespace=args.namespace, allow_host_path=args.allow_host_path)
+        return render_command(
+            args.filename,
+            namespace=args.namespace,
+            allow_host_path=args.allow_host_path,
+            cluster_domain=args.cluster_domain,
+        )
     if args.command == "rbac":
         objects = rbac.namespaced(
             args.watch_namespace,
@@ -371,6 +404,7 @@ def main(argv: Sequence[str] | None = None, *, register: Register | None = None)
             leader_elect=args.leader_elect,
             allow_host_path=args.allow_host_path,
             node_lost_after=args.node_lost_after,
+            cluster_domain=args.cluster_domain,
         ),
     )
     return asyncio.run(_run(args, register))

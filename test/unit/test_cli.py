@@ -215,3 +215,22 @@ def test_the_policy_flags_default_to_allowing_anything_and_take_lists() -> None:
     )
     assert args.allowed_images == ("reg.example/a/", "reg.example/b/")
     assert args.allowed_slurm_programs == (), "'' allows no program-running key"
+
+
+def test_cluster_domain_is_cluster_local_unless_asked_for_and_reaches_the_rendered_pods(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("SLURMCTL_CLUSTER_DOMAIN", raising=False)
+    assert _parser().parse_args(["run"]).cluster_domain == "cluster.local"
+    assert _parser().parse_args(["run", "--cluster-domain", "corp.example."]).cluster_domain == "corp.example"
+    monkeypatch.setenv("SLURMCTL_CLUSTER_DOMAIN", "k8s.internal")
+    assert _parser().parse_args(["run"]).cluster_domain == "k8s.internal"
+    for bad in ("Cluster.Local", "a..b", "-x.local", ""):
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["run", f"--cluster-domain={bad}"])
+        assert "expected a DNS domain" in capsys.readouterr().err
+
+    assert main(["render", "-f", "config/samples/slurmcluster_minimal.yaml", "-n", "hpc"]) == 0
+    objects = list(yaml.safe_load_all(capsys.readouterr().out))
+    workers = next(o for o in objects if o["metadata"]["name"] == "minimal-worker-cpu")
+    assert workers["spec"]["template"]["spec"]["dnsConfig"] == {"searches": ["minimal-workers.hpc.svc.k8s.internal"]}

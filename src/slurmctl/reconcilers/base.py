@@ -212,6 +212,7 @@ class Context:
     loops: dict[str, Callable[[Request], Awaitable[Result | None]]] = field(default_factory=dict)  # the others
     host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
     node_lost_after: float = DEFAULT_NODE_LOST_AFTER  # seconds NotReady before a node is lost (0: never)
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the DNS domain Services are named in (--cluster-domain)
     slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
     status: StatusWriter = field(init=False)  # every component's status goes through it
 
@@ -318,6 +319,7 @@ class ComponentReconciler:
             configs=loaded.configs,
             cronjob_api_version=self.ctx.kind(CRONJOB).api_version,
             pdb_api_version=self.ctx.kind(PDB).api_version,
+            cluster_domain=self.ctx.cluster_domain,
             **known,
         )
 

@@ -139,12 +139,14 @@ async def register(
     policy: Policy | None = None,
     rsa_host_keys: bool = False,
     node_lost_after: float = DEFAULT_NODE_LOST_AFTER,
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
 ) -> Context:
     """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
     manager's informers. `allow_host_path` is the operator's policy on hostPath volumes in specs (`policy`, when given,
     is its whole policy: api/v1 Policy); `rsa_host_keys`:
     new clusters get an RSA SSH host key besides ed25519 and ECDSA; `node_lost_after`: seconds a Kubernetes node
-    stays NotReady before its workers are handled as lost (reconcilers/lost_nodes.py; 0: never)."""
+    stays NotReady before its workers are handled as lost (reconcilers/lost_nodes.py; 0: never); `cluster_domain`:
+    the kubelets' clusterDomain, in the DNS names Slurm pods search (meta.workers_domain)."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
     served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
@@ -159,6 +161,7 @@ async def register(
         loader=Loader(allow_host_path=allow_host_path, policy=policy),
         host_key_types=host_key_types,
         node_lost_after=node_lost_after,
+        cluster_domain=cluster_domain,
     )
     for component in components:
         reconciler = ctx.reconcilers[component.name] = component.reconciler(ctx, component)

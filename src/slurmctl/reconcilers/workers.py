@@ -291,7 +291,12 @@ class WorkersReconciler(ComponentReconciler):
             self.event(loaded, "Normal", "PoweringUp", f"asked Slurm to power up {', '.join(plan.power_up)} (min)")
         for group, index in plan.create:
             pod = render_elastic_worker_pod(
-                loaded.cluster, group, index, configs=loaded.configs, munge_key_id=munge_key_id
+                loaded.cluster,
+                group,
+                index,
+                configs=loaded.configs,
+                munge_key_id=munge_key_id,
+                cluster_domain=self.ctx.cluster_domain,
             )
             if await self.create(loaded, pod):
                 name = pod["metadata"]["name"]

@@ -38,6 +38,7 @@ def _statefulset(
     munge_key_id: str,
     jwt_key_id: str,
     backup: bool,
+    cluster_domain: str,
 ) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     spec = cluster.spec
@@ -89,6 +90,7 @@ def _statefulset(
             grace_seconds=GRACE_SECONDS,
             munge_outlives_daemon=True,
             extra_labels=extra_labels,
+            dns_search=meta.workers_domain(cluster, cluster_domain),
             default_anti_affinity=pods.avoid_nodes_of(*apart),
         ),
     }
@@ -117,20 +119,44 @@ def _statefulset(
 
 
 def render_controller_statefulset(
-    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, jwt_key_id: str
+    cluster: SlurmCluster,
+    *,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    jwt_key_id: str,
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
 ) -> dict[str, Any]:
     """The primary slurmctld: pod `<c>-controller-0`, the first SlurmctldHost, and the claim of its state."""
-    return _statefulset(cluster, configs=configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id, backup=False)
+    return _statefulset(
+        cluster,
+        configs=configs,
+        munge_key_id=munge_key_id,
+        jwt_key_id=jwt_key_id,
+        backup=False,
+        cluster_domain=cluster_domain,
+    )
 
 
 def render_controller_backup_statefulset(
-    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, jwt_key_id: str
+    cluster: SlurmCluster,
+    *,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    jwt_key_id: str,
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
 ) -> dict[str, Any]:
     """The standby slurmctld (spec.controller.standby): pod `<c>-controller-backup-0`, the second SlurmctldHost, on
     the primary's state claim. A StatefulSet of its own rather than a second replica: a replica would get a claim of
     its own from the claim template, and the primary's StatefulSet, its claim template and its claim (where an
     existing cluster's state is) stay as they are."""
-    return _statefulset(cluster, configs=configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id, backup=True)
+    return _statefulset(
+        cluster,
+        configs=configs,
+        munge_key_id=munge_key_id,
+        jwt_key_id=jwt_key_id,
+        backup=True,
+        cluster_domain=cluster_domain,
+    )
 
 
 def controller_statefulset_names(cluster: SlurmCluster) -> list[str]:
@@ -139,16 +165,26 @@ def controller_statefulset_names(cluster: SlurmCluster) -> list[str]:
 
 
 def render_controller(
-    cluster: SlurmCluster, *, configs: Mapping[str, str], munge_key_id: str, jwt_key_id: str
+    cluster: SlurmCluster,
+    *,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    jwt_key_id: str,
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
 ) -> list[dict[str, Any]]:
-    out = [
-        render_controller_service(cluster),
-        render_controller_statefulset(cluster, configs=configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id),
-    ]
+    renderers = [render_controller_statefulset]
     if cluster.spec.controller.standby:
-        out.append(
-            render_controller_backup_statefulset(
-                cluster, configs=configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id
+        renderers.append(render_controller_backup_statefulset)
+    return [
+        render_controller_service(cluster),
+        *(
+            render(
+                cluster,
+                configs=configs,
+                munge_key_id=munge_key_id,
+                jwt_key_id=jwt_key_id,
+                cluster_domain=cluster_domain,
             )
-        )
-    return out
+            for render in renderers
+        ),
+    ]

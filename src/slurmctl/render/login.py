@@ -116,6 +116,7 @@ def render_login_statefulset(
     munge_key_id: str,
     host_keys_id: str,
     host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES,
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
 ) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     spec = cluster.spec
@@ -156,6 +157,7 @@ def render_login_statefulset(
         volumes=volumes,
         placement=login,
         grace_seconds=GRACE_SECONDS,
+        dns_search=meta.workers_domain(cluster, cluster_domain),
         # Apart from slurmctld (render/controller.py wants the same) and, less strongly, from each other.
         default_anti_affinity=pods.avoid_nodes_of(
             (pods.APART_WEIGHT, meta.selector(c, "controller")),
@@ -183,6 +185,7 @@ def render_login(
     munge_key_id: str,
     host_keys_id: str,
     host_keys: Iterable[str] = DEFAULT_HOST_KEY_TYPES,
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
 ) -> list[dict[str, Any]]:
     """`host_keys`: the key types the cluster's host keys Secret holds (its sshd_config names those)."""
     ids = {"munge_key_id": munge_key_id, "host_keys_id": host_keys_id}
@@ -191,5 +194,5 @@ def render_login(
         render_login_service(cluster),
         render_login_headless_service(cluster),
         *render_login_pod_services(cluster),
-        render_login_statefulset(cluster, host_keys=host_keys, **ids),
+        render_login_statefulset(cluster, host_keys=host_keys, cluster_domain=cluster_domain, **ids),
     ]

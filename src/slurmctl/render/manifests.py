@@ -3,7 +3,8 @@
 The reconcilers and `slurmctl render` call these same functions (through the component registry), so what `render`
 prints and what the operator applies cannot drift. `Inputs` carries everything a renderer needs beyond the spec: the
 config set rendered once, the ids of live Secrets, the served CronJob and PodDisruptionBudget versions, the
-replicas the scale-in gate allows and where the ready workers run (their Kubernetes nodes' labels, for topology.conf).
+replicas the scale-in gate allows, where the ready workers run (their Kubernetes nodes' labels, for topology.conf)
+and the cluster's DNS domain.
 `Inputs.offline` fills them the way `slurmctl render` can without a cluster.
 
 Secrets whose contents are random and created once by the operator (munge and JWT keys, SSH host keys, MariaDB
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.render import meta
 from slurmctl.render.accounting import render_accounting
 from slurmctl.render.benchmark import render_benchmark_cronjob
 from slurmctl.render.cluster import render_slurm_configs_map
@@ -53,6 +55,7 @@ class Inputs:
     replicas: Mapping[str, int] = field(default_factory=dict)  # worker group -> replicas after the scale-in gate
     # Slurm node -> labels of the Kubernetes node its ready pod runs on (spec.topology); offline: none is ready.
     placement: Placement = field(default_factory=dict)
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the operator's --cluster-domain
 
     @classmethod
     def offline(cls, cluster: SlurmCluster, **known: Any) -> Inputs:
@@ -82,7 +85,13 @@ def populate_jail_objects(i: Inputs) -> list[Obj]:
 
 
 def controller_objects(i: Inputs) -> list[Obj]:
-    return render_controller(i.cluster, configs=i.configs, munge_key_id=i.munge_key_id, jwt_key_id=i.jwt_key_id)
+    return render_controller(
+        i.cluster,
+        configs=i.configs,
+        munge_key_id=i.munge_key_id,
+        jwt_key_id=i.jwt_key_id,
+        cluster_domain=i.cluster_domain,
+    )
 
 
 def workers_objects(i: Inputs) -> list[Obj]:
@@ -97,6 +106,7 @@ def workers_objects(i: Inputs) -> list[Obj]:
                 replicas=i.group_replicas(g.name, g.size),
                 configs=i.configs,
                 munge_key_id=i.munge_key_id,
+                cluster_domain=i.cluster_domain,
             )
             for g in groups
             if g.autoscale is None  # an elastic group's pods are the reconciler's (render_elastic_worker_pod)
@@ -105,7 +115,13 @@ def workers_objects(i: Inputs) -> list[Obj]:
 
 
 def login_objects(i: Inputs) -> list[Obj]:
-    return render_login(i.cluster, munge_key_id=i.munge_key_id, host_keys_id=i.host_keys_id, host_keys=i.host_keys)
+    return render_login(
+        i.cluster,
+        munge_key_id=i.munge_key_id,
+        host_keys_id=i.host_keys_id,
+        host_keys=i.host_keys,
+        cluster_domain=i.cluster_domain,
+    )
 
 
 def accounting_objects(i: Inputs) -> list[Obj]:

@@ -37,6 +37,8 @@ SLURMD_PORT = 6818
 SLURMDBD_PORT = 6819
 SLURMRESTD_PORT = 6820
 SSH_PORT = 22
+# The kubelet's clusterDomain on most clusters; the operator's --cluster-domain names another.
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 
 
 def cluster_name(cluster: SlurmCluster) -> str:
@@ -76,6 +78,13 @@ def controller_state_claim(c: str) -> str:
 
 def workers_service(c: str) -> str:
     return f"{c}-workers"
+
+
+def workers_domain(cluster: SlurmCluster, cluster_domain: str) -> str:
+    """The DNS domain the workers' pods are named in (`<pod>.<c>-workers.<ns>.svc.<cluster domain>`, as their
+    headless Service and `subdomain` make them): searched by every Slurm pod, so that a Slurm node name, which is its
+    pod's name, resolves as it is to the address Slurm uses (srun -w, MASTER_ADDR, mpirun host lists)."""
+    return f"{workers_service(cluster_name(cluster))}.{cluster.metadata.namespace}.svc.{cluster_domain}"
 
 
 def workers_disruption_budget(c: str) -> str:

@@ -272,6 +272,7 @@ def slurm_pod_template(
     munge_outlives_daemon: bool = False,
     extra_labels: dict[str, str] | None = None,
     hostname: str | None = None,
+    dns_search: str | None = None,
     default_spread: list[dict[str, Any]] | None = None,
     default_anti_affinity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -280,10 +281,14 @@ def slurm_pod_template(
     `grace_seconds` is how long the daemon has between its SIGTERM and the kubelet's SIGKILL: sized for what it does
     when it stops (its preStop, saving its state). `munge_outlives_daemon`: munged stops only once the daemon's side
     says it is done with it (see munge_container), or shortly before the grace period ends. `default_spread` and
-    `default_anti_affinity`: the component's placement defaults (see `scheduling`)."""
+    `default_anti_affinity`: the component's placement defaults (see `scheduling`). `dns_search`: a domain the
+    pod's resolver searches after the namespace's own (meta.workers_domain); jobs see it too, since the jail gets the
+    pod's /etc/resolv.conf."""
     spec: dict[str, Any] = {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": grace_seconds}
     if hostname:
         spec["hostname"] = hostname
+    if dns_search:
+        spec["dnsConfig"] = {"searches": [dns_search]}
     outlive = grace_seconds - MUNGE_STOP_SECONDS if munge_outlives_daemon else None
     munge = munge_container(image, outlive_seconds=outlive)
     spec |= {

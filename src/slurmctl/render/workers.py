@@ -44,7 +44,13 @@ def render_workers_service(cluster: SlurmCluster) -> dict[str, Any]:
 
 
 def render_worker_statefulset(
-    cluster: SlurmCluster, group: WorkerGroup, *, replicas: int, configs: Mapping[str, str], munge_key_id: str
+    cluster: SlurmCluster,
+    group: WorkerGroup,
+    *,
+    replicas: int,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
 ) -> dict[str, Any]:
     """`replicas` is passed separately from `group.size`: scale-in goes through the reconciler's gate first."""
     c = meta.cluster_name(cluster)
@@ -64,13 +70,21 @@ def render_worker_statefulset(
             # deletes its pod once no job runs there (reconcilers/workers.py), one node at a time.
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector},
-            "template": _pod_template(cluster, group, configs=configs, munge_key_id=munge_key_id),
+            "template": _pod_template(
+                cluster, group, configs=configs, munge_key_id=munge_key_id, cluster_domain=cluster_domain
+            ),
         },
     }
 
 
 def render_elastic_worker_pod(
-    cluster: SlurmCluster, group: WorkerGroup, index: int, *, configs: Mapping[str, str], munge_key_id: str
+    cluster: SlurmCluster,
+    group: WorkerGroup,
+    index: int,
+    *,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
 ) -> dict[str, Any]:
     """One node of an elastic group (`autoscale`): a pod of its own, created by the operator when Slurm powers the
     node up and deleted when Slurm powers it down (reconcilers/workers.py). No StatefulSet: Slurm picks which
@@ -78,7 +92,7 @@ def render_elastic_worker_pod(
     StatefulSet template's, with the DNS name a StatefulSet would give it (`<pod>.<c>-workers`)."""
     c = meta.cluster_name(cluster)
     name = f"{meta.worker_group(c, group.name)}-{index}"
-    template = _pod_template(cluster, group, configs=configs, munge_key_id=munge_key_id)
+    template = _pod_template(cluster, group, configs=configs, munge_key_id=munge_key_id, cluster_domain=cluster_domain)
     metadata = meta.object_meta(cluster, name, COMPONENT, extra_labels=template["metadata"]["labels"])
     metadata["annotations"] = template["metadata"]["annotations"]
     spec = {**template["spec"], "hostname": name, "subdomain": meta.workers_service(c)}
@@ -86,7 +100,7 @@ def render_elastic_worker_pod(
 
 
 def _pod_template(
-    cluster: SlurmCluster, group: WorkerGroup, *, configs: Mapping[str, str], munge_key_id: str
+    cluster: SlurmCluster, group: WorkerGroup, *, configs: Mapping[str, str], munge_key_id: str, cluster_domain: str
 ) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     spec = cluster.spec
@@ -156,6 +170,7 @@ def _pod_template(
         grace_seconds=GRACE_SECONDS,
         munge_outlives_daemon=True,
         extra_labels=group_label,
+        dns_search=meta.workers_domain(cluster, cluster_domain),
         # One node lost takes as few of the group's nodes as it can; its spec can replace or drop this.
         default_spread=pods.spread_over_nodes(selector),
     )

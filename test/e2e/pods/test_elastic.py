@@ -2,15 +2,17 @@
 
 One cluster, shared by the tests in order: a group `cpu` with min 0 and max 3 (idleTime 30s) starts with no worker pod
 and Slurm knows its three nodes powered down → `sbatch -N2` powers two up, the operator creates their pods, the job
-runs; once idle for idleTime Slurm powers them down and their pods go (twice: a powered-down node comes back) → a job
-needing more nodes than the group has is refused by Slurm at submission and creates no pod → a group `big` whose pod
-can never be placed (it asks for 64 CPUs): the cluster's WorkersReady names the group and the scheduler's reason, after
-its resumeTimeout Slurm sets the node DOWN, the pod goes, and the job is requeued, not lost. The operator runs as
+runs (its nodes' names resolving to their pods); once idle for idleTime Slurm powers them down and their pods go
+(twice: a powered-down node comes back) → a job needing more nodes than the group has is refused by Slurm at
+submission and creates no pod → a group `big` whose pod can never be placed (it asks for 64 CPUs): the cluster's
+WorkersReady names the group and the scheduler's reason, after its resumeTimeout Slurm sets the node DOWN, the pod
+goes, and the job is requeued, not lost. The operator runs as
 `slurmctl run`. Figures (submit → RUNNING from zero, job end → pods gone) are printed (pytest -s).
 """
 
 from __future__ import annotations
 
+import shlex
 import statistics
 import time
 from pathlib import Path
@@ -29,6 +31,12 @@ CPU = [f"{NAME}-worker-cpu-{i}" for i in range(3)]
 BIG = f"{NAME}-worker-big-0"
 IDLE_TIME = 30
 SMALL = {"requests": {"cpu": "300m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
+# A job step on each powered-up node: every node of the job resolves, in the jail, to the address Slurm uses for it
+# (else the job FAILS). Elastic pods are the operator's own, not a StatefulSet's: their names must resolve all the same.
+NAMES_RESOLVE = (
+    'for n in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do a=$(getent hosts "$n" | cut -d" " -f1); '
+    'scontrol show node "$n" | grep -q "NodeAddr=$a " || exit 1; done'
+)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +111,7 @@ def power_cycle(kube: Kube) -> tuple[float, float]:
     # A powered-down node is usable again once SuspendTimeout has passed since Slurm powered it down.
     until(lambda: powered_down(kube, CPU), timeout=120, what="the cpu nodes powered down and idle")
     submitted = time.monotonic()
-    job_id = sbatch(kube, "-N2", "-C", "cpu", "--wrap", "srun -N2 hostname && sleep 5")
+    job_id = sbatch(kube, "-N2", "-C", "cpu", "--wrap", f"srun -N2 sh -c {shlex.quote(NAMES_RESOLVE)} && sleep 5")
     until(
         lambda: job_in(kube, job_id, "RUNNING", "COMPLETED"),
         timeout=300,

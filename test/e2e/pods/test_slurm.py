@@ -2,7 +2,8 @@
 daemons started from what the operator rendered, users entering the jail through sshd and the chroot SPANK plugin.
 
 One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in and
-runs jobs → scancel of a step started on the login node → two users' jobs at once on one worker, each with its own /tmp
+runs jobs → every node name resolves where users run code, and follows a re-created worker → scancel of a
+step started on the login node → two users' jobs at once on one worker, each with its own /tmp
 and /dev/shm → the escape table → slurmrestd → the operator's Slurm metrics against sinfo and squeue → Slurm's node
 state on the pods → a partition change reaches every daemon in place → scale out under a running job → scale in under a
 running job (drain first) → scale in while Slurm cannot be asked (nothing goes) → delete. The operator runs as `slurmctl
@@ -160,6 +161,75 @@ scancel -n cancel-me 2>&1; echo "scancel=$?"; wait $pid; echo "srun=$?"; cat ~/c
     out = ssh(key, USER, ip, script)
     assert "scancel=0" in out and "error" not in out.split("scancel=0")[0], out
     assert "CANCELLED" in out and "srun=0" not in out, out
+
+
+# How soon a re-created worker's new address is what its name resolves to, once the API server shows the pod's IP (the
+# node's resolver is fed by a watch, as CoreDNS is): a stated bound, not a timer the test waits out.
+RESOLVES_WITHIN = 10.0
+
+
+def resolved(kube: Kube, pod: str, container: str, *names: str) -> dict[str, str]:
+    """name -> the first address `getent hosts` gives for it in a container ('' when it does not resolve)."""
+    script = 'for n in "$@"; do echo "$n $(getent hosts "$n" | cut -d" " -f1)"; done'
+    out = kube.exec(pod, container, "sh", "-c", script, "sh", *names)
+    return {name: (rest or [""])[0] for name, *rest in (line.split() for line in out.splitlines())}
+
+
+def test_every_node_name_resolves_to_its_pod_in_jobs_on_login_and_controller_and_follows_a_new_pod(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """User code takes the node names Slurm hands out (MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST |
+    head -n1), mpirun host lists): each worker's name resolves, forward and reverse, to the pod IP Slurm uses, in a
+    job on every worker (inside the jail), on the login node and on the controller; a re-created worker's new
+    address follows within RESOLVES_WITHIN seconds."""
+    kube = available
+    key, ip = jail_user
+    workers = {name: pod["status"]["podIP"] for name, pod in worker_pods(kube).items()}
+    expected = {**workers, LOGIN_POD: kube.json("pod", LOGIN_POD)["status"]["podIP"]}
+    names = " ".join(sorted(expected))
+    addresses = " ".join(sorted(workers.values()))
+    # One task per worker, as the jail's user: each resolves every name, then every worker address back to a name.
+    script = (
+        f"for n in {names}; do echo \"$(hostname) $n $(getent hosts $n | cut -d' ' -f1)\"; done; "
+        f"for a in {addresses}; do echo \"$(hostname) $a $(getent hosts $a | awk '{{print $2}}')\"; done"
+    )
+    out = ssh(key, USER, ip, f"srun -N{len(workers)} --ntasks-per-node=1 sh -c {shlex.quote(script)}")
+    seen: dict[tuple[str, str], str] = {}
+    for line in out.splitlines():
+        where, asked, *answer = line.split()
+        seen[(where, asked)] = answer[0] if answer else ""
+    for where in workers:
+        for name, address in expected.items():
+            assert seen.get((where, name)) == address, f"{name} from a job on {where}: {out}"
+        for name, address in workers.items():
+            # The reverse name is the pod's own (`<pod>.<c>-workers.<ns>.svc.<domain>`): its first label is the node.
+            assert seen.get((where, address), "").split(".")[0] == name, f"{address} from a job on {where}: {out}"
+    on_login = ssh(key, USER, ip, f"for n in {' '.join(sorted(workers))}; do getent hosts $n; done")
+    assert sorted(line.split()[0] for line in on_login.splitlines()) == sorted(workers.values()), on_login
+    assert resolved(kube, CONTROLLER_POD, "slurmctld", *workers) == workers
+
+    # A worker re-created (its pod deleted, as a node's drain or a user would): its name follows the new pod.
+    moved, stays = sorted(workers)[-1], sorted(workers)[0]
+    old_uid = worker_pods(kube)[moved]["metadata"]["uid"]
+    kube.run("delete", "pod", moved, "--wait=false")
+
+    def new_address() -> str | None:
+        pod = worker_pods(kube).get(moved)
+        return pod["status"].get("podIP") if pod and pod["metadata"]["uid"] != old_uid else None
+
+    address = until(new_address, timeout=240, interval=0.2, what=f"a new pod {moved} with an IP")
+    shown = time.monotonic()
+    until(
+        lambda: resolved(kube, stays, "slurmd", moved)[moved] == address or None,
+        timeout=RESOLVES_WITHIN,
+        interval=0.2,
+        what=f"{moved} to resolve to its new address {address} on {stays}",
+    )
+    print(f"\n{moved}: {workers[moved]} -> {address}, resolved on {stays} {time.monotonic() - shown:.1f}s later")
+    # The rest of the module starts from every worker idle again.
+    wait_for_nodes(
+        kube, lambda n: set(n.values()) == {"idle"} and len(n) == len(workers), timeout=240, what="workers idle"
+    )
 
 
 def test_job_output_working_directory_and_sbcast_files_are_the_jails_at_any_path(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from slurmctl.render.workers import render_elastic_worker_pod
 from test.unit.render.samples import UID, manifests, sample
 
 
@@ -50,3 +51,23 @@ def test_every_object_is_owned_by_the_cluster_and_labelled_with_its_component() 
             assert (owner["kind"], owner["name"], owner["uid"]) == ("SlurmCluster", cluster.metadata.name, UID)
             assert owner["controller"] is True
             assert obj["metadata"]["labels"]["app.kubernetes.io/component"]
+
+
+def test_every_slurm_pod_searches_the_workers_domain_so_that_node_names_resolve() -> None:
+    """A worker's Slurm node name is its pod's name, published as `<pod>.<c>-workers.<ns>.svc.<domain>`: jobs,
+    login and controller pods resolve it as it is (MASTER_ADDR=$(scontrol show hostnames ... | head -n1))."""
+    cluster = sample("research")
+    searched = {"StatefulSet/research-controller", "StatefulSet/research-login"}
+    searched |= {f"StatefulSet/research-worker-{g.name}" for g in cluster.spec.workers if g.autoscale is None}
+    for domain in ("cluster.local", "corp.example"):
+        found = set()
+        for obj in manifests(cluster, cluster_domain=domain):
+            spec = (obj.get("spec", {}).get("template") or {}).get("spec") or {}
+            if "dnsConfig" in spec:
+                assert spec["dnsConfig"] == {"searches": [f"research-workers.hpc.svc.{domain}"]}
+                found.add(f"{obj['kind']}/{obj['metadata']['name']}")
+        assert found == searched
+    group = cluster.spec.workers[0]  # an elastic group's pods are rendered one at a time, with the same domain
+    pod = render_elastic_worker_pod(cluster, group, 0, configs={}, munge_key_id="m", cluster_domain="corp.example")
+    assert pod["spec"]["subdomain"] == "research-workers"
+    assert pod["spec"]["dnsConfig"] == {"searches": ["research-workers.hpc.svc.corp.example"]}
