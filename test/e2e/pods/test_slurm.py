@@ -671,9 +671,22 @@ def test_scale_in_drains_the_node_and_its_pod_goes_only_after_the_job(
     seen(f"{leaving} is {state[leaving]} in Slurm")
     reason = kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-n", leaving, "-o", "%E").strip()
     assert reason.startswith("slurmctl:"), reason
-    cond = kube.json("slurmcluster", NAME)["status"]["conditions"]
-    workers = next(c for c in cond if c["type"] == "WorkersReady")
-    assert workers["reason"] == "Draining" and f"job {job}" in workers["message"], workers
+    # The operator drains in Slurm first and then writes its status: read the condition of this generation (CI on
+    # b2adfcd read the previous generation's "Ready" right after Slurm showed the drain).
+    generation = kube.json("slurmcluster", NAME)["metadata"]["generation"]
+    last: list[dict[str, Any]] = []
+
+    def workers_draining() -> dict[str, Any] | None:
+        conditions = kube.json("slurmcluster", NAME)["status"]["conditions"]
+        last[:] = [next(c for c in conditions if c["type"] == "WorkersReady")]
+        current = last[0].get("observedGeneration") == generation and last[0]["reason"] == "Draining"
+        return last[0] if current else None
+
+    try:
+        workers = until(workers_draining, timeout=30, interval=0.5, what=f"WorkersReady Draining ({generation})")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen: {last}") from None
+    assert f"job {job}" in workers["message"], workers
     assert kube.json("slurmcluster", NAME)["status"]["phase"] != "Degraded"
     holds(
         lambda: leaving in worker_pods(kube),
