@@ -133,6 +133,7 @@ def test_a_populate_jail_overwrite_keeps_users_files_and_jobs(cluster: Cluster) 
     assert_nothing_lost(outcome(c, "populate-jail overwrite requested", [job]))
 
 
+@pytest.mark.timeout(600)  # two crashes, each a slurmctld restart (240 s each at most), then every job's end
 def test_slurmctld_killed(cluster: Cluster) -> None:
     """kill -9 of slurmctld (a crash): every job it had saved is there after its container restarts. Slurm saves
     its state at most every 5 s (state_save.c SAVE_MAX_WAIT), so the test waits for that save first; what a crash
