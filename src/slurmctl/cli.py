@@ -97,7 +97,7 @@ def _cluster_domain_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster-domain",
         type=_dns_domain,
-        default=_dns_domain(_env("cluster-domain") or DEFAULT_CLUSTER_DOMAIN),
+        default=_env("cluster-domain") or DEFAULT_CLUSTER_DOMAIN,
         metavar="DOMAIN",
         help="the kubelets' clusterDomain: Slurm pods search <cluster>-workers.<namespace>.svc.DOMAIN, so that "
         f"a worker's Slurm node name resolves in jobs and on login nodes (default: {DEFAULT_CLUSTER_DOMAIN})",
@@ -201,7 +201,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--max-concurrent-reconciles",
         type=_positive_int,
-        default=_positive_int(_env("max-concurrent-reconciles") or str(default_workers())),
+        default=_env("max-concurrent-reconciles") or str(default_workers()),
         help="workers per controller (default: twice the CPUs this process may use, between 2 and 8)",
     )
     run.add_argument(
@@ -215,7 +215,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--node-lost-after",
         type=_seconds,
-        default=_seconds(_env("node-lost-after") or str(DEFAULT_NODE_LOST_AFTER)),
+        default=_env("node-lost-after") or str(DEFAULT_NODE_LOST_AFTER),
         metavar="SECONDS",
         help="a Kubernetes node NotReady this long (by the operator's clock) is lost: its workers are drained in "
         "Slurm, and those whose slurmd Slurm cannot reach either are set DOWN, leave Slurm and have their pods "

@@ -234,3 +234,22 @@ def test_cluster_domain_is_cluster_local_unless_asked_for_and_reaches_the_render
     objects = list(yaml.safe_load_all(capsys.readouterr().out))
     workers = next(o for o in objects if o["metadata"]["name"] == "minimal-worker-cpu")
     assert workers["spec"]["template"]["spec"]["dnsConfig"] == {"searches": ["minimal-workers.hpc.svc.k8s.internal"]}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("SLURMCTL_CLUSTER_DOMAIN", "Bad.Domain", "expected a DNS domain"),
+        ("SLURMCTL_MAX_CONCURRENT_RECONCILES", "0", "must be at least 1"),
+        ("SLURMCTL_NODE_LOST_AFTER", "soon", "seconds"),
+    ],
+)
+def test_a_bad_environment_value_is_refused_like_a_bad_flag_not_with_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str, value: str, said: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SystemExit) as exit_:
+        _parser().parse_args(["run"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err, err
