@@ -5,7 +5,9 @@ modules out; and, in a distributed run, the teardown of the machine's pods clust
 `make test` runs the suite on several xdist workers (`--dist loadscope`: a module's tests stay together, in order, on
 one worker). The run lasts as long as its longest chain of real-pods modules, so those go first, longest first; the
 modules that run alone (ALONE) come after them, as one unit on one worker (which waits until no other pods module
-runs: test/e2e/pods/machine.py); everything else fills the workers around them.
+runs: test/e2e/pods/machine.py); everything else fills the workers around them. A worker gets its next unit only when
+it is about to run out, and the alone unit only once no shared pods module is left for it to wait on
+(ModuleScheduling): a unit handed out early waits behind a worker's long tests while another worker goes idle.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ ALONE = {
     f"{PODS}test_operator_pod.py": "the installed operator watches every namespace",
 }
 
+ALONE_UNIT = "alone"  # the scheduling unit of the ALONE modules
+
 
 def module_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
@@ -64,11 +68,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 class ModuleScheduling(LoadScopeScheduling):
     """`--dist loadscope` by module (a class is no unit of its own), with the modules that run alone one unit: one
-    worker waits for their turn and runs them one after the other, instead of each of them holding a worker idle."""
+    worker waits for their turn and runs them one after the other, instead of each of them holding a worker idle.
+
+    Units are handed out just in time. xdist gives a worker its next unit while two of its tests are still to run,
+    which for real-pods modules is minutes ahead: the queue's order then decides less than the luck of which worker
+    asked first. Here a worker asks when it holds one test still to run (it waits for its successor before running
+    it, so it is idle), and the alone unit is passed over while a shared pods module is queued or running on another
+    worker: the worker that would wait for it runs other modules meanwhile."""
 
     def _split_scope(self, nodeid: str) -> str:
         module = module_of(nodeid)
-        return "alone" if module in ALONE else module
+        return ALONE_UNIT if module in ALONE else module
+
+    def _reschedule(self, node: Any) -> None:
+        if node.shutting_down:
+            return
+        if not self.workqueue:
+            node.shutdown()
+            return
+        if self._pending_of(self.assigned_work[node]) <= 1:
+            self._assign_work_unit(node)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        ready = next((unit for unit in self.workqueue if unit != ALONE_UNIT or self._alone_may_start(node)), None)
+        if ready is not None:
+            self.workqueue.move_to_end(ready, last=False)
+        super()._assign_work_unit(node)
+
+    def _alone_may_start(self, node: Any) -> bool:
+        """No shared pods module is queued or unfinished on another worker (the asking worker's own last test runs
+        before the unit it gets)."""
+        if any(unit.startswith(PODS) for unit in self.workqueue):
+            return False
+        return not any(
+            unit.startswith(PODS) and not all(done.values())
+            for other, units in self.assigned_work.items()
+            if other is not node
+            for unit, done in units.items()
+        )
 
 
 @pytest.hookimpl(tryfirst=True)

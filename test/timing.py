@@ -8,8 +8,10 @@ so that a slower run points at its cause without rerunning anything with `--dura
 Columns: the module (its path as pytest names it, relative to the repository), how many of its tests ran (their call
 phase: tests skipped or erroring in setup are not counted), its wall time (from the first setup of its first test to
 the last teardown of its last test, so module and package fixtures count towards the module that set them up or tore
-them down) and the seconds it spent waiting for SlurmClusters to become Available (the sum over its clusters; blank
-when it made none). The helpers that wait for Available report their waits through `record_available`.
+them down), when it started and ended (seconds since the session began: with pytest-xdist they show how the workers'
+queues were filled, which decides the run's length), and the seconds it spent waiting for SlurmClusters to become
+Available (the sum over its clusters; blank when it made none). The helpers that wait for Available report their waits
+through `record_available`.
 
 Registered by test/conftest.py (`pytest_plugins`); each pytest session (pytester's inner sessions too) gets its own
 `Timing`, which reads the clock that `clock` holds when the session is configured (tests substitute a fake one).
@@ -48,6 +50,16 @@ class ModuleTime:
     wall: float = 0.0
     tests: int = 0
     available: float | None = None
+    start: float | None = None  # the clock when its first test's protocol began
+    end: float | None = None  # the clock when its last test's protocol ended
+
+    def add(self, wall: float, available: float | None, started: float) -> None:
+        """Add one test's protocol: `wall` seconds from `started`, of which `available` waiting for clusters."""
+        self.wall += wall
+        if available is not None:
+            self.available = (self.available or 0.0) + available
+        self.start = _either(min, self.start, started)
+        self.end = _either(max, self.end, started + wall)
 
 
 class Timing:
@@ -55,6 +67,7 @@ class Timing:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
+        self._began = clock()  # the session's start, which the start and end columns count from
         self._lock = threading.Lock()  # helpers may wait for clusters in threads of their own
         self._current: str | None = None  # the module of the test running now
         self._started: float | None = None  # when that test's protocol began
@@ -83,7 +96,8 @@ class Timing:
         report = yield
         if report.when == "teardown" and self._started is not None:
             with self._lock:
-                report.user_properties.append((_PROPERTY, (self._clock() - self._started, self._available)))
+                wall = self._clock() - self._started
+                report.user_properties.append((_PROPERTY, (wall, self._available, self._started)))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -95,18 +109,15 @@ class Timing:
                 self.modules.setdefault(module, ModuleTime()).tests += 1
             for name, value in report.user_properties:
                 if name == _PROPERTY and isinstance(value, (tuple, list)):
-                    wall, available = value
-                    times = self.modules.setdefault(module, ModuleTime())
-                    times.wall += wall
-                    if available is not None:
-                        times.available = (times.available or 0.0) + available
+                    wall, available, started = value
+                    self.modules.setdefault(module, ModuleTime()).add(wall, available, started)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Print the table. pytest calls this before its final summary line, so that line stays the last one."""
         if not self.modules:
             return
         terminalreporter.write_sep("-", "time per module")
-        for line in table(self.modules):
+        for line in table(self.modules, self._began):
             terminalreporter.write_line(line)
 
     def record_available(self, seconds: float) -> None:
@@ -128,9 +139,10 @@ def record_available(seconds: float) -> None:
         _sessions[-1].record_available(seconds)
 
 
-def table(modules: dict[str, ModuleTime]) -> list[str]:
+def table(modules: dict[str, ModuleTime], began: float) -> list[str]:
     """The table's lines: a header, one row per module by wall time (slowest first), the modules faster than
-    FOLD_BELOW in one row after them (when there are at least two of them), and a total row."""
+    FOLD_BELOW in one row after them (when there are at least two of them), and a total row; start and end count
+    from `began`."""
     fold_below = FOLD_BELOW
     rows = sorted(modules.items(), key=lambda kv: (-kv[1].wall, kv[0]))
     fast = [(name, t) for name, t in rows if t.wall < fold_below]
@@ -139,22 +151,31 @@ def table(modules: dict[str, ModuleTime]) -> list[str]:
         rows.append((f"other ({len(fast)} modules)", total(t for _, t in fast)))
     rows.append(("total", total(modules.values())))
     width = max(len("module"), *(len(name) for name, _ in rows))
-    lines = [f"{'module':<{width}}  {'tests':>5}  {'wall s':>8}  {'to Available s':>14}"]
+    lines = [f"{'module':<{width}}  {'tests':>5}  {'wall s':>8}  {'start s':>8}  {'end s':>8}  {'to Available s':>14}"]
     for name, t in rows:
+        start, end = (f"{x - began:.1f}" if x is not None else "" for x in (t.start, t.end))
         available = "" if t.available is None else f"{t.available:.1f}"
-        lines.append(f"{name:<{width}}  {t.tests:>5}  {t.wall:>8.1f}  {available:>14}".rstrip())
+        lines.append(f"{name:<{width}}  {t.tests:>5}  {t.wall:>8.1f}  {start:>8}  {end:>8}  {available:>14}".rstrip())
     return lines
 
 
 def total(times: Iterable[ModuleTime]) -> ModuleTime:
-    """The sum of several modules' times; Available stays blank when none of them waited for a cluster."""
+    """The sum of several modules' times, from the first one's start to the last one's end; Available stays blank
+    when none of them waited for a cluster."""
     out = ModuleTime()
     for t in times:
-        out.wall += t.wall
         out.tests += t.tests
+        out.wall += t.wall
         if t.available is not None:
             out.available = (out.available or 0.0) + t.available
+        out.start = _either(min, out.start, t.start)
+        out.end = _either(max, out.end, t.end)
     return out
+
+
+def _either(pick: Callable[[float, float], float], a: float | None, b: float | None) -> float | None:
+    """`pick` of two times either of which may be unknown yet."""
+    return b if a is None else a if b is None else pick(a, b)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -87,9 +87,10 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
 
 
 def table_rows(lines: list[str]) -> dict[str, list[str]]:
-    """The table's rows after its header, by module: tests, wall and (when not blank) Available."""
+    """The table's rows after its header, by module: tests, wall, start, end and (when not blank) Available."""
     start = next(i for i, line in enumerate(lines) if "time per module" in line)
-    assert lines[start + 1].split() == ["module", "tests", "wall", "s", "to", "Available", "s"]
+    header = ["module", "tests", "wall", "s", "start", "s", "end", "s", "to", "Available", "s"]
+    assert lines[start + 1].split() == header
     rows: dict[str, list[str]] = {}
     for line in lines[start + 2 :]:
         name, _, figures = line.partition("  ")
@@ -107,9 +108,10 @@ def test_the_table_lists_each_module_before_pytests_summary_line(inner: pytest.P
     result.assert_outcomes(passed=5)
     rows = table_rows(result.outlines)
     assert list(rows) == ["test_slow.py", "test_medium.py", "total"]  # by wall time, slowest first
-    assert rows["test_slow.py"] == ["2", "8.0", "4.0"]  # module fixture's setup and teardown included
-    assert rows["test_medium.py"] == ["3", "1.5"]  # made no cluster: blank
-    assert rows["total"] == ["5", "9.5", "4.0"]
+    # pytest runs test_medium.py first: it starts with the session, and test_slow.py when it ends.
+    assert rows["test_slow.py"] == ["2", "8.0", "1.5", "9.5", "4.0"]  # module fixture's setup and teardown included
+    assert rows["test_medium.py"] == ["3", "1.5", "0.0", "1.5"]  # made no cluster: blank
+    assert rows["total"] == ["5", "9.5", "0.0", "9.5", "4.0"]
     assert re.fullmatch(r"5 passed in [\d.]+s.*", result.outlines[-1])
 
 
@@ -124,8 +126,9 @@ def test_quick(advance):
 
     rows = table_rows(result.outlines)
     assert list(rows) == ["test_slow.py", "other (2 modules)", "total"]
-    assert rows["other (2 modules)"] == ["2", "0.5"]
-    assert rows["total"] == ["4", "8.5", "4.0"]
+    # test_quick_a.py and test_quick_b.py run first, one after the other: the row spans both.
+    assert rows["other (2 modules)"] == ["2", "0.5", "0.0", "0.5"]
+    assert rows["total"] == ["4", "8.5", "0.0", "8.5", "4.0"]
     assert re.fullmatch(r"4 passed in [\d.]+s.*", result.outlines[-1])
 
 
@@ -149,7 +152,7 @@ def test_skipped_in_setup():
     result = inner.runpytest("-q", "-ra")
 
     rows = table_rows(result.outlines)
-    assert rows["test_mixed.py"] == ["1", "2.0"]  # the test skipped before its call did not run
+    assert rows["test_mixed.py"] == ["1", "2.0", "0.0", "2.0"]  # the test skipped before its call did not run
     assert re.fullmatch(r"1 failed, 1 skipped in [\d.]+s.*", result.outlines[-1])
 
 
@@ -181,8 +184,12 @@ def test_a_distributed_run_adds_up_what_its_workers_report(
     result.assert_outcomes(passed=5)
     rows = table_rows(result.outlines)
     assert set(rows) == {"test_slow.py", "test_medium.py", "total"}
-    assert rows["test_slow.py"][0] == "2" and rows["test_slow.py"][2] == "4.0"
-    assert rows["test_medium.py"][0] == "3" and len(rows["test_medium.py"]) == 2  # made no cluster: blank
-    assert rows["total"][0] == "5" and rows["total"][2] == "4.0"
+    assert rows["test_slow.py"][0] == "2" and rows["test_slow.py"][4] == "4.0"
+    assert rows["test_medium.py"][0] == "3" and len(rows["test_medium.py"]) == 4  # made no cluster: blank
+    assert rows["total"][0] == "5" and rows["total"][4] == "4.0"
+    # Side by side on two workers: each module starts after the session began, and ends before the run's end.
+    starts = {name: float(rows[name][2]) for name in rows}
+    ends = {name: float(rows[name][3]) for name in rows}
+    assert all(0.0 <= starts[name] <= ends[name] <= ends["total"] for name in rows)
     # (The workers warn that test.timing, imported by the outer session, is not assertion-rewritten.)
     assert re.fullmatch(r"5 passed(, \d+ warnings?)? in [\d.]+s.*", result.outlines[-1])
