@@ -80,12 +80,14 @@ class Verdict:
 
     released: frozenset[str]  # may go now: idle and drained, timed out, or unknown to Slurm
     to_drain: tuple[Leaving, ...]  # not drained yet: drain them now
-    waiting: Mapping[str, tuple[int, ...]]  # drained (or being drained) but still running these jobs
+    waiting: Mapping[str, tuple[int, ...]]  # drained (or being drained) and not released: the jobs it still runs
     timed_out: Mapping[str, tuple[int, ...]]  # released with these jobs still running: drainTimeout passed
 
     def describe_waiting(self) -> str:
         return "; ".join(
             f"{node} for job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, jobs))}"
+            if jobs
+            else f"{node} (drained now: it goes once Slurm says it runs no job)"
             for node, jobs in sorted(self.waiting.items())
         )
 
@@ -127,9 +129,10 @@ def judge(
             continue
         if not node.drain:
             # Released on a later pass, from what Slurm says then: a job may start between this read and the drain.
+            # Until then it is waited for like a busy node, so that the status does not say the group is done (a
+            # Ready at this generation, then Draining once that job shows, read as Degraded).
             to_drain.append(going)
-            if busy:
-                waiting[going.node] = running.get(going.node, ())
+            waiting[going.node] = running.get(going.node, ())
             continue
         limit = timeout.get(going.node)
         since = node.reason_changed_at

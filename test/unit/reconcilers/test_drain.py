@@ -63,6 +63,28 @@ async def test_scale_in_drains_first_and_lets_each_pod_go_only_when_its_jobs_are
         assert [c[0] for c in slurm.calls] == ["drain"], "each node is drained once"
 
 
+async def test_an_idle_node_drained_this_pass_is_waited_for_so_a_job_that_started_meanwhile_degrades_nothing() -> None:
+    """CI on f464d2f: the gate's snapshot showed the leaving node idle, a job started on it before the drain, and
+    the status said "all 2 worker nodes are ready" at the new generation (phase Available) until the next pass saw
+    the job: Draining at a generation that was Available reads as Degraded, with a Warning Event."""
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 2)
+        env.edit(shrink(1))
+        await env.run("workers")
+        assert slurm.calls == [("drain", (node(1),), REASON)]
+        assert env.reason("WorkersReady") == ("False", "Draining"), "a drained node that has not gone yet is waited for"
+        assert "drained now" in env.condition("WorkersReady")["message"]  # type: ignore[index]
+        slurm.run_job(7, node(1))  # started between the gate's read and the drain
+        await env.run("workers")
+        assert replicas(env) == 2, "the job's node stays"
+        assert f"{node(1)} for job 7" in env.condition("WorkersReady")["message"]  # type: ignore[index]
+        assert env.phase() != "Degraded"
+        slurm.end_job(7)
+        await env.run("workers")
+        assert replicas(env) == 1
+
+
 async def test_nothing_goes_while_slurm_cannot_be_asked_and_the_condition_says_why() -> None:
     async with Env() as env:
         slurm = FakeSlurm()
