@@ -12,8 +12,6 @@ import pytest
 from test.e2e.pods import machine
 from test.e2e.pods.machine import Share
 
-pytest_plugins = ["pytester"]
-
 
 def waiting(share: Share, *, exclusive: bool) -> tuple[threading.Thread, threading.Event]:
     """A worker asking for its turn in a thread; the event is set once it has it."""
@@ -74,27 +72,3 @@ def test_a_turn_that_never_comes_fails_naming_what_it_waited_for(
     late = Share(tmp_path)
     late.take(exclusive=True)  # the failed attempt left nothing held
     late.release()
-
-
-def test_tests_outside_the_pods_package_run_while_a_module_runs_alone(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """pytest calls a conftest's pytest_runtest_protocol for every test of the session, not only for those below
-    it: the pods package's turn-taking must let the unit and control-plane modules through while a module that runs
-    alone holds the machine (they waited for it, two workers idle for minutes)."""
-    from test.e2e.pods import conftest as pods_conftest  # noqa: PLC0415
-
-    monkeypatch.setattr(pods_conftest, "run_root", lambda config: tmp_path)
-    monkeypatch.setattr(machine, "TURN_TIMEOUT", 5.0)
-    alone = Share(tmp_path)
-    alone.take(exclusive=True)
-    pods = pytester.mkdir("test").joinpath("e2e", "pods")
-    pods.mkdir(parents=True)
-    (pods / "conftest.py").write_text("from test.e2e.pods.conftest import pytest_runtest_protocol  # noqa: F401\n")
-    (pytester.path / "test" / "test_unit.py").write_text("def test_beside_a_module_that_runs_alone():\n    pass\n")
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\naddopts = -p no:hypothesispytest\n")
-    try:
-        result = pytester.runpytest("-p", "no:cacheprovider", "test")
-    finally:
-        alone.release()
-    result.assert_outcomes(passed=1)

@@ -25,7 +25,6 @@ from test.e2e.pods.machine import Share, SharedCluster, prepare, run_root
 from test.e2e.pods.slurm import Kube, OperatorProcess, operator_process, slurm_image
 from test.waiting import until
 
-HERE = Path(__file__).parent  # the real-pods package: its tests take turns on the machine
 # What every SlurmCluster of these tests runs; a module that needs more checks them itself (require_images).
 SLURM_IMAGES = tuple(slurm_image(c) for c in ("controller", "worker", "login", "rest", "populate-jail"))
 
@@ -74,10 +73,7 @@ def node(request: pytest.FixtureRequest) -> Iterator[Node]:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     """Each pods module takes its turn on the machine before its first test (outside that test's timeout: the wait
     may be long) and gives it back after its last: shared with other modules, or exclusive for a module marked
-    `alone`. pytest calls this hook for every test of the session, not only for those below this conftest: the
-    others pass straight through, so that they run while a module runs alone."""
-    if not item.path.is_relative_to(HERE):
-        return (yield)
+    `alone`."""
     share = item.config.stash.setdefault(_SHARE, Share(run_root(item.config)))
     if not share.held:
         alone = item.get_closest_marker("alone") is not None
