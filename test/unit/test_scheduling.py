@@ -21,6 +21,7 @@ from typing import TypedDict
 
 import pytest
 
+from test import waiting
 from test.conftest import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: F401
 
 LOG = Path(__file__).parent / "log"
@@ -42,10 +43,7 @@ def logged(request):
 @pytest.fixture
 def until():
     def wait(path, seconds=30):
-        deadline = time.monotonic() + seconds
-        while not Path(path).exists():
-            assert time.monotonic() < deadline, f"{path} never appeared"
-            time.sleep(0.05)
+        waiting.until(Path(path).exists, timeout=seconds, interval=0.05, what=f"{path} to appear")
 
     return wait
 """
