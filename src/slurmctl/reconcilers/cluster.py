@@ -43,12 +43,13 @@ Mapper = Callable[[Mapping[str, Any]], Iterable[Request]]
 
 def _placed(pod: Mapping[str, Any] | None) -> tuple[object, ...]:
     worker = WorkerPod.of(pod or {})
-    return worker.ready, worker.node_name, worker.terminating
+    return worker.node_name, worker.terminating
 
 
 def placement_changed(event: Event) -> bool:
-    """A worker pod that turned ready or not, moved to another Kubernetes node, started going or went: what decides
-    whether and where topology.conf names it. A resync is the cluster's own."""
+    """A worker pod that was scheduled, moved to another Kubernetes node, started going or went: what decides
+    whether and where topology.conf names it (not its readiness: see topology_placement). A resync is the
+    cluster's own."""
     if event.low_priority:
         return False
     if event.type is not EventType.UPDATED:
@@ -115,7 +116,7 @@ class ClusterReconciler(ComponentReconciler):
         return clusters_on(node, pods)
 
     def placement(self, loaded: Loaded) -> dict[str, dict[str, str]]:
-        """Where the cluster's ready workers run, for topology.conf (nothing without spec.topology)."""
+        """Where the cluster's scheduled workers run, for topology.conf (nothing without spec.topology)."""
         if loaded.cluster.spec.topology is None:
             return {}
         pods: dict[str, Mapping[str, Any]] = {}

@@ -138,14 +138,15 @@ def node_labels(node: Live | None) -> dict[str, str]:
 
 
 def topology_placement(pods: Iterable[Live], node: Callable[[str], Live | None]) -> dict[str, dict[str, str]]:
-    """Slurm node (pod name) -> the labels of the Kubernetes node it runs on, for the worker pods Slurm can place:
-    ready (slurmctld knows the node and it responds) and not going. `node` reads a Kubernetes node by name. Only
-    these: slurmctld puts a node in the topology when it reads topology.conf, so the file must change once the
-    node has registered (see render/topology.py)."""
+    """Slurm node (pod name) -> the labels of the Kubernetes node it runs on, for the worker pods that have a node
+    and are not going. `node` reads a Kubernetes node by name. Readiness is left out on purpose: a probe that fails
+    for a few seconds (a slurmctld reconfigure or failover, a node deleted and registered anew) would rewrite the
+    file and reconfigure every daemon twice, and a node that registers after the build is placed by the
+    controller's follower anyway (see render/topology.py)."""
     out: dict[str, dict[str, str]] = {}
     for pod in pods:
         worker = WorkerPod.of(pod)
-        if worker.ready and worker.node_name and not worker.terminating:
+        if worker.node_name and not worker.terminating:
             out[worker.name] = node_labels(node(worker.node_name))
     return out
 

@@ -3,7 +3,7 @@
 The reconcilers and `slurmctl render` call these same functions (through the component registry), so what `render`
 prints and what the operator applies cannot drift. `Inputs` carries everything a renderer needs beyond the spec: the
 config set rendered once, the ids of live Secrets, the served CronJob and PodDisruptionBudget versions, the
-replicas the scale-in gate allows, where the ready workers run (their Kubernetes nodes' labels, for topology.conf)
+replicas the scale-in gate allows, where the scheduled workers run (their Kubernetes nodes' labels, for topology.conf)
 and the cluster's DNS domain.
 `Inputs.offline` fills them the way `slurmctl render` can without a cluster.
 

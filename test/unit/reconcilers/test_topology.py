@@ -1,5 +1,5 @@
-"""spec.topology: the cluster reconciler renders topology.conf from where the ready workers run, and the watches that
-re-render it when pods move, turn ready or their nodes are relabelled."""
+"""spec.topology: the cluster reconciler renders topology.conf from where the scheduled workers run, and the watches
+that re-render it when pods are scheduled, move or go, or their nodes are relabelled (not when readiness flips)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ async def started(env: Env, **extra: Any) -> list[str]:
     return pods
 
 
-async def test_topology_follows_the_ready_workers_and_their_nodes_labels() -> None:
+async def test_topology_follows_the_scheduled_workers_and_their_nodes_labels() -> None:
     async with Env() as env:
         pods = await started(env, topology={"tree": {"levels": [SWITCH]}})
         await env.run("cluster")
@@ -60,15 +60,27 @@ async def test_topology_follows_the_ready_workers_and_their_nodes_labels() -> No
         assert configs is not None
         assert "TopologyPlugin=topology/tree" in configs["data"]["slurm.conf"].splitlines()
 
-        # A pod that is not ready (not registered, or not responding) is left out until it is again.
+        # A pod whose readiness probe fails for a while (slurmctld reconfiguring or failing over, its node registered
+        # anew) stays named: rewriting the file would reconfigure every daemon twice, a minute apart.
+        mark = env.mark()
         env.pod_runs(pods[3], ready=False)
+        await env.run("cluster")
+        assert env.writes_since(mark) == [], "a readiness flip rewrites nothing"
+        env.pod_runs(pods[3])
+
+        # A pod that goes leaves the file.
+        live = env.get(POD, pods[3])
+        assert live is not None
+        going = copy.deepcopy(live)
+        going["metadata"]["deletionTimestamp"] = "2026-11-28T00:00:00Z"
+        env.fake.put(going)
         await env.run("cluster")
         assert topology(env) == [
             "SwitchName=s1 Nodes=c-worker-cpu-[0-1]",
             "SwitchName=s2 Nodes=c-worker-cpu-2",
             "SwitchName=root Switches=s1,s2",
         ]
-        env.pod_runs(pods[3])
+        env.fake.put(live)
 
         # A pod that moves to another node, and a node relabelled, change the file in place.
         move(env, pods[2], "node-a")
@@ -120,7 +132,7 @@ async def test_watches_enqueue_the_clusters_whose_topology_may_change() -> None:
         moved["spec"]["nodeName"] = "node-b"
         relabelled = copy.deepcopy(pod)
         relabelled["metadata"]["labels"]["x"] = "y"
-        assert placement_changed(Event(EventType.UPDATED, not_ready, pod))
+        assert not placement_changed(Event(EventType.UPDATED, not_ready, pod))
         assert placement_changed(Event(EventType.UPDATED, moved, pod))
         assert not placement_changed(Event(EventType.UPDATED, relabelled, pod))
         assert placement_changed(Event(EventType.DELETED, pod))
