@@ -2,12 +2,12 @@
 daemons started from what the operator rendered, users entering the jail through sshd and the chroot SPANK plugin.
 
 One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in and
-runs jobs → every node name resolves where users run code, and follows a re-created worker → scancel of a
-step started on the login node → two users' jobs at once on one worker, each with its own /tmp
-and /dev/shm → the escape table → slurmrestd → the operator's Slurm metrics against sinfo and squeue → Slurm's node
-state on the pods → a partition change reaches every daemon in place → scale out under a running job → scale in under a
-running job (drain first) → scale in while Slurm cannot be asked (nothing goes) → delete. The operator runs as `slurmctl
-run`, with its ServiceAccount's token.
+runs jobs → every node name resolves where users run code, and follows a re-created worker → a torchrun-style rendezvous
+across the workers by node name → scancel of a step started on the login node → two users' jobs at once on one worker,
+each with its own /tmp and /dev/shm → the escape table → slurmrestd → the operator's Slurm metrics against sinfo and
+squeue → Slurm's node state on the pods → a partition change reaches every daemon in place → scale out under a running
+job → scale in under a running job (drain first) → scale in while Slurm cannot be asked (nothing goes) → delete. The
+operator runs as `slurmctl run`, with its ServiceAccount's token.
 (Re-creating workers for a change only a restart can apply is unit-tested: test/unit/reconcilers/test_drain.py.)
 """
 
@@ -230,6 +230,40 @@ def test_every_node_name_resolves_to_its_pod_in_jobs_on_login_and_controller_and
     wait_for_nodes(
         kube, lambda n: set(n.values()) == {"idle"} and len(n) == len(workers), timeout=240, what="workers idle"
     )
+
+
+EXAMPLES = REPO / "docs" / "examples"
+
+
+def test_a_torchrun_style_rendezvous_finds_rank_0_by_its_node_name_across_workers(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """The README's two-node job as a user submits it (docs/examples/rendezvous.sbatch): rank 0 listens on
+    MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1), the other rank connects to it by that
+    name, and both get the sum of every rank's value, as PyTorch's c10d rendezvous and an allreduce would."""
+    kube = available
+    key, ip = jail_user
+    for example in ("rendezvous.py", "rendezvous.sbatch"):
+        target = f"/home/{USER}/{example}"
+        kube.exec(
+            LOGIN_POD,
+            LOGIN,
+            "chroot",
+            JAIL,
+            "sh",
+            "-c",
+            f"cat > {target} && chown {USER}: {target}",
+            input=(EXAMPLES / example).read_text(),
+        )
+    job = ssh(key, USER, ip, "cd ~ && sbatch --parsable --wait rendezvous.sbatch").strip().split(";")[0]
+    out = ssh(key, USER, ip, f"cat ~/rendezvous-{job}.out")
+    # One line per rank: "rank R on HOST: world 2, sum 3, master MASTER".
+    words = [line.split() for line in out.splitlines() if line.startswith("rank ")]
+    ranks = {w[1]: (w[3].rstrip(":"), w[5], w[7], w[9]) for w in words if len(w) == 10}
+    assert set(ranks) == {"0", "1"}, out
+    first, second = ranks["0"][0], ranks["1"][0]
+    assert {first, second} <= set(worker_pods(kube)) and first != second, out
+    assert ranks["0"][1:] == ranks["1"][1:] == ("2,", "3,", first), out
 
 
 def test_job_output_working_directory_and_sbcast_files_are_the_jails_at_any_path(
