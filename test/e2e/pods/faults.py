@@ -76,6 +76,27 @@ class Cluster:
         words = ["sbatch", "--parsable", f"--output=/home/{USER}/out/%j.out", *args, "--wrap", wrap]
         return self.as_user(shlex.join(words)).strip().split(";")[0]
 
+    def held(self, tag: str, *args: str) -> str:
+        """A job of the user's that runs until `release(tag)` (at most 10 minutes, then it fails) and notes each start
+        in `starts(tag)`; a tag serves once a cluster. A fixed `sleep` ends on its own clock, and on a busy machine
+        the faults around it can take longer: slurmrestd's pod took ~55 s to go (CI run49), slurmctld came back after
+        a 75 s job ended (project CI of stop 45), a `sleep 15` ended between slurmctld's last save and its `kill -9`
+        (ci17)."""
+        gate = self._gate(tag)
+        wait = f"for i in $(seq 600); do [ -e {gate} ] && exit 0; sleep 1; done; exit 1"
+        return self.sbatch(*args, wrap=f"echo $SLURM_JOB_ID >> {gate}.starts; {wait}")
+
+    def release(self, tag: str) -> None:
+        """Lets every job `held(tag)` end (a file in the user's home, in the jail every node shares)."""
+        self.as_user(f"touch {self._gate(tag)}")
+
+    def starts(self, tag: str) -> list[str]:
+        """The ids of the jobs `held(tag)`, once for each time one of them started."""
+        return self.as_user(f"cat {self._gate(tag)}.starts").split()
+
+    def _gate(self, tag: str) -> str:
+        return f"/home/{USER}/out/release-{tag}"
+
     def jobs(self) -> dict[str, dict[str, str]]:
         """Every job slurmctld holds (MinJobAge keeps ended ones 300 s): id -> `scontrol show job` fields."""
         out = self.login("scontrol", "show", "job", "-o")

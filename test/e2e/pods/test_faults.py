@@ -140,13 +140,9 @@ def test_the_operator_killed_in_the_middle_of_a_drain_and_slurmrestd_deleted_dur
     """Scale-in 2 -> 1 with a job on the leaving node: the drain starts, the operator is SIGKILLed and started again,
     then slurmrestd's pod is deleted while the node still drains. Nothing goes until Slurm says the job is done.
 
-    The job runs until the test releases it (a file in the user's home, in the jail every node shares; at most 10
-    minutes): a fixed `sleep 60` ended before the faults were over when slurmrestd's pod took ~55 s to go (CI run49),
-    and the test then saw a COMPLETED job instead of one still running through them."""
+    The job runs until the test releases it, after the faults (Cluster.held)."""
     c, operator = cluster, operator_process_of_module
-    release = f"/home/{USER}/out/release-scale-in"
-    c.as_user(f"rm -f {release}")
-    job = c.sbatch("-w", c.w1, wrap=f"for i in $(seq 600); do [ -e {release} ] && exit 0; sleep 1; done; exit 1")
+    job = c.held("scale-in", "-w", c.w1)
     c.running(job)
     w1 = c.kube.json("pod", c.w1)["metadata"]["uid"]
     c.patch({"op": "replace", "path": "/spec/workers/0/size", "value": 1})
@@ -158,7 +154,7 @@ def test_the_operator_killed_in_the_middle_of_a_drain_and_slurmrestd_deleted_dur
         c.kube.delete("pod", rest["metadata"]["name"])
     said(words["slurmrestd"], "caught SIGINT. Shutting down.")
     assert c.state(job) == "RUNNING" and c.kube.json("pod", c.w1)["metadata"]["uid"] == w1
-    c.as_user(f"touch {release}")
+    c.release("scale-in")
     row = outcome(c, "operator SIGKILL mid-drain + slurmrestd pod deleted during the scale-in", [job])
     until(lambda: c.pod(c.w1) is None, timeout=120, interval=2, what=f"{c.w1} gone once its job ended")
     assert c.node(c.w1) == {}

@@ -7,7 +7,6 @@ the scheduler puts them, since nothing here cordons a node.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -67,18 +66,18 @@ def test_the_login_and_database_pods_deleted_while_jobs_run(cluster: Cluster) ->
     assert_nothing_lost(outcome(c, "login and database pods deleted while jobs run", jobs))
 
 
-@pytest.mark.timeout(540)  # a 75 s job, then two worker re-creations and the login's ConfigMap update
+@pytest.mark.timeout(600)  # slurmctld's restart, two worker re-creations and the login's ConfigMap update
 def test_a_change_only_a_restart_applies_interrupts_no_job(cluster: Cluster) -> None:
     """PluginDir, written out (its default path, so nothing else changes): slurmctld restarts with its state saved,
     each worker is drained and re-created once its jobs are done, the login pod stays, and afterwards every daemon
-    runs with the new setting. The job running across the change completes once, in its own time."""
+    runs with the new setting. The job running across the change completes, started once."""
     c = cluster
     plugin_dir = c.kube.exec(
         c.w0, "slurmd", "sh", "-c", "dirname /usr/lib/*-linux-gnu/slurm-wlm/libslurmfull.so"
     ).strip()
-    # On worker 1: the roll re-creates the highest ordinal first, so it is drained while its job runs whatever time
-    # slurmctld's restart takes (worker 0, behind its re-creation, may be reached only after a short job ended).
-    job = c.sbatch("-w", c.w1, wrap="sleep 75")
+    # On worker 1: the roll re-creates the highest ordinal first, so it is drained while its job runs, until the test
+    # lets the job end (worker 0, behind its re-creation, has no job).
+    job = c.held("restart-change", "-w", c.w1)
     c.running(job)
     before = {p: c.kube.json("pod", p)["metadata"]["uid"] for p in (c.controller_pod, c.w0, c.w1, c.login_pod)}
     login_identity = identity(c.kube.json("pod", c.login_pod))
@@ -89,17 +88,16 @@ def test_a_change_only_a_restart_applies_interrupts_no_job(cluster: Cluster) -> 
     # The worker with the job stays, drained for its re-creation, while the job runs.
     until(lambda: "re-created" in c.node(c.w1).get("Reason", ""), timeout=240, interval=2, what=f"{c.w1} drained")
     holds(
-        lambda: c.kube.json("pod", c.w1)["metadata"]["uid"] == before[c.w1],
-        while_=lambda: c.state(job) == "RUNNING",
+        lambda: c.kube.json("pod", c.w1)["metadata"]["uid"] == before[c.w1] and c.state(job) == "RUNNING",
+        seconds=30,
         what=f"{c.w1} kept while its job runs",
     )
+    c.release("restart-change")
     for worker in (c.w1, c.w0):
         until(lambda w=worker: c.ready(w, not_uid=before[w]), timeout=300, interval=2, what=f"{worker} re-created")
         until(lambda w=worker: c.idle(w), timeout=120, interval=2, what=f"{worker} idle")
     row = outcome(c, "restart-requiring slurm.conf change (PluginDir)", [job])
-    fields = c.jobs()[job]
-    print(f"job {job}: {fields['JobState']} RunTime={fields['RunTime']} Restarts={fields['Restarts']}")
-    assert fields["Restarts"] == "0" and re.fullmatch(r"00:01:1[5-8]", fields["RunTime"]), fields
+    assert c.starts("restart-change") == [job], "the job started more than once"
     assert identity(c.kube.json("pod", c.login_pod)) == login_identity, "the login pod restarted"
     assert f"PluginDir               = {plugin_dir}" in c.login("scontrol", "show", "config")
     slurm_conf = "/etc/slurm/slurm.conf"
@@ -135,11 +133,13 @@ def test_a_populate_jail_overwrite_keeps_users_files_and_jobs(cluster: Cluster) 
 
 @pytest.mark.timeout(600)  # two crashes, each a slurmctld restart (240 s each at most), then every job's end
 def test_slurmctld_killed(cluster: Cluster) -> None:
-    """kill -9 of slurmctld (a crash): every job it had saved is there after its container restarts. Slurm saves
-    its state at most every 5 s (state_save.c SAVE_MAX_WAIT), so the test waits for that save first; what a crash
-    right after a burst of submissions does is measured at the end and printed (see the README)."""
+    """kill -9 of slurmctld (a crash): every job it had saved is there after its container restarts, running or
+    pending as it was, and each ends once. Slurm saves its state at most every 5 s (state_save.c SAVE_MAX_WAIT), so the
+    test waits for that save first, and nothing changes after it: both workers' jobs run until the test lets them end
+    after the crash (a job that ends between the save and the crash is the README's window, not this row). What a
+    crash right after a burst of submissions does is measured at the end and printed (see the README)."""
     c = cluster
-    running = [c.sbatch(wrap="sleep 15") for _ in range(2)]
+    running = [c.held("crash", "-w", worker) for worker in (c.w0, c.w1)]
     c.running(*running)
     pending = [c.sbatch(wrap="true") for _ in range(6)]
 
@@ -160,7 +160,15 @@ def test_slurmctld_killed(cluster: Cluster) -> None:
     submitted = float(c.kube.exec(c.controller_pod, "slurmctld", "date", "+%s.%N"))
     until(lambda: saved_since(submitted), timeout=30, interval=0.5, what="slurmctld's next state save")
     crash()
-    assert_nothing_lost(outcome(c, "kill -9 of slurmctld", running + pending))
+    after = c.jobs()
+    assert {j: after.get(j, {}).get("JobState") for j in running + pending} == {
+        **dict.fromkeys(running, "RUNNING"),
+        **dict.fromkeys(pending, "PENDING"),
+    }
+    c.release("crash")
+    row = outcome(c, "kill -9 of slurmctld", running + pending)
+    assert sorted(c.starts("crash")) == sorted(running), "a running job started again"
+    assert_nothing_lost(row)
     # Measured, not asserted: a crash within Slurm's save window after a burst (the README says why).
     burst = c.as_user("for i in $(seq 20); do sbatch --parsable -o /dev/null --wrap true; done").split()
     crash()
