@@ -108,10 +108,10 @@ pick_port() {
 pid_alive() {
     local pid=$1 name=$2 cmdline
     [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
     [[ $cmdline == *"$name"* ]] || return 1
     [ "${PID_MATCH_STATE:-0}" != 1 ] || [[ $cmdline == *"$STATE"* ]] ||
-        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -xF "LOCAL_SLURM_DIR=$STATE" >/dev/null
+        tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -xF "LOCAL_SLURM_DIR=$STATE" >/dev/null
 }
 
 recorded_pid() {

@@ -37,6 +37,11 @@ ALONE = {
     f"{PODS}test_nodes.py": "it crashes nodes and lifts node 3's taint",
     f"{PODS}test_operator_pod.py": "the installed operator watches every namespace",
 }
+# The ALONE modules that need the whole machine quiet: no module of any kind beside them (`alone(quiet=True)`).
+QUIET = {
+    f"{PODS}test_nodes.py": "its bounds after a node crash do not hold with other modules' load beside it (a worker "
+    "'Not responding' past the 90 s bound in the cold CI run on 0513c17)",
+}
 
 ALONE_UNIT = "alone"  # the scheduling unit of the ALONE modules
 
@@ -59,11 +64,11 @@ def schedule_rank(item: pytest.Item) -> tuple[int, int]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The queue's order (`schedule_rank`), which xdist hands out a unit at a time to whichever worker is free; the
-    `alone` mark on the modules in ALONE."""
+    `alone` mark on the modules in ALONE (quiet for those in QUIET)."""
     items.sort(key=schedule_rank)
     for item in items:
-        if module_of(item.nodeid) in ALONE:
-            item.add_marker(pytest.mark.alone)
+        if (module := module_of(item.nodeid)) in ALONE:
+            item.add_marker(pytest.mark.alone(quiet=module in QUIET))
 
 
 class ModuleScheduling(LoadScopeScheduling):

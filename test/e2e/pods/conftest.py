@@ -21,10 +21,11 @@ import yaml
 
 from test.e2e.harness import REPO, Node, node_script
 from test.e2e.operator import service_account_kubeconfig
-from test.e2e.pods.machine import Share, SharedCluster, prepare, run_root
+from test.e2e.pods.machine import Share, SharedCluster, Turn, prepare, run_root
 from test.e2e.pods.slurm import Kube, OperatorProcess, operator_process, slurm_image
 from test.waiting import until
 
+HERE = Path(__file__).parent  # the real-pods package
 # What every SlurmCluster of these tests runs; a module that needs more checks them itself (require_images).
 SLURM_IMAGES = tuple(slurm_image(c) for c in ("controller", "worker", "login", "rest", "populate-jail"))
 
@@ -71,20 +72,32 @@ def node(request: pytest.FixtureRequest) -> Iterator[Node]:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
-    """Each pods module takes its turn on the machine before its first test (outside that test's timeout: the wait
-    may be long) and gives it back after its last: shared with other modules, or exclusive for a module marked
-    `alone`."""
+    """Each module takes its turn on the machine before its first test (outside that test's timeout: the wait may be
+    long) and gives it back after its last (`turn`). pytest calls this hook for every test of the session, not only
+    for those below this conftest, which is how the other modules keep out of a quiet module's way."""
     share = item.config.stash.setdefault(_SHARE, Share(run_root(item.config)))
     if not share.held:
-        alone = item.get_closest_marker("alone") is not None
-        waited = share.take(exclusive=alone)
+        wanted = turn(item)
+        waited = share.take(wanted)
         if waited >= 1:
-            print(f"{item.nodeid}: waited {waited:.0f}s for a turn on the machine ({'alone' if alone else 'shared'})")
+            print(f"{item.nodeid}: waited {waited:.0f}s for a turn on the machine ({wanted.value})")
     try:
         return (yield)
     finally:
         if nextitem is None or nextitem.module is not item.module:
             share.release()
+
+
+def turn(item: pytest.Item) -> Turn:
+    """A real-pods module shares the machine with the others unless marked `alone` (test/conftest.py ALONE), then
+    quiet if the mark says so; any other module (unit, control plane, host-level Slurm) runs beside them all, except
+    a quiet one."""
+    if not item.path.is_relative_to(HERE):
+        return Turn.BESIDE
+    alone = item.get_closest_marker("alone")
+    if alone is None:
+        return Turn.SHARED
+    return Turn.QUIET if alone.kwargs.get("quiet") else Turn.ALONE
 
 
 _SHARE = pytest.StashKey[Share]()

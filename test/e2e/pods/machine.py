@@ -19,6 +19,7 @@ runs while no other pods module does (`Share`).
 from __future__ import annotations
 
 import contextlib
+import enum
 import fcntl
 import json
 import os
@@ -308,41 +309,58 @@ def _flock(path: Path, *, exclusive: bool) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+class Turn(enum.Enum):
+    """What a module asks of the machine while it runs (`Share.take`)."""
+
+    BESIDE = "beside"  # a module outside the real-pods package: it runs unless a module needs the machine quiet
+    SHARED = "shared"  # a real-pods module beside other real-pods modules
+    ALONE = "alone"  # no other real-pods module (the rest of the run goes on beside it)
+    QUIET = "quiet"  # no other module at all: a module whose bounds the machine's load would break
+
+
 class Share:
-    """A worker's turn on the machine while one of its pods modules runs: shared with other modules, or exclusive for
-    a module that runs alone. Each acquisition passes a second lock, the turnstile, so that a module waiting to run
-    alone is not starved by modules that keep the machine shared one after another (flock favours no one)."""
+    """A worker's turn on the machine while one of its modules runs. Two locks: `machine` (real-pods modules take it
+    shared, exclusive to run alone) and `quiet` (every other module takes it shared, a module that needs the machine
+    quiet takes both exclusive). Each acquisition passes a third lock, the turnstile, so that a module waiting for an
+    exclusive turn is not starved by modules that keep a lock shared one after another (flock favours no one)."""
 
     def __init__(self, root: Path) -> None:
-        self._lock_path = root / "machine.lock"
+        self._paths = {"machine": root / "machine.lock", "quiet": root / "machine.quiet.lock"}
         self._turnstile_path = root / "machine.turnstile"
-        self._fd: int | None = None
+        self._fds: list[int] = []
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return bool(self._fds)
 
-    def take(self, *, exclusive: bool) -> float:
-        """Wait for the machine, shared or alone; the seconds it waited."""
-        assert self._fd is None, "the machine is held already"
+    def take(self, turn: Turn) -> float:
+        """Wait for the turn; the seconds it waited."""
+        assert not self._fds, "the machine is held already"
+        wants = {
+            Turn.BESIDE: [("quiet", fcntl.LOCK_SH)],
+            Turn.SHARED: [("machine", fcntl.LOCK_SH)],
+            Turn.ALONE: [("machine", fcntl.LOCK_EX)],
+            Turn.QUIET: [("machine", fcntl.LOCK_EX), ("quiet", fcntl.LOCK_EX)],
+        }[turn]
         t0 = time.monotonic()
-        fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR, 0o600)
         turnstile = os.open(self._turnstile_path, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             _wait_lock(turnstile, fcntl.LOCK_EX, "the machine's turnstile")
-            _wait_lock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, "the machine")
+            for name, operation in wants:
+                fd = os.open(self._paths[name], os.O_CREAT | os.O_RDWR, 0o600)
+                self._fds.append(fd)
+                _wait_lock(fd, operation, f"the machine ({name})")
         except BaseException:
-            os.close(fd)
+            self.release()
             raise
         finally:
             os.close(turnstile)  # closing a descriptor releases its lock
-        self._fd = fd
         return time.monotonic() - t0
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
 
 
 def _wait_lock(fd: int, operation: int, what: str) -> None:
