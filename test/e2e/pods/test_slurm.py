@@ -706,21 +706,22 @@ def test_scale_in_drains_the_node_and_its_pod_goes_only_after_the_job(
     reason = kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-n", leaving, "-o", "%E").strip()
     assert reason.startswith("slurmctl:"), reason
     # The operator drains in Slurm first and then writes its status: read the condition of this generation (CI on
-    # b2adfcd read the previous generation's "Ready" right after Slurm showed the drain).
+    # b2adfcd read the previous generation's "Ready" right after Slurm showed the drain). It names the job once the
+    # drain gate's Slurm snapshot shows it (at most 2 s old, polled every 5 s while nodes drain): the job started a
+    # second before the scale-in, and the first Draining said "drained now" (ci19 on 5f6097b).
     generation = kube.json("slurmcluster", NAME)["metadata"]["generation"]
     last: list[dict[str, Any]] = []
 
-    def workers_draining() -> dict[str, Any] | None:
+    def workers_draining_for_the_job() -> dict[str, Any] | None:
         conditions = kube.json("slurmcluster", NAME)["status"]["conditions"]
         last[:] = [next(c for c in conditions if c["type"] == "WorkersReady")]
         current = last[0].get("observedGeneration") == generation and last[0]["reason"] == "Draining"
-        return last[0] if current else None
+        return last[0] if current and f"job {job}" in last[0]["message"] else None
 
     try:
-        workers = until(workers_draining, timeout=30, interval=0.5, what=f"WorkersReady Draining ({generation})")
+        until(workers_draining_for_the_job, timeout=30, interval=0.5, what=f"WorkersReady Draining for job {job}")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last seen: {last}") from None
-    assert f"job {job}" in workers["message"], workers
     assert kube.json("slurmcluster", NAME)["status"]["phase"] != "Degraded"
     holds(
         lambda: leaving in worker_pods(kube),
