@@ -244,17 +244,7 @@ def test_a_torchrun_style_rendezvous_finds_rank_0_by_its_node_name_across_worker
     kube = available
     key, ip = jail_user
     for example in ("rendezvous.py", "rendezvous.sbatch"):
-        target = f"/home/{USER}/{example}"
-        kube.exec(
-            LOGIN_POD,
-            LOGIN,
-            "chroot",
-            JAIL,
-            "sh",
-            "-c",
-            f"cat > {target} && chown {USER}: {target}",
-            input=(EXAMPLES / example).read_text(),
-        )
+        write_in_jail(kube, f"/home/{USER}/{example}", (EXAMPLES / example).read_text())
     job = ssh(key, USER, ip, "cd ~ && sbatch --parsable --wait rendezvous.sbatch").strip().split(";")[0]
     out = ssh(key, USER, ip, f"cat ~/rendezvous-{job}.out")
     # One line per rank: "rank R on HOST: world 2, sum 3, master MASTER".
@@ -264,6 +254,33 @@ def test_a_torchrun_style_rendezvous_finds_rank_0_by_its_node_name_across_worker
     first, second = ranks["0"][0], ranks["1"][0]
     assert {first, second} <= set(worker_pods(kube)) and first != second, out
     assert ranks["0"][1:] == ranks["1"][1:] == ("2,", "3,", first), out
+
+
+def test_an_mpi_allreduce_across_workers_through_pmix_and_under_mpirun(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """The README's two-node MPI job as a user submits it (docs/examples/allreduce.sbatch): Open MPI ranks started by
+    `srun --mpi=pmix` on both workers agree on the sum of an allreduce, and so do the ranks `mpirun` starts inside the
+    same allocation."""
+    kube = available
+    key, ip = jail_user
+    for example in ("allreduce.py", "allreduce.sbatch"):
+        write_in_jail(kube, f"/home/{USER}/{example}", (EXAMPLES / example).read_text())
+    job = ssh(key, USER, ip, "cd ~ && sbatch --parsable --wait allreduce.sbatch").strip().split(";")[0]
+    out = ssh(key, USER, ip, f"cat ~/allreduce-{job}.out")
+    # One line per rank and launcher: "<launcher> rank R of N on HOST: sum S".
+    lines = [line.split() for line in out.splitlines() if " rank " in line]
+    seen = {(w[0], w[2]): (w[6].rstrip(":"), w[4], w[8]) for w in lines if len(w) == 9}
+    assert set(seen) == {(launcher, rank) for launcher in ("srun", "mpirun") for rank in ("0", "1")}, out
+    for launcher in ("srun", "mpirun"):
+        hosts = {seen[(launcher, rank)][0] for rank in ("0", "1")}
+        assert hosts <= set(worker_pods(kube)) and len(hosts) == 2, out
+        assert {seen[(launcher, rank)][1:] for rank in ("0", "1")} == {("2", "3")}, out
+
+
+def write_in_jail(kube: Kube, path: str, text: str) -> None:
+    """A file of the jail user's, written through the login node as root (then handed to the user)."""
+    kube.exec(LOGIN_POD, LOGIN, "chroot", JAIL, "sh", "-c", f"cat > {path} && chown {USER}: {path}", input=text)
 
 
 def test_job_output_working_directory_and_sbcast_files_are_the_jails_at_any_path(
