@@ -448,6 +448,13 @@ class LoginSpec(Scheduling):
         max_length=MAX_SSH_KEYS,
         description="OpenSSH public keys (one line each) allowed to log in as root.",
     )
+    ssh_to_job_nodes: bool = Field(
+        False,
+        description="Run sshd on every worker too, reachable from the login nodes only, admitting a user only while "
+        "they have a job on that worker (pam_slurm_adopt: the session joins the job's cgroup and ends with it). "
+        "Sessions land in the jail, with the login nodes' sshd settings, keys and host keys. Off by default: it "
+        "mounts the login nodes' host keys into every worker.",
+    )
 
 
 class ExternalDatabase(ApiModel):

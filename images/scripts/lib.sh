@@ -12,6 +12,13 @@
 : "${MUNGE_USER:=munge}"
 : "${JAIL_DIR:=/mnt/jail}"
 : "${EXTRAUSERS_DIR:=/var/lib/extrausers}"
+: "${SSHD_CONFIGS_SOURCE:=/mnt/sshd-configs}"
+: "${SSH_HOST_KEYS_SOURCE:=/mnt/ssh-host-keys}"
+: "${SSH_DIR:=/etc/ssh}"
+: "${ROOT_SSH_DIR:=/root/.ssh}"
+: "${SSHD_PRIVSEP_DIR:=/run/sshd}"
+# A worker's sshd (spec.login.sshToJobNodes), for the preStop's SIGTERM.
+: "${JOB_SSHD_PID:=/run/slurmctl-job-sshd.pid}"
 # A pod's containers are stopped together; a daemon's preStop hook that needs munged says here when it is done, and
 # the munge sidecar's own preStop (munge-prestop) waits for that before munged is stopped.
 : "${PRESTOP_DONE:=$(dirname "$MUNGE_SOCKET")/.prestop-done}"
@@ -136,6 +143,29 @@ install_munge_key() {
     mkdir -p "$(dirname "$MUNGE_KEY_FILE")"
     install -o "$MUNGE_USER" -g "$MUNGE_USER" -m 0400 "$MUNGE_KEY_SOURCE" "$MUNGE_KEY_FILE"
     log "installed munge key at $MUNGE_KEY_FILE (owner $MUNGE_USER, mode 0400)"
+}
+
+# sshd's configuration from the cluster's sshd ConfigMap and host keys Secret (render/sshd.py): sshd_config, root's
+# authorized_keys when the cluster has any, and every host key. The login nodes' sshd, and the workers' with
+# spec.login.sshToJobNodes.
+install_sshd_files() {
+    local key found=0
+    [ -f "$SSHD_CONFIGS_SOURCE/sshd_config" ] \
+        || die "no sshd_config in $SSHD_CONFIGS_SOURCE (is the sshd ConfigMap mounted?)"
+    install -m 0644 "$SSHD_CONFIGS_SOURCE/sshd_config" "$SSH_DIR/sshd_config"
+    install -d -m 0700 "$ROOT_SSH_DIR"
+    if [ -f "$SSHD_CONFIGS_SOURCE/authorized_keys" ]; then
+        install -m 0600 "$SSHD_CONFIGS_SOURCE/authorized_keys" "$ROOT_SSH_DIR/authorized_keys"
+    fi
+    for key in "$SSH_HOST_KEYS_SOURCE"/ssh_host_*_key; do
+        [ -f "$key" ] || continue
+        install -m 0600 "$key" "$SSH_DIR/$(basename "$key")"
+        [ ! -f "$key.pub" ] || install -m 0644 "$key.pub" "$SSH_DIR/$(basename "$key").pub"
+        found=$((found + 1))
+    done
+    [ "$found" -gt 0 ] || die "no ssh_host_*_key in $SSH_HOST_KEYS_SOURCE (is the SSH host keys Secret mounted?)"
+    install -d -m 0755 "$SSHD_PRIVSEP_DIR"
+    log "installed sshd_config and $found host keys"
 }
 
 # The key slurmctld and slurmdbd verify users' JWTs with, at the path their config names (AuthAltParameters=

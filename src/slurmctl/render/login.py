@@ -13,13 +13,15 @@ from slurmctl.render.sshd import (
     SSHD_CONFIG,
     render_authorized_keys,
     render_sshd_config,
+    sshd_mounts,
+    sshd_volumes,
 )
 
 COMPONENT = "login"
+# The host name patterns of the workers whose sshd (spec.login.sshToJobNodes) shares the login nodes' host keys.
+JOB_NODES_ENV = "SLURMCTL_JOB_NODES"
 # sshd ends on SIGTERM at once; its sessions (and any srun in them) end with the pod.
 GRACE_SECONDS = 30
-SSHD_CONFIGS_MOUNT = "/mnt/sshd-configs"
-SSH_HOST_KEYS_MOUNT = "/mnt/ssh-host-keys"
 # sshd and complement-jail as root, not privileged: no device of the node in /dev (sessions see the container's
 # minimal /dev through the jail), /sys read-only, the runtime's seccomp filter. What each capability is for:
 # SYS_ADMIN complement-jail's bind mounts and fresh /proc; SYS_CHROOT ChrootDirectory and sshd's privilege separation;
@@ -122,10 +124,13 @@ def render_login_statefulset(
     spec = cluster.spec
     login = spec.login
     image = spec.image_for("login", login.image)
+    # spec.login.sshToJobNodes: the workers' sshd has these host keys too, so the login container writes them into the
+    # known hosts of the jail's ssh client for the workers' names (images/scripts/entrypoint-login).
+    job_nodes = [f"{meta.worker_group(c, g.name)}-*" for g in spec.workers] if login.ssh_to_job_nodes else []
     sshd = {
         "name": "sshd",
         "image": image,
-        "env": pods.jail_env(spec),
+        "env": [*pods.jail_env(spec), *([{"name": JOB_NODES_ENV, "value": ",".join(job_nodes)}] if job_nodes else [])],
         "ports": [{"name": "ssh", "containerPort": meta.SSH_PORT, "protocol": "TCP"}],
         "securityContext": {
             "runAsUser": 0,
@@ -135,8 +140,7 @@ def render_login_statefulset(
         "volumeMounts": [
             *pods.slurm_mounts(),
             *pods.jail_mounts(spec),
-            {"name": "sshd-configs", "mountPath": SSHD_CONFIGS_MOUNT, "readOnly": True},
-            {"name": "ssh-host-keys", "mountPath": SSH_HOST_KEYS_MOUNT, "readOnly": True},
+            *sshd_mounts(),
         ],
         "readinessProbe": pods.slurm_readiness("login"),
         "resources": pods.resources(login.resources),
@@ -144,8 +148,7 @@ def render_login_statefulset(
     volumes = [
         *pods.slurm_volumes(c),
         *pods.jail_volumes(spec),
-        {"name": "sshd-configs", "configMap": {"name": meta.sshd_configs(c)}},
-        {"name": "ssh-host-keys", "secret": {"secretName": meta.ssh_host_keys_secret(c), "defaultMode": 0o400}},
+        *sshd_volumes(c),
     ]
     hash_ = config_hash(cluster, munge_key_id=munge_key_id, host_keys_id=host_keys_id, host_keys=host_keys)
     template = pods.slurm_pod_template(

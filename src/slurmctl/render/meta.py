@@ -80,11 +80,16 @@ def workers_service(c: str) -> str:
     return f"{c}-workers"
 
 
+def service_domain(cluster: SlurmCluster, service: str, cluster_domain: str) -> str:
+    """The fully qualified DNS name of a Service of the cluster's namespace."""
+    return f"{service}.{cluster.metadata.namespace}.svc.{cluster_domain}"
+
+
 def workers_domain(cluster: SlurmCluster, cluster_domain: str) -> str:
     """The DNS domain the workers' pods are named in (`<pod>.<c>-workers.<ns>.svc.<cluster domain>`, as their
     headless Service and `subdomain` make them): searched by every Slurm pod, so that a Slurm node name, which is its
     pod's name, resolves as it is to the address Slurm uses (srun -w, MASTER_ADDR, mpirun host lists)."""
-    return f"{workers_service(cluster_name(cluster))}.{cluster.metadata.namespace}.svc.{cluster_domain}"
+    return service_domain(cluster, workers_service(cluster_name(cluster)), cluster_domain)
 
 
 def workers_disruption_budget(c: str) -> str:

@@ -1,15 +1,22 @@
-"""sshd configuration of the login nodes: key-only logins whose sessions run chrooted in the jail."""
+"""sshd configuration of the login nodes (and, with spec.login.sshToJobNodes, of the workers): key-only logins whose
+sessions run chrooted in the jail. One ConfigMap and one host keys Secret serve both, so a worker's sshd is the login
+nodes' sshd: the same keys, accounts, hardening and host keys."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.render import meta
 from slurmctl.render.slurm_conf import JAIL_PATH
 
 SSHD_CONFIG = "sshd_config"
 AUTHORIZED_KEYS = "authorized_keys"
+# Where the sshd containers find the ConfigMap and the host keys (images/scripts/lib.sh install_sshd_files).
+SSHD_CONFIGS_MOUNT = "/mnt/sshd-configs"
+SSH_HOST_KEYS_MOUNT = "/mnt/ssh-host-keys"
 # Host key types in the order sshd offers them. RSA is opt-in (`slurmctl run --ssh-rsa-host-keys`): an RSA-3072 key
 # costs ~0.2 s of CPU per cluster, more than everything else its creation takes, and every current client speaks
 # ed25519 or ECDSA. Clusters created with an RSA key keep it: the HostKey lines follow the keys their Secret holds.
@@ -62,3 +69,17 @@ def render_sshd_config(cluster: SlurmCluster, *, host_keys: Iterable[str] = DEFA
 
 def render_authorized_keys(cluster: SlurmCluster) -> str:
     return "".join(f"{key}\n" for key in cluster.spec.login.ssh_root_public_keys)
+
+
+def sshd_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": "sshd-configs", "mountPath": SSHD_CONFIGS_MOUNT, "readOnly": True},
+        {"name": "ssh-host-keys", "mountPath": SSH_HOST_KEYS_MOUNT, "readOnly": True},
+    ]
+
+
+def sshd_volumes(c: str) -> list[dict[str, Any]]:
+    return [
+        {"name": "sshd-configs", "configMap": {"name": meta.sshd_configs(c)}},
+        {"name": "ssh-host-keys", "secret": {"secretName": meta.ssh_host_keys_secret(c), "defaultMode": 0o400}},
+    ]

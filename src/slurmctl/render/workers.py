@@ -8,6 +8,7 @@ from typing import Any
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
 from slurmctl.render import meta, pods
 from slurmctl.render.slurm_conf import OCI_CONF, dynamic_node_conf, restart_settings
+from slurmctl.render.sshd import sshd_mounts, sshd_volumes
 
 COMPONENT = "workers"
 # The preStop (images/scripts/worker-prestop: drain, wait for jobs, leave Slurm) takes at most about 17 s, munged
@@ -23,6 +24,8 @@ DAEMON_CONTAINER = "slurmd"
 # mounts there: a pod has both or neither, and turning the switch rolls the workers like any new pod template.
 JOB_TMP_DIR = "/var/lib/slurmctl/job-tmp"
 JOB_SHM_DIR = "/var/lib/slurmctl/job-shm"
+# Set (to the login nodes' headless Service) when spec.login.sshToJobNodes runs sshd beside slurmd.
+SSH_FROM_ENV = "SLURMCTL_SSH_FROM"
 
 
 def config_hash(configs: Mapping[str, str], *, munge_key_id: str) -> str:
@@ -125,6 +128,10 @@ def _pod_template(
         if spec.jail.private_tmp
         else []
     )
+    # spec.login.sshToJobNodes: the login nodes' sshd in this container too (images/scripts/entrypoint-worker), for
+    # connections from the addresses of the login nodes' headless Service, by users with a job here.
+    ssh = spec.login.ssh_to_job_nodes
+    ssh_from = meta.service_domain(cluster, meta.login_headless(c), cluster_domain)
     slurmd = {
         "name": DAEMON_CONTAINER,
         "image": image,
@@ -134,8 +141,12 @@ def _pod_template(
             *pods.jail_env(spec),
             pods.restart_keys_env(),
             *({"name": env, "value": path} for env, _, path, _ in job_dirs),
+            *([{"name": SSH_FROM_ENV, "value": ssh_from}] if ssh else []),
         ],
-        "ports": [{"name": "slurmd", "containerPort": meta.SLURMD_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "slurmd", "containerPort": meta.SLURMD_PORT, "protocol": "TCP"},
+            *([{"name": "ssh", "containerPort": meta.SSH_PORT, "protocol": "TCP"}] if ssh else []),
+        ],
         # pivot_root, mount namespaces and bind mounts into the jail need the full capability set.
         "securityContext": {"privileged": True},
         "volumeMounts": [
@@ -143,6 +154,7 @@ def _pod_template(
             *pods.jail_mounts(spec),
             {"name": "dev-shm", "mountPath": "/dev/shm"},  # noqa: S108 - the pod's own memory-backed shm
             *({"name": name, "mountPath": path} for _, name, path, _ in job_dirs),
+            *(sshd_mounts() if ssh else []),
         ],
         "readinessProbe": pods.slurm_readiness("worker"),
         # A pod that goes drains its node, lets its jobs finish for a bounded while (or sets it DOWN so that Slurm
@@ -165,6 +177,7 @@ def _pod_template(
             *pods.jail_volumes(spec),
             shm,
             *({"name": name, "emptyDir": source} for _, name, _, source in job_dirs),
+            *(sshd_volumes(c) if ssh else []),
         ],
         placement=group,
         grace_seconds=GRACE_SECONDS,

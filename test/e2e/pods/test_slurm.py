@@ -1,13 +1,14 @@
 """A SlurmCluster becomes a working Slurm 24.11 on the real node: real pods from the images `make images` built, Slurm
 daemons started from what the operator rendered, users entering the jail through sshd and the chroot SPANK plugin.
 
-One cluster (the minimal sample) is shared by the tests of this module, in order: available → a jail user logs in and
-runs jobs → every node name resolves where users run code, and follows a re-created worker → a torchrun-style rendezvous
-across the workers by node name → scancel of a step started on the login node → two users' jobs at once on one worker,
-each with its own /tmp and /dev/shm → the escape table → slurmrestd → the operator's Slurm metrics against sinfo and
-squeue → Slurm's node state on the pods → a partition change reaches every daemon in place → scale out under a running
-job → scale in under a running job (drain first) → scale in while Slurm cannot be asked (nothing goes) → delete. The
-operator runs as `slurmctl run`, with its ServiceAccount's token.
+One cluster (the minimal sample, with ssh to job nodes on) is shared by the tests of this module, in order: available
+→ a jail user logs in and runs jobs → scancel of a step started on the login node → every node name resolves where
+users run code, and follows a re-created worker → a torchrun-style rendezvous across the workers by node name → an MPI
+allreduce → ssh to the worker of a running job → job files at any path in the jail → two users' jobs at once on one
+worker, each with its own /tmp and /dev/shm → the escape table → slurmrestd → the operator's Slurm metrics against
+sinfo and squeue → Slurm's node state on the pods → a partition change reaches every daemon in place → scale out under
+a running job → scale in under a running job (drain first) → scale in while Slurm cannot be asked (nothing goes) →
+delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
 (Re-creating workers for a change only a restart can apply is unit-tested: test/unit/reconcilers/test_drain.py.)
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from slurmctl.render.rest import API_VERSION
@@ -72,7 +74,13 @@ def worker_pods(kube: Kube) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def available(kube: Kube, operator: Path) -> Kube:
-    kube.apply_file(SAMPLE)
+    """The minimal sample, with ssh to job nodes on (spec.login.sshToJobNodes, off by default): every other test of
+    the module runs beside the workers' sshd."""
+    docs = [doc for doc in yaml.safe_load_all(SAMPLE.read_text()) if doc]
+    for doc in docs:
+        if doc["kind"] == "SlurmCluster":
+            doc["spec"].setdefault("login", {})["sshToJobNodes"] = True
+    kube.apply(docs)
     kube.until_available(NAME, operator, timeout=900)
     return kube
 
@@ -281,6 +289,66 @@ def test_an_mpi_allreduce_across_workers_through_pmix_and_under_mpirun(
 def write_in_jail(kube: Kube, path: str, text: str) -> None:
     """A file of the jail user's, written through the login node as root (then handed to the user)."""
     kube.exec(LOGIN_POD, LOGIN, "chroot", JAIL, "sh", "-c", f"cat > {path} && chown {USER}: {path}", input=text)
+
+
+def test_a_user_sshes_to_the_worker_of_their_job_only_from_a_login_node_and_only_while_it_runs(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """spec.login.sshToJobNodes (issue 42 item 4): from the login node a user reaches the worker running their job,
+    lands in the jail as themself, inside the job's cgroup (pam_slurm_adopt), and the session ends with the job; the
+    worker's host key is known in advance.
+    Refused with Slurm's message without a job there, and refused from anywhere but a login node (here: from a job on
+    the other worker)."""
+    kube = available
+    key, ip = jail_user
+    node, other = f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"
+    # StrictHostKeyChecking=yes: the jail's ssh client knows the workers' host keys already.
+    hop = "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10"
+    # The user's own key for hops inside the cluster, kept in the shared home and authorized there.
+    ssh(
+        key,
+        USER,
+        ip,
+        "test -f ~/.ssh/id_ed25519 || { ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519 && "
+        "cat ~/.ssh/id_ed25519.pub >> ~/.ssh/authorized_keys; }",
+    )
+    refused = ssh(key, USER, ip, f"{hop} {node} true 2>&1; echo rc=$?")
+    # Slurm's words: no job of this user there, or none of anyone's.
+    messages = ("Access denied by pam_slurm_adopt: you have no active jobs on this node", "No Slurm jobs found on node")
+    assert any(m in refused for m in messages), refused
+    assert refused.rstrip().endswith("rc=255"), refused
+    job = ssh(key, USER, ip, f"sbatch --parsable -w {node} -J ssh-target --wrap 'sleep 600'").strip().split(";")[0]
+    try:
+        until(
+            lambda: kube.exec(LOGIN_POD, LOGIN, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING" or None,
+            timeout=60,
+            what=f"job {job} running on {node}",
+        )
+        inside = ssh(
+            key, USER, ip, f"{hop} {node} 'id -un; hostname; cat /etc/slurmctl-test-marker; cat /proc/self/cgroup'"
+        )
+        user, host, marker, *cgroups = inside.splitlines()
+        assert (user, host, marker) == (USER, node, f"jail-of-{NAME}"), inside
+        assert any(f"/job_{job}/step_extern" in line for line in cgroups), inside
+        from_worker = ssh(key, USER, ip, f"srun -w {other} -N1 {hop} {node} true 2>&1; echo rc=$?")
+        assert from_worker.rstrip().endswith("rc=255"), from_worker
+        # A session open when the job ends is ended with it.
+        pid = ssh(key, USER, ip, f"nohup {hop} {node} 'sleep 500' >/dev/null 2>&1 </dev/null & echo $!").strip()
+        until(
+            lambda: "sleep 500" in kube.exec(node, "slurmd", "ps", "-eo", "args") or None,
+            timeout=60,
+            what=f"the ssh session's sleep on {node}",
+        )
+        kube.exec(LOGIN_POD, LOGIN, "scancel", job)
+        until(
+            lambda: (
+                ssh(key, USER, ip, f"kill -0 {pid} 2>/dev/null && echo open || echo ended").strip() == "ended" or None
+            ),
+            timeout=60,
+            what="the ssh session to end with the job",
+        )
+    finally:
+        kube.exec(LOGIN_POD, LOGIN, "scancel", job)
 
 
 def test_job_output_working_directory_and_sbcast_files_are_the_jails_at_any_path(

@@ -632,10 +632,98 @@ def test_login_installs_sshd_config_keys_and_runs_sshd(pod: dict[str, str]) -> N
     assert (ssh / "sshd_config").read_text() == "ChrootDirectory /mnt/jail\n"
     assert Path(pod["LOG"]).read_text() == f"sshd uid=0 args=-D -e -f {ssh}/sshd_config\n"
 
+    assert not (ssh / "ssh_known_hosts2").exists()
+
+    # spec.login.sshToJobNodes: the workers' sshd has these host keys; the jail's ssh client knows them for the
+    # workers' names, in the file bound over the jail's ssh_known_hosts2.
+    jobs = {**env, "SLURMCTL_JOB_NODES": "c-worker-cpu-*,c-worker-gpu-*"}
+    probe = (
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "bash",
+        "-c",
+        f'"$0" && cat {env["JAIL_DIR"]}{ssh}/ssh_known_hosts2',
+    )
+    known = run_script("entrypoint-login", env=jobs, wrapper=probe)
+    assert known.returncode == 0, known.stderr
+    assert known.stdout == "c-worker-cpu-*,c-worker-gpu-* ssh-ed25519 AAAA\n"
+
     (keys / "ssh_host_ed25519_key").unlink()
     no_keys = run_script("entrypoint-login", env=env, wrapper=("unshare", "--mount", "--propagation", "private"))
     assert no_keys.returncode == 1
     assert "no ssh_host_*_key in" in no_keys.stderr
+
+
+def test_a_worker_with_ssh_to_job_nodes_runs_the_login_nodes_sshd_behind_pam_slurm_adopt(pod: dict[str, str]) -> None:
+    """spec.login.sshToJobNodes: the login nodes' sshd files installed, sshd started beside slurmd (its PID kept for
+    the preStop), and PAM's account phase extended once with the login-address check and pam_slurm_adopt for this
+    node. Without the setting, none of it: no sshd, the PAM file untouched."""
+    root = Path(pod["ROOT"])
+    sshd_cm = root / "mnt" / "sshd-configs"
+    sshd_cm.mkdir()
+    (sshd_cm / "sshd_config").write_text("ChrootDirectory /mnt/jail\n")
+    keys = root / "mnt" / "ssh-host-keys"
+    keys.mkdir()
+    (keys / "ssh_host_ed25519_key").write_text("PRIVATE")
+    pam = root / "etc" / "pam.d" / "sshd"
+    pam.parent.mkdir(parents=True)
+    pam.write_text("@include common-account\n")
+    env = {
+        **jail_env(pod),
+        "SLURMD_NODENAME": "c-worker-cpu-0",
+        "SSHD_CONFIGS_SOURCE": str(sshd_cm),
+        "SSH_HOST_KEYS_SOURCE": str(keys),
+        "SSH_DIR": str(root / "etc" / "ssh"),
+        "ROOT_SSH_DIR": str(root / "root-ssh"),
+        "SSHD_PRIVSEP_DIR": str(root / "run" / "sshd"),
+        "SSHD_PAM": str(pam),
+        "JOB_SSHD_PID": str(root / "run" / "job-sshd.pid"),
+    }
+    (root / "etc" / "ssh").mkdir(parents=True)
+    wrapper = ("unshare", "--mount", "--propagation", "private")
+
+    off = run_script("entrypoint-worker", env=env, wrapper=wrapper)
+    assert off.returncode == 0, off.stderr
+    assert Path(pod["LOG"]).read_text() == "slurmd uid=0 args=-D\n"
+    assert pam.read_text() == "@include common-account\n"
+    assert not (root / "etc" / "ssh" / "sshd_config").exists()
+
+    on = {**env, "SLURMCTL_SSH_FROM": "c-login-headless.hpc.svc.cluster.local"}
+    for _ in range(2):  # a restarted container adds nothing twice
+        done = run_script("entrypoint-worker", env=on, wrapper=wrapper)
+        assert done.returncode == 0, done.stderr
+    until(lambda: Path(pod["LOG"]).read_text().count("sshd uid=0") == 2, timeout=10, what="sshd started twice")
+    assert f"sshd uid=0 args=-D -e -f {root}/etc/ssh/sshd_config\n" in Path(pod["LOG"]).read_text()
+    assert (root / "etc" / "ssh" / "sshd_config").read_text() == "ChrootDirectory /mnt/jail\n"
+    assert stat.S_IMODE((root / "etc" / "ssh" / "ssh_host_ed25519_key").stat().st_mode) == 0o600
+    assert int((root / "run" / "job-sshd.pid").read_text()) > 1
+    assert pam.read_text() == (
+        "@include common-account\n"
+        f"account required pam_exec.so quiet {SCRIPTS}/ssh-from-login c-login-headless.hpc.svc.cluster.local\n"
+        "account required pam_slurm_adopt.so nodename=c-worker-cpu-0 join_container=false"
+        " action_adopt_failure=deny action_generic_failure=deny\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rhost", "admitted"),
+    [("10.244.1.7", True), ("10.244.1.70", False), ("", False)],
+)
+def test_ssh_from_login_admits_only_an_address_of_the_login_service(tmp_path: Path, rhost: str, admitted: bool) -> None:
+    """The PAM account check of a worker's sshd: PAM_RHOST must be one of the addresses the login nodes' headless
+    Service resolves to at that moment; a failed lookup refuses."""
+    getent = (
+        '#!/bin/sh\n[ "$1 $2" = "ahosts c-login" ] || exit 2\n'
+        'printf "10.244.1.7 STREAM c-login\\n10.244.2.9 STREAM\\n"\n'
+    )
+    bin_dir = tmp_path / "bin"
+    write_exe(bin_dir / "getent", getent)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PAM_RHOST": rhost, "PAM_TYPE": "account"}
+    done = run_script("ssh-from-login", "c-login", env=env)
+    assert (done.returncode == 0) == admitted, done.stderr
+    assert run_script("ssh-from-login", "c-other", env={**env, "PAM_RHOST": "10.244.1.7"}).returncode == 1
 
 
 def test_munge_container_runs_a_working_munged_as_munge(pod: dict[str, str]) -> None:

@@ -202,3 +202,17 @@ def test_an_elastic_node_slurm_powers_down_is_left_alone(slurm: Slurm, tmp_path:
     slurm.node(f"IDLE+CLOUD+{power}")
     prestop(slurm, tmp_path, SLURMD_CLOUD="true")
     assert slurm.calls == [SHOW]
+
+
+def test_the_workers_sshd_gets_its_sigterm(slurm: Slurm, tmp_path: Path) -> None:
+    """spec.login.sshToJobNodes: the sshd entrypoint-worker started beside slurmd is stopped with SIGTERM, not left
+    to the SIGKILL at the end of the grace period."""
+    slurm.node("IDLE+DYNAMIC_NORM")
+    sshd = subprocess.Popen(["sleep", "300"])
+    pid_file = tmp_path / "job-sshd.pid"
+    pid_file.write_text(f"{sshd.pid}\n")
+    try:
+        prestop(slurm, tmp_path, JOB_SSHD_PID=str(pid_file))
+        assert sshd.wait(timeout=10) == -15
+    finally:
+        sshd.kill()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render.workers import render_elastic_worker_pod
-from test.unit.render.samples import UID, manifests, sample
+from test.unit.render.samples import UID, manifests, sample, sample_doc
 
 
 def _names(variant: str) -> list[str]:
@@ -71,3 +74,61 @@ def test_every_slurm_pod_searches_the_workers_domain_so_that_node_names_resolve(
     pod = render_elastic_worker_pod(cluster, group, 0, configs={}, munge_key_id="m", cluster_domain="corp.example")
     assert pod["spec"]["subdomain"] == "research-workers"
     assert pod["spec"]["dnsConfig"] == {"searches": ["research-workers.hpc.svc.corp.example"]}
+
+
+def test_ssh_to_job_nodes_runs_the_login_nodes_sshd_in_every_worker_and_nothing_of_it_by_default() -> None:
+    """spec.login.sshToJobNodes: each worker's slurmd container gets the login nodes' sshd ConfigMap and host keys,
+    port 22 and the login nodes' headless Service to admit connections from (fixed and elastic groups alike). Off by
+    default, a worker pod has none of it: the host keys stay out of the workers."""
+
+    def workers(cluster: SlurmCluster) -> list[dict[str, Any]]:
+        found = [
+            o["spec"]["template"]["spec"]
+            for o in manifests(cluster, cluster_domain="corp.example")
+            if o["kind"] == "StatefulSet" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "workers"
+        ]
+        elastic = [g for g in cluster.spec.workers if g.autoscale is not None]
+        found += [
+            render_elastic_worker_pod(cluster, g, 0, configs={}, munge_key_id="m", cluster_domain="corp.example")[
+                "spec"
+            ]
+            for g in elastic
+        ]
+        assert found
+        return found
+
+    def slurmd(spec: dict[str, Any]) -> dict[str, Any]:
+        (container,) = (c for c in spec["containers"] if c["name"] == "slurmd")
+        return container
+
+    cluster = sample("research")
+    for spec in workers(cluster):
+        assert not {"sshd-configs", "ssh-host-keys"} & {v["name"] for v in spec["volumes"]}
+        assert [p["name"] for p in slurmd(spec)["ports"]] == ["slurmd"]
+        assert "SLURMCTL_SSH_FROM" not in {e["name"] for e in slurmd(spec)["env"]}
+
+    doc = sample_doc("research")
+    doc["spec"]["login"]["sshToJobNodes"] = True
+    enabled = SlurmCluster.model_validate(doc)
+    for spec in workers(enabled):
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["sshd-configs"]["configMap"] == {"name": "research-sshd"}
+        assert volumes["ssh-host-keys"]["secret"]["secretName"] == "research-ssh-host-keys"
+        container = slurmd(spec)
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        assert mounts["ssh-host-keys"] == {"name": "ssh-host-keys", "mountPath": "/mnt/ssh-host-keys", "readOnly": True}
+        assert {"name": "ssh", "containerPort": 22, "protocol": "TCP"} in container["ports"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["SLURMCTL_SSH_FROM"] == "research-login-headless.hpc.svc.corp.example"
+
+    def login_env(cluster: SlurmCluster) -> dict[str, str]:
+        (login,) = (
+            o for o in manifests(cluster) if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "research-login"
+        )
+        (sshd,) = login["spec"]["template"]["spec"]["containers"][:1]
+        return {e["name"]: e.get("value") for e in sshd["env"]}
+
+    # The login nodes' ssh clients know the workers' host keys (the login nodes' own) under the workers' names.
+    assert "SLURMCTL_JOB_NODES" not in login_env(cluster)
+    groups = ",".join(f"research-worker-{g.name}-*" for g in enabled.spec.workers)
+    assert login_env(enabled)["SLURMCTL_JOB_NODES"] == groups
