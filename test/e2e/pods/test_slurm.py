@@ -250,11 +250,7 @@ def test_a_torchrun_style_rendezvous_finds_rank_0_by_its_node_name_across_worker
     MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1), the other rank connects to it by that
     name, and both get the sum of every rank's value, as PyTorch's c10d rendezvous and an allreduce would."""
     kube = available
-    key, ip = jail_user
-    for example in ("rendezvous.py", "rendezvous.sbatch"):
-        write_in_jail(kube, f"/home/{USER}/{example}", (EXAMPLES / example).read_text())
-    job = ssh(key, USER, ip, "cd ~ && sbatch --parsable --wait rendezvous.sbatch").strip().split(";")[0]
-    out = ssh(key, USER, ip, f"cat ~/rendezvous-{job}.out")
+    out = run_example(kube, jail_user, "rendezvous")
     # One line per rank: "rank R on HOST: world 2, sum 3, master MASTER".
     words = [line.split() for line in out.splitlines() if line.startswith("rank ")]
     ranks = {w[1]: (w[3].rstrip(":"), w[5], w[7], w[9]) for w in words if len(w) == 10}
@@ -271,11 +267,7 @@ def test_an_mpi_allreduce_across_workers_through_pmix_and_under_mpirun(
     `srun --mpi=pmix` on both workers agree on the sum of an allreduce, and so do the ranks `mpirun` starts inside the
     same allocation."""
     kube = available
-    key, ip = jail_user
-    for example in ("allreduce.py", "allreduce.sbatch"):
-        write_in_jail(kube, f"/home/{USER}/{example}", (EXAMPLES / example).read_text())
-    job = ssh(key, USER, ip, "cd ~ && sbatch --parsable --wait allreduce.sbatch").strip().split(";")[0]
-    out = ssh(key, USER, ip, f"cat ~/allreduce-{job}.out")
+    out = run_example(kube, jail_user, "allreduce")
     # One line per rank and launcher: "<launcher> rank R of N on HOST: sum S".
     lines = [line.split() for line in out.splitlines() if " rank " in line]
     seen = {(w[0], w[2]): (w[6].rstrip(":"), w[4], w[8]) for w in lines if len(w) == 9}
@@ -286,13 +278,39 @@ def test_an_mpi_allreduce_across_workers_through_pmix_and_under_mpirun(
         assert {seen[(launcher, rank)][1:] for rank in ("0", "1")} == {("2", "3")}, out
 
 
+def run_example(kube: Kube, jail_user: tuple[Path, str], name: str) -> str:
+    """A job of docs/examples as a user runs it: `<name>.sbatch` and `<name>.py` in their home, `sbatch --wait`, and
+    the job's output file (`<name>-<job>.out`)."""
+    key, ip = jail_user
+    for example in (f"{name}.py", f"{name}.sbatch"):
+        write_in_jail(kube, f"/home/{USER}/{example}", (EXAMPLES / example).read_text())
+    job = ssh(key, USER, ip, f"cd ~ && sbatch --parsable --wait {name}.sbatch").strip().split(";")[0]
+    return ssh(key, USER, ip, f"cat ~/{name}-{job}.out")
+
+
 def write_in_jail(kube: Kube, path: str, text: str) -> None:
     """A file of the jail user's, written through the login node as root (then handed to the user)."""
     kube.exec(LOGIN_POD, LOGIN, "chroot", JAIL, "sh", "-c", f"cat > {path} && chown {USER}: {path}", input=text)
 
 
+@pytest.fixture(scope="module")
+def job_node_ssh(jail_user: tuple[Path, str]) -> str:
+    """The ssh command a jail user runs on the login node to reach a worker: their own key for hops inside the
+    cluster, kept in the shared home and authorized there. StrictHostKeyChecking=yes: the jail's ssh client knows the
+    workers' host keys already."""
+    key, ip = jail_user
+    ssh(
+        key,
+        USER,
+        ip,
+        "test -f ~/.ssh/id_ed25519 || { ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519 && "
+        "cat ~/.ssh/id_ed25519.pub >> ~/.ssh/authorized_keys; }",
+    )
+    return "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10"
+
+
 def test_a_user_sshes_to_the_worker_of_their_job_only_from_a_login_node_and_only_while_it_runs(
-    available: Kube, jail_user: tuple[Path, str]
+    available: Kube, jail_user: tuple[Path, str], job_node_ssh: str
 ) -> None:
     """spec.login.sshToJobNodes (issue 42 item 4): from the login node a user reaches the worker running their job,
     lands in the jail as themself, inside the job's cgroup (pam_slurm_adopt), and the session ends with the job; the
@@ -302,16 +320,7 @@ def test_a_user_sshes_to_the_worker_of_their_job_only_from_a_login_node_and_only
     kube = available
     key, ip = jail_user
     node, other = f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"
-    # StrictHostKeyChecking=yes: the jail's ssh client knows the workers' host keys already.
-    hop = "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10"
-    # The user's own key for hops inside the cluster, kept in the shared home and authorized there.
-    ssh(
-        key,
-        USER,
-        ip,
-        "test -f ~/.ssh/id_ed25519 || { ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519 && "
-        "cat ~/.ssh/id_ed25519.pub >> ~/.ssh/authorized_keys; }",
-    )
+    hop = job_node_ssh
     refused = ssh(key, USER, ip, f"{hop} {node} true 2>&1; echo rc=$?")
     # Slurm's words: no job of this user there, or none of anyone's.
     messages = ("Access denied by pam_slurm_adopt: you have no active jobs on this node", "No Slurm jobs found on node")
@@ -479,19 +488,33 @@ def escape_script() -> str:
     return "\n".join(rows) + "\n"
 
 
-def test_escape_table_every_attempt_of_a_jail_user_is_refused(available: Kube, jail_user: tuple[Path, str]) -> None:
-    """As a non-root user of the jail, logged in and inside a job: keys, the containers' roots, devices, /sys, root
-    through setuid programs or a user namespace, Slurm's administration. Prints attempt | expected | observed."""
+def test_escape_table_every_attempt_of_a_jail_user_is_refused(
+    available: Kube, jail_user: tuple[Path, str], job_node_ssh: str
+) -> None:
+    """As a non-root user of the jail, logged in, inside a job, and in an ssh session on the worker of their job
+    (spec.login.sshToJobNodes): keys, the containers' roots, devices, /sys, root through setuid programs or a user
+    namespace, Slurm's administration. Prints attempt | expected | observed."""
     kube = available
     key, ip = jail_user
+    node = f"{NAME}-worker-cpu-0"
     kube.exec(
         LOGIN_POD, LOGIN, "sh", "-c", f"cat > {JAIL}/home/{USER}/escape.sh && chmod 755 {JAIL}/home/{USER}/escape.sh",
         input=escape_script(),
     )  # fmt: skip
-    seen = {
-        "login": ssh(key, USER, ip, "bash ~/escape.sh"),
-        "job": ssh(key, USER, ip, f"srun -N1 -w {NAME}-worker-cpu-1 bash ~/escape.sh"),
-    }
+    held = ssh(key, USER, ip, f"sbatch --parsable -w {node} -J escape-hold --wrap 'sleep 600'").strip().split(";")[0]
+    try:
+        until(
+            lambda: kube.exec(LOGIN_POD, LOGIN, "squeue", "-h", "-j", held, "-o", "%T").strip() == "RUNNING" or None,
+            timeout=60,
+            what=f"job {held} running on {node}",
+        )
+        seen = {
+            "login": ssh(key, USER, ip, "bash ~/escape.sh"),
+            "job": ssh(key, USER, ip, f"srun -N1 -w {NAME}-worker-cpu-1 bash ~/escape.sh"),
+            "ssh": ssh(key, USER, ip, f"{job_node_ssh} {node} bash ~/escape.sh"),
+        }
+    finally:
+        kube.exec(LOGIN_POD, LOGIN, "scancel", held)
     table, open_rows = [], []
     for where, out in seen.items():
         rows = [line.split("|", 3)[1:] for line in out.splitlines() if line.startswith("ROW|")]
