@@ -53,7 +53,6 @@ from bench.bench_operator_create import (
 )
 from slurmctl.api.v1 import API_VERSION, KIND
 from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
-from slurmctl.render.kinds import CRONJOB, FALLBACKS, PDB, Kind
 from slurmctl.runtime import Client, Event, EventType, Manager
 
 CLUSTERS = int(os.environ.get("BENCH_CLUSTERS", "200"))
@@ -191,14 +190,6 @@ class Watched:
             wanted[1].set_result(time.perf_counter())
 
 
-async def _served(client: Client, kind: Kind) -> str:
-    """The API version of `kind` the plane serves, chosen as the operator chooses it (kinds.FALLBACKS)."""
-    for candidate in (kind, *FALLBACKS.get(kind, ())):
-        if await client.is_served(*candidate):
-            return candidate.api_version
-    return kind.api_version
-
-
 @dataclass(frozen=True)
 class Plain:
     seconds: float
@@ -211,11 +202,10 @@ async def plain_loop(client: Client, api: ApiClient) -> Plain:
     """Apply every object the operator would create for the clusters (16 in flight) into namespaces of its own;
     returns what that took; then deletes them all."""
     munge, host_keys = new_munge_key(), new_ssh_host_keys()
-    cronjob, pdb = await _served(client, CRONJOB), await _served(client, PDB)
     objects = []
     for i in range(CLUSTERS):
         doc = _in_namespace(_cluster(i), f"plain-{i % NAMESPACES}")
-        objects += _children(doc, munge=munge, host_keys=host_keys, cronjob=cronjob, pdb=pdb)
+        objects += _children(doc, munge=munge, host_keys=host_keys)
     for n in range(NAMESPACES):
         await client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"plain-{n}"}})
     gate = asyncio.Semaphore(PLAIN_CONCURRENCY)

@@ -37,7 +37,6 @@ from slurmctl.cli import default_workers
 from slurmctl.reconcilers import desired_objects, register
 from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
-from slurmctl.render.kinds import CRONJOB, PDB
 from slurmctl.render.manifests import Inputs
 from slurmctl.runtime import Client, Event, EventType, Manager, ManagerOptions, Request, drop_nones
 
@@ -190,9 +189,7 @@ def _sample() -> dict[str, Any]:
     return docs[0]
 
 
-def _children(
-    doc: Mapping[str, Any], *, munge: bytes, host_keys: Mapping[str, bytes], cronjob: str, pdb: str
-) -> list[dict[str, Any]]:
+def _children(doc: Mapping[str, Any], *, munge: bytes, host_keys: Mapping[str, bytes]) -> list[dict[str, Any]]:
     """Everything the operator applies for `doc`, as the operator sends it (no `None`s), key Secrets with fixed bytes;
     ownerReferences need a uid."""
     body = copy.deepcopy(dict(doc))
@@ -201,9 +198,7 @@ def _children(
     if cluster is None or problems:
         raise RuntimeError(f"the sample is not valid: {problems}")
     objects = [
-        *desired_objects(
-            Inputs.offline(cluster, dbd_password=DB_PASSWORD, cronjob_api_version=cronjob, pdb_api_version=pdb)
-        ),
+        *desired_objects(Inputs.offline(cluster, dbd_password=DB_PASSWORD)),
         render_munge_secret(cluster, munge),
         render_jwt_key_secret(cluster, JWT_KEY),
         render_ssh_host_keys_secret(cluster, host_keys),
@@ -299,9 +294,8 @@ async def _measure(kubeconfig: Path) -> list[Figure]:
     observed = Observed()
     tasks: list[asyncio.Task[None]] = []
     try:
-        ctx = await register(operator, allow_host_path=True)  # the sample mounts a host directory
-        cronjob, pdb = ctx.kind(CRONJOB).api_version, ctx.kind(PDB).api_version
-        objects = _children(sample, munge=munge, host_keys=host_keys, cronjob=cronjob, pdb=pdb)
+        await register(operator, allow_host_path=True)  # the sample mounts a host directory
+        objects = _children(sample, munge=munge, host_keys=host_keys)
         register_readiness(driver)
         for api_version, kind in {(o["apiVersion"], o["kind"]) for o in objects}:
             driver.informer(api_version, kind).add_listener(observed.child_listener(kind))

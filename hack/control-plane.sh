@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager) on loopback, built offline from
-# Debian's `kubernetes` source package. See ../shared/notes/control-plane.md for why each step is here.
+# A real Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager) on loopback, built from the Go
+# module proxy at the versions pinned in hack/deps/ (docs/kubernetes.md says which and why).
 #
-#   hack/control-plane.sh build    apt-install deps, fetch the source package, patch reflect2, build, cache the binaries
+#   hack/control-plane.sh build    build and cache the Kubernetes binaries and etcd (once per version)
 #   hack/control-plane.sh up       start etcd, kube-apiserver and kube-controller-manager; write a kubeconfig
 #   hack/control-plane.sh down     stop exactly the processes `up` started (by recorded PID) and remove the state
 #   hack/control-plane.sh status   say whether it is up and where
-#   hack/control-plane.sh bin-dir  print the directory of the cached binaries (kube-scheduler and kubelet included)
+#   hack/control-plane.sh bin-dir  print the directory of the cached binaries (kube-scheduler, kubelet and kubectl too)
+#   hack/control-plane.sh version  print the Kubernetes version KUBE_VERSION selects (e.g. v1.37.2)
 #
 # A node (kubelet, containerd, pod network and DNS) runs on top of it with hack/node.sh; `down` stops that first.
 #
 # Environment:
+#   KUBE_VERSION           the Kubernetes minor to build and run (default 1.37; one of hack/deps/kube-*)
 #   SLURMCTL_CLUSTER_DIR   state directory (default: <repo>/.cluster)
 #   SLURMCTL_CACHE         binary cache (default: ~/.cache/slurmctl)
-#   KUBE_SRC_PACKAGE       Debian source package to build (default: kubernetes)
 #   ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT   fixed ports (default: free ports picked at start)
 #   CONTROL_PLANE_NO_CONTROLLER_MANAGER=1   `up` starts no kube-controller-manager, so a benchmark or test can write
 #                          workload status itself without the StatefulSet/Job controllers overwriting it
@@ -22,110 +23,102 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE=${SLURMCTL_CLUSTER_DIR:-$ROOT/.cluster}
 CACHE=${SLURMCTL_CACHE:-$HOME/.cache/slurmctl}
-KUBE_SRC_PACKAGE=${KUBE_SRC_PACKAGE:-kubernetes}
-APT_PACKAGES=(golang-go etcd-server rsync golang-github-modern-go-reflect2-dev openssl curl make ca-certificates)
+APT_PACKAGES=(openssl curl ca-certificates)
 READY_TIMEOUT=${READY_TIMEOUT:-90}
 
 LOG_PREFIX=control-plane
 # shellcheck source=hack/lib.sh
 . "$ROOT/hack/lib.sh"
 
-# The cache key names the source version and the patch set: a change to the patches below must bump PATCHSET, so a
-# machine with binaries from older patches rebuilds instead of running them.
-PATCHSET=node1
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
-bin_dir_for() { printf '%s/kube-%s-%s/bin' "$CACHE" "$1" "$PATCHSET"; }
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+ETCD_DEPS=$ROOT/hack/deps/etcd
+# The cache key names the version and the patch set: a change to patch_kubelet or the build flags must bump
+# PATCHSET, so a machine with binaries built the old way rebuilds instead of running them.
+PATCHSET=gomod1
+
+kube_bin_dir() { printf '%s/kube-%s-%s/bin' "$CACHE" "$(kube_version)" "$PATCHSET"; }
+etcd_bin_dir() { printf '%s/etcd-%s/bin' "$CACHE" "$(module_version "$ETCD_DEPS" go.etcd.io/etcd/server/v3)"; }
 
 cached_bin_dir() {
-    local ver
-    [ -f "$CACHE/kube-version" ] || return 1
-    ver=$(cat "$CACHE/kube-version")
     local dir
-    dir=$(bin_dir_for "$ver")
-    local b
-    for b in "${KUBE_BINARIES[@]}"; do
-        [ -x "$dir/$b" ] || return 1
-    done
+    dir=$(kube_bin_dir)
+    cached_bins "$dir" "${KUBE_BINARIES[@]}" || return 1
     printf '%s' "$dir"
 }
 
-# The deb-src entry mirrors the system's own archive and keyring, but lives in a private file and list directory so
-# the system's apt configuration is never changed.
-write_src_list() {
-    local out=$1 uri keyring
-    uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-    keyring=$(awk '/^Signed-By:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-    [ -n "$uri" ] || uri=http://deb.debian.org/debian
-    [ -n "$keyring" ] || keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-    cat >"$out" <<EOF
-Types: deb-src
-URIs: $uri
-Suites: bookworm
-Components: main
-Signed-By: $keyring
-EOF
+# The kubelet patch (../shared/notes/real-node.md): the node IP is 127.0.0.1, so every connection to the kubelet stays
+# on loopback, and upstream refuses a loopback node IP. The in-tree cloud credential providers the 1.20 build also
+# dropped are gone from Kubernetes since 1.26.
+patch_kubelet() {
+    local a=$1/pkg/kubelet/kubelet_node_status.go
+    perl -0pi -e 's/\n\tif nodeIP\.IsLoopback\(\) \{\n\t\treturn fmt\.Errorf\("nodeIP can.t be loopback address"\)\n\t\}//' "$a"
+    ! grep -q "can't be loopback address" "$a" || die "step 'patch-kubelet': loopback check not removed from $a"
+}
+
+# k8s.io/kubernetes at the version hack/deps/kube-<minor>/go.mod pins, copied out of the module cache (read-only, and
+# `go build -overlay` may not replace files there) so the kubelet can be patched, then built with the version
+# stamped in, as upstream's release build does (`kubectl version` and /version report it).
+build_kube() {
+    local ver out work logs=$CACHE/logs
+    ver=$(kube_version)
+    out=$(kube_bin_dir)
+    work=$CACHE/src/kube-$ver
+    rm -rf "$work"
+    mkdir -p "$work" "$logs"
+    cp "$KUBE_DEPS"/go.mod "$KUBE_DEPS"/go.sum "$KUBE_DEPS"/tools.go "$work/"
+    run_step kube-download "$logs/kube-download.log" in_dir "$work" go_env mod download -x
+    local src
+    src=$(in_dir "$work" go_env list -m -f '{{.Dir}}' k8s.io/kubernetes)
+    cp -r "$src" "$work/kubernetes"
+    chmod -R u+w "$work/kubernetes"
+    patch_kubelet "$work/kubernetes"
+    in_dir "$work" go_env mod edit -replace k8s.io/kubernetes=./kubernetes
+    local minor=${ver#v1.}
+    minor=${minor%%.*}
+    local v=k8s.io/component-base/version
+    local ldflags="-s -w -X $v.gitVersion=$ver -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+    ldflags+=" -X $v.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    local pkgs=() b
+    for b in "${KUBE_BINARIES[@]}"; do
+        pkgs+=("k8s.io/kubernetes/cmd/$b")
+    done
+    mkdir -p "$work/bin"
+    run_step kube-build "$logs/kube-build.log" in_dir "$work" go_env build -trimpath -ldflags "$ldflags" \
+        -o "$work/bin/" "${pkgs[@]}"
+    mkdir -p "$out"
+    for b in "${KUBE_BINARIES[@]}"; do
+        cp "$work/bin/$b" "$out/$b"
+    done
+    rm -rf "$work" "$CACHE/go/build"
+    "$out/kube-apiserver" --version | grep -x "Kubernetes $ver" >/dev/null ||
+        die "step 'kube-build': $out/kube-apiserver reports '$("$out/kube-apiserver" --version)', not $ver"
+    log "built Kubernetes $ver into $out"
+}
+
+# etcd: its server module's replace directives point into its repository, so hack/deps/etcd requires it instead.
+build_etcd() {
+    local out logs=$CACHE/logs ver
+    out=$(etcd_bin_dir)
+    ver=$(module_version "$ETCD_DEPS" go.etcd.io/etcd/server/v3)
+    mkdir -p "$out" "$logs"
+    run_step etcd-build "$logs/etcd-build.log" in_dir "$ETCD_DEPS" go_env build -trimpath \
+        -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ver" -o "$out/etcd" go.etcd.io/etcd/server/v3
+    rm -rf "$CACHE/go/build"
+    log "built etcd $ver into $out"
 }
 
 cmd_build() {
-    local dir
     ensure_apt_packages "${APT_PACKAGES[@]}"
-    if dir=$(cached_bin_dir) && [ "$KUBE_SRC_PACKAGE" = kubernetes ]; then
-        log "cached binaries in $dir (nothing to build)"
-        return 0
+    if cached_bins "$(etcd_bin_dir)" etcd; then
+        log "cached etcd in $(etcd_bin_dir)"
+    else
+        build_etcd
     fi
-    local work=$CACHE/src logs=$CACHE/logs
-    rm -rf "$work"
-    mkdir -p "$work/lists/partial" "$logs"
-    write_src_list "$work/src.sources"
-    local aptopts=(-o "Dir::Etc::SourceList=$work/src.sources" -o Dir::Etc::SourceParts=/dev/null
-        -o "Dir::State::Lists=$work/lists")
-    run_step fetch-index "$logs/fetch-index.log" apt-get "${aptopts[@]}" update
-    run_step fetch-source "$logs/fetch-source.log" in_dir "$work" apt-get "${aptopts[@]}" source --download-only \
-        "$KUBE_SRC_PACKAGE"
-    local dsc ver orig
-    dsc=$(find "$work" -maxdepth 1 -name '*.dsc' | head -n 1)
-    [ -n "$dsc" ] || die "step 'fetch-source': no .dsc downloaded into $work"
-    ver=$(awk '/^Version:/ {print $2; exit}' "$dsc")
-    orig=$(find "$work" -maxdepth 1 -name '*.orig.tar.*' | head -n 1)
-    log "source package $KUBE_SRC_PACKAGE version $ver"
-    mkdir -p "$work/tree"
-    run_step unpack "$logs/unpack.log" tar -xf "$orig" -C "$work/tree" --strip-components=1
-    # reflect2 1.0.1 crashes the apiserver under Go >= 1.18 the first time a custom resource is written.
-    local vend=$work/tree/vendor/github.com/modern-go/reflect2 fixed=/usr/share/gocode/src/github.com/modern-go/reflect2
-    [ -d "$vend" ] || die "step 'patch-reflect2': $vend not found in the source tree"
-    [ -d "$fixed" ] || die "step 'patch-reflect2': $fixed not found (package golang-github-modern-go-reflect2-dev)"
-    find "$vend" -maxdepth 1 \( -name '*.go' -o -name '*.s' \) -delete
-    cp "$fixed"/*.go "$vend"/
-    cp "$fixed"/*.s "$vend"/ 2>/dev/null || true
-    patch_kubelet "$work/tree"
-    mkdir -p "$work/tree/.go/src/k8s.io"
-    ln -sfn ../../.. "$work/tree/.go/src/k8s.io/kubernetes"
-    run_step go-build "$logs/go-build.log" in_dir "$work/tree" env GOPATH="$work/tree/.go" CGO_ENABLED=0 \
-        GOCACHE="$CACHE/gocache" make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubelet"
-    local out
-    out=$(bin_dir_for "$ver")
-    mkdir -p "$out"
-    local b
-    for b in "${KUBE_BINARIES[@]}"; do
-        local f
-        f=$(find "$work/tree/_output" -type f -name "$b" -perm -u+x | head -n 1)
-        [ -n "$f" ] || die "step 'install': $b was not produced (see $logs/go-build.log)"
-        cp "$f" "$out/$b"
-    done
-    printf '%s\n' "$ver" >"$CACHE/kube-version"
-    rm -rf "$work" "$CACHE/gocache"
-    log "built $out"
-}
-
-# Two kubelet patches (../shared/notes/real-node.md): A lets the node IP be 127.0.0.1, so every connection to the
-# kubelet stays on loopback; B drops the in-tree cloud credential providers, which query cloud metadata addresses.
-patch_kubelet() {
-    local tree=$1
-    local a=$tree/pkg/kubelet/kubelet_node_status.go b=$tree/cmd/kubelet/app/plugins.go
-    perl -0pi -e 's/\n\tif nodeIP\.IsLoopback\(\) \{\n\t\treturn fmt\.Errorf\("nodeIP can.t be loopback address"\)\n\t\}//' "$a"
-    ! grep -q "can't be loopback address" "$a" || die "step 'patch-kubelet': loopback check not removed from $a"
-    sed -i -E '/_ "k8s\.io\/kubernetes\/pkg\/credentialprovider\/(aws|azure|gcp)"/d' "$b"
-    ! grep -qE 'credentialprovider/(aws|azure|gcp)"' "$b" || die "step 'patch-kubelet': credential providers left in $b"
+    if cached_bin_dir >/dev/null; then
+        log "cached Kubernetes $(kube_version) in $(kube_bin_dir) (nothing to build)"
+    else
+        build_kube
+    fi
 }
 
 all_running() {
@@ -176,6 +169,8 @@ rules:
 POLICY
 }
 
+# --endpoint-reconciler-type none: the API server listens on loopback only, and a current one refuses to publish a
+# loopback address as the `kubernetes` Service's endpoints; hack/dns_watcher.py routes that Service to it instead.
 start_apiserver() {
     local bin=$1 ETCD_ENDPOINT API_PORT
     # shellcheck disable=SC1091
@@ -185,7 +180,8 @@ start_apiserver() {
         --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/logs/audit.log" \
         --audit-log-maxsize 100 --audit-log-maxbackup 1 \
         --etcd-servers "$ETCD_ENDPOINT" \
-        --secure-port "$API_PORT" --insecure-port 0 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+        --secure-port "$API_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+        --endpoint-reconciler-type none \
         --cert-dir "$STATE/certs" \
         --service-account-issuer https://kubernetes.default.svc \
         --service-account-key-file "$STATE/certs/sa.pub" \
@@ -220,7 +216,10 @@ cmd_up() {
     [ -d "$STATE/pids" ] && cmd_down >/dev/null 2>&1
     local bin
     bin=$(cached_bin_dir) || die "no control-plane binaries cached in $CACHE; run 'hack/control-plane.sh build' first"
-    ensure_apt_packages etcd-server openssl curl
+    ensure_apt_packages "${APT_PACKAGES[@]}"
+    local etcd
+    etcd=$(etcd_bin_dir)/etcd
+    [ -x "$etcd" ] || die "no etcd cached in $(dirname "$etcd"); run 'hack/control-plane.sh build' first"
     mkdir -p "$STATE"/{pids,logs,certs,etcd}
     chmod 700 "$STATE"
     local etcd_port peer_port api_port
@@ -235,7 +234,7 @@ cmd_up() {
     openssl rsa -in "$STATE/certs/sa.key" -pubout -out "$STATE/certs/sa.pub" >/dev/null 2>&1
     chmod 600 "$STATE/certs"/*
 
-    start_bg etcd etcd --name default --data-dir "$STATE/etcd" \
+    start_bg etcd "$etcd" --name default --data-dir "$STATE/etcd" \
         --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
         --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
         --initial-cluster "default=http://127.0.0.1:$peer_port"
@@ -273,7 +272,7 @@ EOF
         --kubeconfig "$STATE/kubeconfig" \
         --service-account-private-key-file "$STATE/certs/sa.key" \
         --root-ca-file "$STATE/certs/apiserver.crt" \
-        --leader-elect=false --port 0 --secure-port 0 \
+        --leader-elect=false --secure-port 0 \
         --enable-hostpath-provisioner
     sleep 0.2
     pid_alive "$(cat "$STATE/pids/kube-controller-manager")" kube-controller-manager || {
@@ -328,11 +327,12 @@ build) cmd_build ;;
 up) cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
-bin-dir) cached_bin_dir || die "no binaries cached in $CACHE; run 'hack/control-plane.sh build' first" ;;
+bin-dir) cached_bin_dir || die "no Kubernetes $(kube_version) binaries cached in $CACHE; run 'hack/control-plane.sh build' first" ;;
+version) kube_version ;;
 stop-apiserver) cmd_stop_apiserver ;;
 start-apiserver) cmd_start_apiserver ;;
 *)
-    printf 'usage: %s build|up|down|status|bin-dir|stop-apiserver|start-apiserver\n' "$0" >&2
+    printf 'usage: %s build|up|down|status|bin-dir|version|stop-apiserver|start-apiserver\n' "$0" >&2
     exit 2
     ;;
 esac

@@ -17,7 +17,7 @@ Service routing (the node has no kube-proxy): one DNAT rule per ready endpoint o
 nat chain that hack/node.sh hooks into PREROUTING (pods, whose route to the Service network goes through the bridge's
 address) and OUTPUT (the node itself), spread over the endpoints at random as kube-proxy's iptables mode does. The
 chain is replaced whole with `iptables-restore --noflush`, only when its content changes. default/kubernetes goes to
---apiserver: the API server listens on loopback only and cannot publish that address as its Endpoints (1.20 rejects
+--apiserver: the API server listens on loopback only and cannot publish that address as its Endpoints (it refuses
 loopback endpoint addresses), so the node routes it there (hack/node.sh sets route_localnet on the bridge for this).
 Names still resolve to the pods (above), so nothing but a client that uses a ClusterIP (the in-cluster config's
 KUBERNETES_SERVICE_HOST, a client given spec.clusterIP) depends on this routing.

@@ -62,6 +62,44 @@ ensure_apt_packages() {
     exec {lock}>&-
 }
 
+# --- Go builds of pinned modules (hack/deps/*) ------------------------------------------------------------------------
+# Kubernetes, etcd and containerd are built from the Go module proxy with the Go in /usr/local/go, each from a small
+# module of ours whose go.mod pins the version and whose go.sum pins every dependency (the go command refuses a
+# download that does not match). GOTOOLCHAIN=local: the build never fetches another Go. Module downloads are cached
+# under $CACHE/go/mod (a version bump fetches only what changed); the build cache is removed after each build.
+GO=${GO:-/usr/local/go/bin/go}
+
+# The Kubernetes minor every script builds and runs: hack/deps/kube-<minor> pins its exact version.
+KUBE_VERSION=${KUBE_VERSION:-1.37}
+KUBE_DEPS=$ROOT/hack/deps/kube-$KUBE_VERSION
+
+# kube_version: the exact version KUBE_VERSION selects (v1.37.2).
+kube_version() {
+    [ -f "$KUBE_DEPS/go.mod" ] ||
+        die "KUBE_VERSION=$KUBE_VERSION: no $KUBE_DEPS/go.mod (minors: $(cd "$ROOT/hack/deps" && echo kube-* | sed 's/kube-//g'))"
+    module_version "$KUBE_DEPS" k8s.io/kubernetes
+}
+
+go_env() {
+    [ -x "$GO" ] || die "Go not found at $GO (these machines carry Go 1.26 in /usr/local/go; GO=... overrides)"
+    env GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOPATH="$CACHE/go" GOMODCACHE="$CACHE/go/mod" \
+        GOCACHE="$CACHE/go/build" CGO_ENABLED=0 GOPROXY="${GOPROXY:-https://proxy.golang.org}" "$GO" "$@"
+}
+
+# module_version DIR MODULE: the version DIR/go.mod requires of MODULE (the one place each version is written).
+module_version() {
+    awk -v m="$2" '$1 == "require" && $2 == m {print $3; exit} $1 == m && $2 ~ /^v/ {print $2; exit}' "$1/go.mod"
+}
+
+# cached_bins DIR NAME...: DIR holds every named executable.
+cached_bins() {
+    local dir=$1 b
+    shift
+    for b in "$@"; do
+        [ -x "$dir/$b" ] || return 1
+    done
+}
+
 # A random unused loopback port (pure bash: `cluster-up` must work before Python is installed). A port taken between
 # this check and the daemon's bind makes that daemon fail at start, which `up` reports.
 # Ports come from below the kernel's ephemeral range: a port there may be the local end of some outgoing connection,

@@ -89,7 +89,7 @@ CTR_OWNER=$CTR_DIR/owner
 CTR_SOCK=$NODE/containerd/containerd.sock
 PAUSE_IMAGE=k8s.gcr.io/pause:3.2
 REGISTRY_HOSTS=(_default docker.io ghcr.io registry.k8s.io k8s.gcr.io gcr.io quay.io)
-NODE_PACKAGES=(containerd runc buildah containernetworking-plugins dnsmasq-base iptables iproute2 gcc libc6-dev
+NODE_PACKAGES=(runc buildah containernetworking-plugins dnsmasq-base iptables iproute2 gcc libc6-dev
     busybox-static procps)
 # Daemons in start order; `down` stops them in reverse (kubelet first, containerd last).
 DAEMONS=(containerd dnsmasq dns-watcher kube-scheduler kubelet)
@@ -119,8 +119,11 @@ kube_bin_dir() {
     "$ROOT/hack/control-plane.sh" bin-dir 2>/dev/null
 }
 
+# kubectl of the cluster's own version (built with it); the machine's kubectl, if any, is never used.
 kctl() {
-    kubectl --kubeconfig "$STATE/kubeconfig" --request-timeout=10s "$@"
+    local bin
+    bin=$(kube_bin_dir) || die "no kubectl cached in $CACHE; run 'hack/control-plane.sh build' first"
+    "$bin/kubectl" --kubeconfig "$STATE/kubeconfig" --request-timeout=10s "$@"
 }
 
 apiserver_reachable() {
@@ -128,6 +131,40 @@ apiserver_reachable() {
 }
 
 # --- containerd -----------------------------------------------------------------------------------------------------
+
+# containerd, its runc shim and ctr, built from hack/deps/containerd (Debian 12's containerd 1.6 predates what
+# Kubernetes 1.36+ supports). runc stays Debian's. Every containerd of these scripts runs with CTR_BIN first in PATH,
+# where it finds its shim.
+CONTAINERD_DEPS=$ROOT/hack/deps/containerd
+CONTAINERD_VERSION=$(module_version "$CONTAINERD_DEPS" github.com/containerd/containerd/v2)
+CTR_BIN=$CACHE/containerd-$CONTAINERD_VERSION/bin
+CONTAINERD_BINARIES=(containerd containerd-shim-runc-v2 ctr)
+PATH=$CTR_BIN:$PATH
+
+# ensure_containerd: build it once (under a lock: `make test` builds images and the cluster side by side, and both
+# need it).
+ensure_containerd() {
+    cached_bins "$CTR_BIN" "${CONTAINERD_BINARIES[@]}" && return 0
+    mkdir -p "$CACHE/logs"
+    local lock
+    exec {lock}>"$CACHE/containerd-build.lock"
+    flock -w 1200 "$lock" || die "waited 20 minutes for another containerd build ($CACHE/containerd-build.lock)"
+    if ! cached_bins "$CTR_BIN" "${CONTAINERD_BINARIES[@]}"; then
+        local pkgs=() b v=github.com/containerd/containerd/v2/version
+        for b in "${CONTAINERD_BINARIES[@]}"; do
+            pkgs+=("github.com/containerd/containerd/v2/cmd/$b")
+        done
+        rm -rf "$CTR_BIN.tmp"
+        mkdir -p "$CTR_BIN.tmp"
+        run_step containerd-build "$CACHE/logs/containerd-build.log" in_dir "$CONTAINERD_DEPS" go_env build \
+            -trimpath -tags no_btrfs -ldflags "-s -w -X $v.Version=$CONTAINERD_VERSION -X $v.Revision=gomod" \
+            -o "$CTR_BIN.tmp/" "${pkgs[@]}"
+        rm -rf "$CACHE/go/build" "$CTR_BIN"
+        mv "$CTR_BIN.tmp" "$CTR_BIN"
+        log "built containerd $CONTAINERD_VERSION into $CTR_BIN"
+    fi
+    exec {lock}>&-
+}
 
 # ctr_at SOCKET ARGS...: ctr against a containerd, in the CRI's namespace.
 ctr_at() {
@@ -166,10 +203,11 @@ containerd_config() {
     local disabled='"io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp",
   "io.containerd.internal.v1.tracing"'
-    [ "$cri" = cri ] || disabled="$disabled, \"io.containerd.grpc.v1.cri\""
+    [ "$cri" = cri ] || disabled="$disabled, \"io.containerd.grpc.v1.cri\", \"io.containerd.cri.v1.runtime\",
+  \"io.containerd.cri.v1.images\""
     local root=${CFG_ROOT:-$CTR_ROOT} node=${CFG_NODE:-$NODE} opt=${CFG_OPT:-$CTR_DIR/opt}
     cat >"$file" <<EOF
-version = 2
+version = 3
 root = "$root"
 state = "$state"
 disabled_plugins = [$disabled]
@@ -183,37 +221,43 @@ disabled_plugins = [$disabled]
 [metrics]
   address = ""
 
-[plugins."io.containerd.internal.v1.opt"]
+[plugins.'io.containerd.internal.v1.opt']
   path = "$opt"
 EOF
     [ "$cri" = cri ] || return 0
     cat >>"$file" <<EOF
 
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$PAUSE_IMAGE"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$node/containerd/certs.d"
+
+[plugins.'io.containerd.cri.v1.runtime']
   disable_apparmor = true
   restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
 
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
 
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
 
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "$node/containerd/runc"
 
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$node/cni/net.d"
     max_conf_num = 1
 
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "$node/containerd/certs.d"
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
 EOF
 }
 
@@ -239,7 +283,8 @@ with_store() {
         STORE_SOCK=$sock "$@"
         return
     fi
-    ensure_apt_packages containerd runc
+    ensure_apt_packages runc
+    ensure_containerd
     local tmp
     tmp=$(mktemp -d /tmp/slurmctl-ctr.XXXXXX)
     mkdir -p "$CTR_ROOT" "$tmp/pids" "$tmp/logs"
@@ -297,7 +342,7 @@ cmd_images() {
 # build_image TAG CONTEXT [DOCKERFILE]: buildah build (never pulls) and import into the store.
 build_image() {
     local tag=$1 context=$2 dockerfile=${3:-$2/Dockerfile}
-    ensure_apt_packages buildah containerd runc
+    ensure_apt_packages buildah runc
     mkdir -p "$CACHE/logs" "$CACHE/buildah"
     local name logname
     name=$(printf '%s' "$tag" | tr -c 'A-Za-z0-9._-' '_')
@@ -340,6 +385,7 @@ has_pause_image() {
 cmd_build() {
     "$ROOT/hack/control-plane.sh" build
     ensure_apt_packages "${NODE_PACKAGES[@]}"
+    ensure_containerd
     if with_store has_pause_image; then
         log "pause image $PAUSE_IMAGE present"
     else
@@ -595,30 +641,54 @@ start_scheduler() {
     port=$(free_port)
     start_bg kube-scheduler "$bin/kube-scheduler" --kubeconfig "$STATE/kubeconfig" \
         --authentication-kubeconfig "$STATE/kubeconfig" --authorization-kubeconfig "$STATE/kubeconfig" \
-        --leader-elect=false --port=0 --bind-address=127.0.0.1 --secure-port="$port"
+        --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port"
 }
 
-# kubelet_flags DIR NAME IP SOCKET: the kubelet's flags for a node with state in DIR (into the array KUBELET_FLAGS).
-# --sync-frequency=10s (default 1m): a changed ConfigMap reaches a pod's volume only at the pod's next periodic sync,
-# so each Slurm config change (a new topology.conf, a scaled group's nodes) took up to a minute and more per pod to
-# reach the daemons; at 10 s the tests wait on Slurm, not on a timer sized for large nodes. The same kubelet setting
-# a cluster admin has (KubeletConfiguration syncFrequency); docs/testing.md lists the short settings of the tests.
+# kubelet_flags DIR NAME IP SOCKET: the kubelet's flags for a node with state in DIR (into the array KUBELET_FLAGS),
+# its settings in DIR/kubelet-config.yaml (a KubeletConfiguration, as a cluster admin writes one).
+# failCgroupV1: false: from 1.35 the kubelet refuses cgroup v1 hosts unless told otherwise, and these machines are
+# cgroup v1 (hybrid); 1.37 is the last minor that still runs on them (docs/kubernetes.md).
+# syncFrequency 10s (default 1m): a changed ConfigMap reaches a pod's volume only at the pod's next periodic sync, so
+# each Slurm config change (a new topology.conf, a scaled group's nodes) took up to a minute and more per pod to reach
+# the daemons; at 10 s the tests wait on Slurm, not on a timer sized for large nodes. docs/testing.md lists the short
+# settings of the tests.
 kubelet_flags() {
     local dir=$1 name=$2 ip=$3 sock=$4 port healthz
     port=$(free_port)
     healthz=$(free_port)
     mkdir -p "$dir/kubelet" "$dir/kubelet-certs" "$dir/kubelet-plugins"
-    KUBELET_FLAGS=(--kubeconfig "$STATE/kubeconfig"
-        --container-runtime=remote --container-runtime-endpoint="unix://$sock"
-        --image-service-endpoint="unix://$sock" --runtime-request-timeout=5m
-        --root-dir="$dir/kubelet" --cert-dir="$dir/kubelet-certs" --volume-plugin-dir="$dir/kubelet-plugins"
-        --hostname-override="$name" --node-ip="$ip" --address="$ip" --port="$port"
-        --read-only-port=0 --healthz-bind-address=127.0.0.1 --healthz-port="$healthz"
-        --fail-swap-on=false --cgroup-driver=cgroupfs --cgroups-per-qos=false --enforce-node-allocatable=
-        --cluster-dns="$DNS_IP" --cluster-domain=cluster.local --resolv-conf="$NODE/resolv.conf"
-        --make-iptables-util-chains=false --node-status-update-frequency=2s --sync-frequency=10s
-        --containerd="$sock"
-        --eviction-hard= --image-gc-high-threshold=100 --anonymous-auth=true --authorization-mode=AlwaysAllow)
+    cat >"$dir/kubelet-config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+containerRuntimeEndpoint: unix://$sock
+imageServiceEndpoint: unix://$sock
+runtimeRequestTimeout: 5m
+volumePluginDir: $dir/kubelet-plugins
+address: $ip
+port: $port
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $healthz
+failSwapOn: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+clusterDNS: [$DNS_IP]
+clusterDomain: cluster.local
+resolvConf: $NODE/resolv.conf
+nodeStatusUpdateFrequency: 2s
+syncFrequency: 10s
+evictionHard: {}
+makeIPTablesUtilChains: false
+imageGCHighThresholdPercent: 100
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+EOF
+    KUBELET_FLAGS=(--kubeconfig "$STATE/kubeconfig" --config "$dir/kubelet-config.yaml"
+        --root-dir="$dir/kubelet" --cert-dir="$dir/kubelet-certs" --hostname-override="$name" --node-ip="$ip")
 }
 
 start_kubelet() {

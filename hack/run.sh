@@ -22,6 +22,8 @@ if [ -z "${KUBECONFIG:-}" ]; then
     log "KUBECONFIG is not set: using the embedded local cluster (control plane + node in .cluster/)"
     hack/control-plane.sh build
     hack/node.sh build
+    # kubectl of the local cluster's own version, built with it.
+    PATH="$(hack/control-plane.sh bin-dir):$PATH"
     export KUBECONFIG="$ROOT/.cluster/kubeconfig"
     hack/control-plane.sh up >/dev/null
     hack/node.sh up

@@ -12,6 +12,8 @@ it is about to run out, and the alone unit only once no shared pods module is le
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,15 @@ QUIET = {
 }
 
 ALONE_UNIT = "alone"  # the scheduling unit of the ALONE modules
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """kubectl of the test cluster's own Kubernetes version (hack/control-plane.sh builds it with the API server) goes
+    first in PATH, so every kubectl the suite runs speaks that version, never whatever the machine has installed."""
+    script = Path(__file__).resolve().parents[1] / "hack" / "control-plane.sh"
+    found = subprocess.run(["bash", str(script), "bin-dir"], capture_output=True, text=True, timeout=30, check=False)
+    if found.returncode == 0 and found.stdout.strip():
+        os.environ["PATH"] = f"{found.stdout.strip()}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def module_of(nodeid: str) -> str:

@@ -30,6 +30,7 @@ from slurmctl.render.manifests import Inputs
 from slurmctl.render.meta import DEFAULT_CLUSTER_DOMAIN
 from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions, heap
 from slurmctl.runtime.logs import configure, kv
+from slurmctl.runtime.version import check_server_version
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +314,10 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
         return 2
     ctx: Context | None = None
     try:
-        manager = Manager(Client(api), manager_options(args))
+        client = Client(api)
+        if not await check_server_version(client):
+            return 1  # the one ERROR line is written; Kubernetes shows the exit, the log says why
+        manager = Manager(client, manager_options(args))
         if register is None:
             ctx = await reconcilers.register(
                 manager,

@@ -339,14 +339,6 @@ class Cluster:
     async def deployment(self, name: str) -> Any | None:
         return await absent_on_404(lambda: self.apps.read_namespaced_deployment(name, self.ns, _request_timeout=T))
 
-    async def cronjob_v1beta1(self, name: str) -> dict[str, Any] | None:
-        """kubernetes-asyncio no longer has BatchV1beta1Api: read the old version through the generic path."""
-        return await absent_on_404(
-            lambda: self.custom.get_namespaced_custom_object(
-                "batch", "v1beta1", self.ns, "cronjobs", name, _request_timeout=T
-            )
-        )
-
     async def events(self) -> list[Any]:
         return list((await self.core.list_namespaced_event(self.ns, _request_timeout=T)).items)
 

@@ -4,8 +4,6 @@ request it makes is checked against the RBAC in config/rbac (an admin client wou
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import time
 from pathlib import Path
 
@@ -25,25 +23,24 @@ SERVICE_ACCOUNT = "slurmctl-operator"
 def service_account_kubeconfig(
     cp: ControlPlane, path: Path, *, timeout: float = 60, service_account: str = SERVICE_ACCOUNT
 ) -> Path:
-    """A kubeconfig with the operator ServiceAccount's token (1.20 keeps it in a Secret the token controller makes)."""
+    """A kubeconfig with a token of the operator's ServiceAccount, from the TokenRequest API (`kubectl create token`),
+    as a pod's projected token is: Kubernetes makes no long-lived token Secrets since 1.24."""
     deadline = time.monotonic() + timeout
     while True:
-        sa = json.loads(cp.kubectl("get", "sa", service_account, "-n", NAMESPACE, "-o", "json").stdout)
-        secrets = [s["name"] for s in sa.get("secrets") or [] if "token" in s["name"]]
-        if secrets:
-            secret = secrets[0]
+        made = cp.kubectl("create", "token", service_account, "-n", NAMESPACE, "--duration=24h", check=False)
+        if made.returncode == 0:
+            token = made.stdout.strip()
             break
         if time.monotonic() > deadline:
-            raise AssertionError(f"no token Secret for ServiceAccount {NAMESPACE}/{service_account} within {timeout}s")
+            raise AssertionError(f"no token for ServiceAccount {NAMESPACE}/{service_account}: {made.stderr}")
         time.sleep(0.2)
-    data = json.loads(cp.kubectl("get", "secret", secret, "-n", NAMESPACE, "-o", "json").stdout)["data"]
     admin = yaml.safe_load(cp.kubeconfig.read_text())
     cluster = admin["clusters"][0]["cluster"]
     kubeconfig = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": service_account, "user": {"token": base64.b64decode(data["token"]).decode()}}],
+        "users": [{"name": service_account, "user": {"token": token}}],
         "contexts": [{"name": "operator", "context": {"cluster": "local", "user": service_account}}],
         "current-context": "operator",
     }

@@ -1,10 +1,9 @@
-"""Evictions against the real API server (Kubernetes 1.20, which serves PodDisruptionBudgets only as policy/v1beta1):
-the operator applies the workers' budget in the version discovery finds, and once kube-controller-manager's
-disruption controller has computed it, the eviction API (what `kubectl drain` calls) refuses with 429 to evict a
-running worker pod that is not labelled evictable, and lets one labelled evictable go. Which pods the operator labels
-is unit-tested (test/unit/reconcilers/test_evictions.py); that the label has this effect, and that the operator's
-server-side applies set and take off that label beside the SlurmNodeState condition without touching anything else,
-is what only a real API server shows.
+"""Evictions against the real API server: the operator applies the workers' budget (policy/v1), and once
+kube-controller-manager's disruption controller has computed it, the eviction API (what `kubectl drain` calls)
+refuses with 429 to evict a running worker pod that is not labelled evictable, and lets one labelled evictable go.
+Which pods the operator labels is unit-tested (test/unit/reconcilers/test_evictions.py); that the label has this
+effect, and that the operator's server-side applies set and take off that label beside the SlurmNodeState condition
+without touching anything else, is what only a real API server shows.
 """
 
 from __future__ import annotations
@@ -38,12 +37,12 @@ async def test_a_worker_pod_is_evicted_only_once_labelled_evictable(
     async def budget() -> dict[str, Any] | None:
         found: dict[str, Any] | None = await absent_on_404(
             lambda: custom.get_namespaced_custom_object(
-                "policy", "v1beta1", namespace, "poddisruptionbudgets", f"{NAME}-workers", _request_timeout=T
+                "policy", "v1", namespace, "poddisruptionbudgets", f"{NAME}-workers", _request_timeout=T
             )
         )
         return found
 
-    pdb = await eventually(budget, timeout=30, what="the workers' PodDisruptionBudget as policy/v1beta1")
+    pdb = await eventually(budget, timeout=30, what="the workers' PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 0
 
     async def workers_running() -> bool:
@@ -65,7 +64,7 @@ async def test_a_worker_pod_is_evicted_only_once_labelled_evictable(
     assert status["disruptionsAllowed"] == 0
 
     async def evict(pod: str) -> int:
-        body = {"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
         try:
             await cluster.core.create_namespaced_pod_eviction(pod, namespace, body, _request_timeout=T)
         except ApiException as exc:
@@ -103,8 +102,7 @@ async def test_the_evictable_label_is_set_and_taken_off_by_server_side_apply_bes
     name = f"{NAME}-worker-cpu-0"
     labels = {meta.LABEL_INSTANCE: NAME, meta.LABEL_COMPONENT: "workers"}
     container = {"name": "slurmd", "image": "registry.invalid/worker:1"}
-    # No token: in a namespace this fresh the 1.20 token controller may not have made the default service account's
-    # yet, and admission would refuse the pod for it (500 "No API token found"); this pod never runs anyway.
+    # No token: this pod never runs.
     spec = {"containers": [container], "automountServiceAccountToken": False}
     body = {"metadata": {"name": name, "labels": labels}, "spec": spec}
     await core.create_namespaced_pod(namespace, body, _request_timeout=T)

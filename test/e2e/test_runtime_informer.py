@@ -71,8 +71,8 @@ async def test_informer_follows_create_update_and_delete_of_real_objects(
 
 async def test_discovery_answers_which_versions_are_served(rt: Client) -> None:
     assert await rt.is_served("batch/v1", "Job")
-    assert await rt.is_served("batch/v1beta1", "CronJob")
-    assert not await rt.is_served("batch/v1", "CronJob")  # 1.20: CronJob is still beta
+    assert await rt.is_served("batch/v1", "CronJob")
+    assert not await rt.is_served("batch/v1beta1", "CronJob")  # removed in 1.25
     assert not await rt.is_served("nothing.example.com/v1", "Thing")
     assert await rt.is_served("coordination.k8s.io/v1", "Lease")
     res = await rt.resource("rbac.authorization.k8s.io/v1", "ClusterRole")  # not in the table: discovered

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import logging
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -253,3 +256,64 @@ def test_a_bad_environment_value_is_refused_like_a_bad_flag_not_with_a_traceback
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err, err
+
+
+@pytest.mark.timeout(60)
+def test_run_against_an_older_api_server_exits_with_one_error_line_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The version is the first thing asked: nothing else is requested from a server the operator refuses."""
+    paths: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            paths.append(self.path)
+            found = self.path == "/version"
+            body = json.dumps({"major": "1", "minor": "31", "gitVersion": "v1.31.4"} if found else {}).encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        status = main(
+            ["run", "--kubeconfig", str(kubeconfig), "--metrics-bind-address=0", "--health-probe-bind-address=0"]
+        )
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert status == 1
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, err
+    assert errors[0].endswith(
+        "ERROR slurmctl.runtime.version the API server is older than slurmctl supports "
+        "kubernetes_version=v1.31.4 minimum=v1.32"
+    )
+    assert "Traceback" not in err
+    assert paths == ["/version"]

@@ -32,7 +32,7 @@ from slurmctl.reconcilers.observed import uid
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.reconcilers.status import StatusWriter
 from slurmctl.render import meta
-from slurmctl.render.kinds import CRONJOB, PDB, SECRET, SLURM_CLUSTER, Kind
+from slurmctl.render.kinds import SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
@@ -201,12 +201,10 @@ class ApplyRejected(Exception):  # noqa: N818 - named after the condition reason
 
 @dataclass
 class Context:
-    """What the component reconcilers of one manager share: the registry they were built from, the API versions
-    discovery chose, and the loader."""
+    """What the component reconcilers of one manager share: the registry they were built from and the loader."""
 
     manager: Manager
     components: tuple[Component, ...]
-    served: Mapping[Kind, Kind] = field(default_factory=dict)
     loader: Loader = field(default_factory=Loader)
     reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
     loops: dict[str, Callable[[Request], Awaitable[Result | None]]] = field(default_factory=dict)  # the others
@@ -220,10 +218,6 @@ class Context:
         self.slurm = SlurmAccess(self.manager.cache, clock=self.manager.clock, registry=self.manager.metrics.registry)
         self.status = StatusWriter(self.manager)
         self.manager.add_runnable("status-writer", self.status.run)
-
-    def kind(self, kind: Kind) -> Kind:
-        """The served version of a kind (e.g. batch/v1beta1 CronJobs on Kubernetes 1.20)."""
-        return self.served.get(kind, kind)
 
 
 def now() -> datetime:
@@ -313,12 +307,10 @@ class ComponentReconciler:
     # ---- desired state ----------------------------------------------------------------------------------------
     def inputs(self, loaded: Loaded, **known: Any) -> Inputs:
         """The renderer's inputs: the loaded cluster and its configs, what this reconcile read (`known`), and the
-        API versions discovery chose."""
+        operator's cluster domain."""
         return Inputs(
             cluster=loaded.cluster,
             configs=loaded.configs,
-            cronjob_api_version=self.ctx.kind(CRONJOB).api_version,
-            pdb_api_version=self.ctx.kind(PDB).api_version,
             cluster_domain=self.ctx.cluster_domain,
             **known,
         )
@@ -329,7 +321,7 @@ class ComponentReconciler:
 
     # ---- children ---------------------------------------------------------------------------------------------
     def live(self, kind: Kind, name: str, namespace: str) -> Obj | None:
-        return self.cache.get(*self.ctx.kind(kind), name, namespace=namespace)
+        return self.cache.get(*kind, name, namespace=namespace)
 
     async def apply(self, loaded: Loaded, intents: Iterable[Mapping[str, Any]]) -> None:
         """Apply the intents, up to `APPLY_CONCURRENCY` at once: none waits for another (Kubernetes resolves the
@@ -370,9 +362,7 @@ class ComponentReconciler:
         return True
 
     async def delete(self, loaded: Loaded, kind: Kind, name: str, *, why: str, propagation: str = "Background") -> None:
-        await self.manager.client.delete(
-            *self.ctx.kind(kind), name, namespace=loaded.namespace, propagation=propagation
-        )
+        await self.manager.client.delete(*kind, name, namespace=loaded.namespace, propagation=propagation)
         self.event(loaded, "Normal", "Deleted", f"deleted {kind.kind} {name}: {why}")
 
     async def prune(self, loaded: Loaded, kind: Kind, *, keep: Iterable[str]) -> None:
@@ -388,7 +378,7 @@ class ComponentReconciler:
         found: dict[str, Obj] = {}
         for label in self.decl.labels:
             for child in self.cache.list(
-                *self.ctx.kind(kind),
+                *kind,
                 namespace=loaded.namespace,
                 labels=meta.selector(loaded.name, label),
                 owner_uid=loaded.cluster.metadata.uid,

@@ -1,9 +1,6 @@
 """The `benchmark` component: the NCCL benchmark CronJob on clusters with GPU workers, BenchmarkScheduled, and
 BenchmarkPassed, what the last finished run found.
 
-The CronJob's API version is chosen once, at start, by discovery (registration resolves `kinds.FALLBACKS`):
-`batch/v1`, or `batch/v1beta1` on clusters older than 1.21 that do not serve `batch/v1` CronJobs.
-
 A run's outcome reaches the operator through its pod, which the operator already watches (the Job's pods carry the
 owned-children labels): the benchmark leaves a one-line JSON report as the container's termination message
 (images/scripts/nccl_benchmark.py, `report`). The newest finished pod decides BenchmarkPassed (`benchmark_result`, a

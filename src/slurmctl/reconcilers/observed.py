@@ -250,8 +250,8 @@ class JobState:
 
     @classmethod
     def of(cls, job: Live, pods: Iterable[Live] = ()) -> JobState:
-        """`pods`: the Job's own pods (owned by its uid), where a refusal shows: on Kubernetes 1.20 a Job's status
-        only counts failed pods, it does not say why they failed."""
+        """`pods`: the Job's own pods (owned by its uid), where a refusal shows: a Job's status counts failed pods,
+        it does not say why they failed."""
         status = _status(job)
         failed: Mapping[str, Any] = next(
             (c for c in status.get("conditions") or [] if c.get("type") == "Failed" and c.get("status") == "True"),

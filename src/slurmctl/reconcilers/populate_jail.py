@@ -6,7 +6,7 @@ applied anew only when `JobState.needs_recreate` says so (overwrite for a new ge
 change).
 
 A volume that holds someone else's files is refused by the copier, untouched (images/scripts/populate-jail). The Job's
-status cannot say so (on Kubernetes 1.20 it only counts failed pods), its pods can: they carry the component label, so
+status cannot say so (it counts failed pods, not why they failed), its pods can: they carry the component label, so
 the operator's pod informer (owned-children selector, no further permission) holds them, and a pod that ended with
 `REFUSED_EXIT_CODE` says why in its termination message. That is reported as JailNotEmpty naming the volume and the
 fix, with one Warning Event; the fix is a spec change, which re-runs the Job at once.

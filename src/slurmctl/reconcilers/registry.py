@@ -45,7 +45,6 @@ from slurmctl.render.kinds import (
     CONFIGMAP,
     CRONJOB,
     DEPLOYMENT,
-    FALLBACKS,
     JOB,
     NODE,
     PDB,
@@ -101,24 +100,10 @@ def desired_objects(inputs: manifests.Inputs, components: Iterable[Component] | 
     return [obj for component in (COMPONENTS if components is None else components) for obj in component.render(inputs)]
 
 
-async def resolve_kinds(manager: Manager, kinds: Iterable[Kind]) -> dict[Kind, Kind]:
-    """The served version of each kind: the current one, else the first older one discovery shows (`FALLBACKS`)."""
-    served: dict[Kind, Kind] = {}
-    for kind in kinds:
-        candidates = (kind, *FALLBACKS.get(kind, ()))
-        served[kind] = kind
-        if len(candidates) > 1:
-            for candidate in candidates:
-                if await manager.is_served(*candidate):
-                    served[kind] = candidate
-                    break
-    return served
-
-
 def select_owned(manager: Manager, owned: Iterable[Kind]) -> None:
-    """List and watch every kind the operator owns (in its served version), and Pods, through the owned-children
-    selector only: the API server then sends none of the cluster's other ConfigMaps, Services, Deployments, Jobs...,
-    so the caches grow with the SlurmClusters, not with the Kubernetes cluster. Every child is rendered with these
+    """List and watch every kind the operator owns, and Pods, through the owned-children selector only: the API
+    server then sends none of the cluster's other ConfigMaps, Services, Deployments, Jobs..., so the caches grow
+    with the SlurmClusters, not with the Kubernetes cluster. Every child is rendered with these
     labels (`meta.object_meta`), workload pods inherit them from their templates, and no reconciler reads an object of
     these kinds that it did not create: the one user object read, the database password Secret, is read by name
     (a GET). A child someone strips of the labels leaves the cache (the watch says DELETED), so the next apply
@@ -149,15 +134,13 @@ async def register(
     the kubelets' clusterDomain, in the DNS names Slurm pods search (meta.workers_domain)."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
-    served = await resolve_kinds(manager, {kind for c in components for kind in c.owns})
-    select_owned(manager, served.values())
+    select_owned(manager, {kind for c in components for kind in c.owns})
     # Nodes are read cluster-wide: only their names, labels (spec.topology) and whether they are cordoned are kept.
     manager.trim(*NODE, trimmed_node)
     host_key_types = HOST_KEY_TYPES if rsa_host_keys else DEFAULT_HOST_KEY_TYPES
     ctx = Context(
         manager,
         tuple(components),
-        served,
         loader=Loader(allow_host_path=allow_host_path, policy=policy),
         host_key_types=host_key_types,
         node_lost_after=node_lost_after,
@@ -169,7 +152,7 @@ async def register(
         builder = manager.controller(component.name, reconciler, for_=SLURM_CLUSTER, predicates=predicates)
         for source in (component, *(by_name[name] for name in component.after)):
             for kind in source.owns:
-                builder.owns(*ctx.kind(kind), predicates=[component_is(*source.labels)])
+                builder.owns(*kind, predicates=[component_is(*source.labels)])
         reconciler.watch(builder)
     if "workers" in by_name:
         _register_slurm_nodes(manager, ctx)

@@ -170,7 +170,7 @@ class WorkersReconciler(ComponentReconciler):
         found: dict[str, Obj] = {}
         for label in self.decl.labels:
             selector = meta.selector(c, label, **extra)
-            for pod in self.cache.list(*self.ctx.kind(POD), namespace=namespace, labels=selector):
+            for pod in self.cache.list(*POD, namespace=namespace, labels=selector):
                 found[pod["metadata"]["name"]] = pod
         return [found[name] for name in sorted(found)]
 

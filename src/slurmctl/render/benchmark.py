@@ -19,14 +19,13 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, parse_quantity
 from slurmctl.render import meta, pods
-from slurmctl.render.kinds import CRONJOB, FALLBACKS
+from slurmctl.render.kinds import CRONJOB
 from slurmctl.render.slurm_conf import JAIL_PATH
 
 COMPONENT = "benchmark"
 CONTAINER = "nccl-benchmark"
 # Where the benchmark leaves its report; the kubelet falls back to the log's tail when it ends in error without one.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
-CRONJOB_API_VERSIONS = tuple(k.api_version for k in (CRONJOB, *FALLBACKS[CRONJOB]))
 ENTRYPOINT = ["/usr/bin/tini", "--", "/usr/lib/slurmctl/entrypoint-nccl-benchmark"]
 HISTORY_LIMIT = 3
 # A schedule missed by more than this (operator or controller-manager down) is skipped rather than run late.
@@ -61,11 +60,7 @@ def benchmark_env(cluster: SlurmCluster) -> list[dict[str, Any]]:
     return [{"name": name, "value": value} for name, value in values.items()]
 
 
-def render_benchmark_cronjob(cluster: SlurmCluster, *, api_version: str = "batch/v1") -> dict[str, Any]:
-    """`api_version` is `batch/v1`, or `batch/v1beta1` where discovery shows only that is served (Kubernetes < 1.21);
-    the body is the same for both."""
-    if api_version not in CRONJOB_API_VERSIONS:
-        raise ValueError(f"CronJob apiVersion must be one of {', '.join(CRONJOB_API_VERSIONS)}, not {api_version!r}")
+def render_benchmark_cronjob(cluster: SlurmCluster) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     nccl = cluster.spec.health_checks.nccl_benchmark
     benchmark = {
@@ -82,7 +77,7 @@ def render_benchmark_cronjob(cluster: SlurmCluster, *, api_version: str = "batch
         "securityContext": pods.root_then_drop(),
     }
     return {
-        "apiVersion": api_version,
+        "apiVersion": CRONJOB.api_version,
         "kind": "CronJob",
         "metadata": meta.object_meta(cluster, meta.nccl_benchmark(c), COMPONENT),
         "spec": {

@@ -16,19 +16,11 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta
-from slurmctl.render.kinds import FALLBACKS, PDB
+from slurmctl.render.kinds import PDB
 from slurmctl.render.workers import COMPONENT, FORMER_COMPONENTS
 
-PDB_API_VERSIONS = tuple(k.api_version for k in (PDB, *FALLBACKS[PDB]))
 
-
-def render_workers_disruption_budget(cluster: SlurmCluster, *, api_version: str = PDB.api_version) -> dict[str, Any]:
-    """`api_version` is `policy/v1`, or `policy/v1beta1` where discovery shows only that is served (Kubernetes
-    < 1.21); the body is the same (the selector is never empty, where the two versions differ)."""
-    if api_version not in PDB_API_VERSIONS:
-        raise ValueError(
-            f"PodDisruptionBudget apiVersion must be one of {', '.join(PDB_API_VERSIONS)}, not {api_version!r}"
-        )
+def render_workers_disruption_budget(cluster: SlurmCluster) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     selector = {
         "matchLabels": {meta.LABEL_INSTANCE: c},
@@ -38,7 +30,7 @@ def render_workers_disruption_budget(cluster: SlurmCluster, *, api_version: str 
         ],
     }
     return {
-        "apiVersion": api_version,
+        "apiVersion": PDB.api_version,
         "kind": PDB.kind,
         "metadata": meta.object_meta(cluster, meta.workers_disruption_budget(c), COMPONENT),
         "spec": {"maxUnavailable": 0, "selector": selector},

@@ -2,9 +2,8 @@
 
 The reconcilers and `slurmctl render` call these same functions (through the component registry), so what `render`
 prints and what the operator applies cannot drift. `Inputs` carries everything a renderer needs beyond the spec: the
-config set rendered once, the ids of live Secrets, the served CronJob and PodDisruptionBudget versions, the
-replicas the scale-in gate allows, where the scheduled workers run (their Kubernetes nodes' labels, for topology.conf)
-and the cluster's DNS domain.
+config set rendered once, the ids of live Secrets, the replicas the scale-in gate allows, where the scheduled workers
+run (their Kubernetes nodes' labels, for topology.conf) and the cluster's DNS domain.
 `Inputs.offline` fills them the way `slurmctl render` can without a cluster.
 
 Secrets whose contents are random and created once by the operator (munge and JWT keys, SSH host keys, MariaDB
@@ -25,7 +24,6 @@ from slurmctl.render.benchmark import render_benchmark_cronjob
 from slurmctl.render.cluster import render_slurm_configs_map
 from slurmctl.render.controller import render_controller
 from slurmctl.render.disruption import render_workers_disruption_budget
-from slurmctl.render.kinds import CRONJOB, PDB
 from slurmctl.render.login import render_login
 from slurmctl.render.populate_jail import render_populate_jail_job
 from slurmctl.render.rest import render_rest
@@ -50,8 +48,6 @@ class Inputs:
     host_keys: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # key types in the host keys Secret
     dbd_password: str | None = None
     dbd_password_id: str = ""
-    cronjob_api_version: str = CRONJOB.api_version
-    pdb_api_version: str = PDB.api_version
     replicas: Mapping[str, int] = field(default_factory=dict)  # worker group -> replicas after the scale-in gate
     # Slurm node -> labels of the Kubernetes node its ready pod runs on (spec.topology); offline: none is ready.
     placement: Placement = field(default_factory=dict)
@@ -59,7 +55,7 @@ class Inputs:
 
     @classmethod
     def offline(cls, cluster: SlurmCluster, **known: Any) -> Inputs:
-        """Inputs without a cluster to read: empty ids, no password, current API versions, every group at its size."""
+        """Inputs without a cluster to read: empty ids, no password, every group at its size."""
         return cls(cluster=cluster, configs=render_slurm_configs(cluster), **known)
 
     def group_replicas(self, group: str, size: int) -> int:
@@ -98,7 +94,7 @@ def workers_objects(i: Inputs) -> list[Obj]:
     groups = sorted(i.cluster.spec.workers, key=lambda g: g.name)
     return [
         render_workers_service(i.cluster),
-        render_workers_disruption_budget(i.cluster, api_version=i.pdb_api_version),
+        render_workers_disruption_budget(i.cluster),
         *(
             render_worker_statefulset(
                 i.cluster,
@@ -146,4 +142,4 @@ def benchmark_objects(i: Inputs) -> list[Obj]:
     """Rendered whenever the cluster has GPU groups (suspended while disabled), so enabling it is one field."""
     if not i.cluster.spec.gpu_groups:
         return []
-    return [render_benchmark_cronjob(i.cluster, api_version=i.cronjob_api_version)]
+    return [render_benchmark_cronjob(i.cluster)]

@@ -10,8 +10,8 @@ live one.
 
 The copier (images/scripts/populate-jail) refuses a volume that holds files slurmctl did not put there unless
 `spec.populateJail.adopt` is set; it says so with its exit status (`REFUSED_EXIT_CODE`) and its termination message,
-which the reconciler reads from the Job's pod (the operator already watches its own pods: no new permission, and Jobs
-on Kubernetes 1.20 say nothing about why their pods failed).
+which the reconciler reads from the Job's pod (the operator already watches its own pods: no new permission, and a
+Job's status says nothing about why its pods failed).
 """
 
 from __future__ import annotations

@@ -49,11 +49,10 @@ RULES: Final[tuple[Rule, ...]] = (
          "name.", ("",), ("secrets",), READ + WRITE),
     Rule("Controller, worker and login StatefulSets; the slurmdbd and slurmrestd Deployments.", ("apps",),
          ("statefulsets", "deployments"), READ + WRITE),
-    Rule("The populate-jail Job and the NCCL benchmark CronJob (batch/v1, or batch/v1beta1 on old clusters).",
-         ("batch",), ("jobs", "cronjobs"), READ + WRITE),
-    Rule("The workers' PodDisruptionBudget (policy/v1, or policy/v1beta1 on old clusters): evictions wait for jobs. "
-         "Always rendered, so never deleted (it goes with its SlurmCluster).", ("policy",), ("poddisruptionbudgets",),
-         (*READ, "create", "patch")),
+    Rule("The populate-jail Job and the NCCL benchmark CronJob (batch/v1).", ("batch",), ("jobs", "cronjobs"),
+         READ + WRITE),
+    Rule("The workers' PodDisruptionBudget (policy/v1): evictions wait for jobs. Always rendered, so never deleted "
+         "(it goes with its SlurmCluster).", ("policy",), ("poddisruptionbudgets",), (*READ, "create", "patch")),
     Rule("Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition and its evictable label "
          "(server-side apply); a worker pod deleted (once its node is drained) to re-create it from a new template or "
          "a new StatefulSet, or force-deleted (grace period 0, uid precondition) when its Kubernetes node is lost "

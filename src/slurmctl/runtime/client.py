@@ -99,9 +99,7 @@ KNOWN: dict[tuple[str, str], Resource] = dict(
         _known("apps/v1", "DaemonSet", "daemonsets"),
         _known("batch/v1", "Job", "jobs"),
         _known("batch/v1", "CronJob", "cronjobs"),
-        _known("batch/v1beta1", "CronJob", "cronjobs"),
         _known("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
-        _known("policy/v1beta1", "PodDisruptionBudget", "poddisruptionbudgets"),
         _known("coordination.k8s.io/v1", "Lease", "leases"),
         _known("events.k8s.io/v1", "Event", "events"),
         _known("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False),
@@ -186,7 +184,7 @@ class Client:
             return kinds
 
     async def is_served(self, api_version: str, kind: str) -> bool:
-        """Whether the server serves `kind` at `api_version` (e.g. batch/v1 CronJob exists only from 1.21)."""
+        """Whether the server serves `kind` at `api_version` (e.g. a CRD that may be installed after the operator)."""
         kinds = await self._discover(api_version)
         return kinds is not None and kind in kinds
 
@@ -283,6 +281,12 @@ class Client:
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
     # ---- verbs ------------------------------------------------------------------------------------------------
+    async def server_version(self) -> Obj:
+        """The API server's `/version` answer (`major`, `minor`, `gitVersion`, ...): a read like any other, with the
+        client's timeout and retries, so a server that does not answer cannot hold the caller forever."""
+        info: Obj = await self._read("GET", "/version")
+        return info
+
     async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Obj:
         res = await self.resource(api_version, kind)
         obj: Obj = await self._read("GET", res.path(namespace, name))

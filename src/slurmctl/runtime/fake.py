@@ -137,6 +137,8 @@ class FakeClient(Client):
         # Every delete's options: (apiVersion, kind, namespace, name, gracePeriodSeconds, uid precondition).
         self.delete_options: list[tuple[str, str, str, str, int | None, str | None]] = []
         self._served = set(served)
+        # What `server_version` answers, as a real API server spells it; a test sets another to play an older one.
+        self.version: Obj = {"major": "1", "minor": "37", "gitVersion": "v1.37.0", "platform": "linux/amd64"}
         self._managed: dict[Key, dict[tuple[str, str], set[Path]]] = {}
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)
@@ -189,6 +191,9 @@ class FakeClient(Client):
         return FakeCache(self, informers, namespace=namespace)
 
     # ---- the Client surface ------------------------------------------------------------------------------------
+    async def server_version(self) -> Obj:
+        return copy.deepcopy(self.version)
+
     async def is_served(self, api_version: str, kind: str) -> bool:
         return (api_version, kind) in self._served
 

@@ -847,7 +847,10 @@ def test_munge_outlives_the_daemons_prestop_hook_but_not_forever(pod: dict[str, 
     assert 1 <= time.monotonic() - started < 10, "waits for the hook, up to MUNGE_PRESTOP_WAIT"
 
     write_exe(Path(pod["ROOT"]) / "bin" / "scontrol", '#!/bin/sh\necho "scontrol $*" >> "$LOG"\n')
-    hook = run_script("worker-prestop", env={**env, "SLURMD_NODENAME": "c-worker-cpu-1"})
+    leaving = tmp_path / "leaving"  # not the host's /run
+    hook = run_script(
+        "worker-prestop", env={**env, "SLURMD_NODENAME": "c-worker-cpu-1", "WORKER_LEAVING": str(leaving)}
+    )
     assert hook.returncode == 0, hook.stderr
     assert "scontrol delete nodename=c-worker-cpu-1" in Path(pod["LOG"]).read_text()
     started = time.monotonic()

@@ -93,6 +93,7 @@ def prestop(slurm: Slurm, tmp_path: Path, **env: str) -> tuple[subprocess.Comple
         "PATH": f"{slurm.bin}:/usr/sbin:/usr/bin:/sbin:/bin",
         "SLURMD_NODENAME": NODE,
         "PRESTOP_DONE": str(done),
+        "WORKER_LEAVING": str(tmp_path / "leaving"),  # not the host's /run
         **env,
     }
     started = time.monotonic()

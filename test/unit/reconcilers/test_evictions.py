@@ -13,9 +13,8 @@ from slurmctl.reconcilers.drain import evictable
 from slurmctl.reconcilers.observed import WorkerPod, node_ready, ready_since, trimmed_node, unschedulable
 from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, worker_pod_changed
 from slurmctl.render import meta
-from slurmctl.render.kinds import NODE, PDB, PDB_V1BETA1, POD, STATEFULSET
+from slurmctl.render.kinds import NODE, PDB, POD, STATEFULSET
 from slurmctl.runtime import Event, EventType, Result
-from slurmctl.runtime.client import KNOWN
 from slurmctl.slurm import Node
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm, connect, rest_pod
@@ -232,27 +231,16 @@ async def test_a_cordon_wakes_exactly_the_clusters_with_workers_on_that_node() -
         assert worker_pod_changed(Event(EventType.UPDATED, env.get(POD, P0), pod0)), "readiness wakes the loop"  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    ("served", "expected"),
-    [
-        (set(KNOWN), PDB),  # Kubernetes 1.21 to 1.24 serve both
-        (set(KNOWN) - {tuple(PDB_V1BETA1)}, PDB),  # 1.25 and later
-        (set(KNOWN) - {tuple(PDB)}, PDB_V1BETA1),  # 1.20 and before
-    ],
-)
-async def test_the_disruption_budget_is_applied_in_the_version_the_api_server_serves(
-    served: set[tuple[str, str]], expected: tuple[str, str]
-) -> None:
-    async with Env(served=sorted(served)) as env:
+async def test_the_disruption_budget_is_applied_as_policy_v1() -> None:
+    async with Env() as env:
         env.create(spec())
         await env.converge()
         env.job_succeeds()
         await env.converge()
-        (budget,) = env.fake.of_kind(*expected)
+        (budget,) = env.fake.of_kind(*PDB)
+        assert budget["apiVersion"] == "policy/v1"
         assert budget["metadata"]["name"] == f"{NAME}-workers"
         assert budget["spec"]["maxUnavailable"] == 0
-        other = PDB_V1BETA1 if expected == PDB else PDB
-        assert tuple(other) not in served or env.fake.of_kind(*other) == []
 
 
 def test_of_a_node_the_operator_keeps_its_identity_labels_cordon_and_ready_condition() -> None:

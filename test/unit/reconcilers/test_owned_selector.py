@@ -27,7 +27,7 @@ from slurmctl.render.kinds import (
     Kind,
 )
 from slurmctl.runtime import Manager, ManagerOptions
-from slurmctl.runtime.client import KNOWN, Obj, Resource
+from slurmctl.runtime.client import Obj, Resource
 from slurmctl.runtime.fake import FakeClient
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 
@@ -84,14 +84,6 @@ async def test_every_kind_but_the_slurmclusters_and_nodes_is_watched_through_the
         assert env.manager.label_selector(*NODE) is None  # not owned, read cluster-wide, trimmed instead
 
 
-async def test_the_served_version_of_a_kind_is_the_one_selected() -> None:
-    """On a cluster serving CronJobs only as batch/v1beta1 the informer (and so the selector) is for that version."""
-    served = [k for k in KNOWN if k != tuple(CRONJOB)]
-    async with Env(served=[*served, ("batch/v1beta1", "CronJob")]) as env:
-        assert env.ctx.kind(CRONJOB) == ("batch/v1beta1", "CronJob")
-        assert env.manager.label_selector("batch/v1beta1", "CronJob") == meta.OWNED_SELECTOR
-
-
 async def test_unrelated_objects_never_enter_the_cache_while_the_operator_sees_its_children() -> None:
     """The cluster converges as before beside other teams' objects, which no cache read ever returns."""
     async with Env() as env:
@@ -100,10 +92,10 @@ async def test_unrelated_objects_never_enter_the_cache_while_the_operator_sees_i
         await env.converge()
         cache = env.manager.cache
         for kind in OWNED:
-            for obj in cache.list(*env.ctx.kind(kind)):
+            for obj in cache.list(*kind):
                 assert meta.controlled_by(obj, env.ctx.loader.load(env.cluster()).cluster), (kind, obj["metadata"])  # type: ignore[union-attr]
-            assert cache.get(*env.ctx.kind(kind), "theirs", namespace=NS) is None
-            assert cache.get(*env.ctx.kind(kind), f"{NAME}-lookalike", namespace=NS) is None
+            assert cache.get(*kind, "theirs", namespace=NS) is None
+            assert cache.get(*kind, f"{NAME}-lookalike", namespace=NS) is None
         assert cache.get(*STATEFULSET, meta.controller(NAME), namespace=NS) is not None
         assert cache.get(*CONFIGMAP, meta.slurm_configs(NAME), namespace=NS) is not None
 

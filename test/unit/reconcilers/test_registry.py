@@ -116,17 +116,10 @@ def test_component_names_and_conditions_are_unique() -> None:
     assert len(labels) == len(set(labels))
 
 
-async def test_register_builds_one_controller_per_component_and_discovery_picks_the_cronjob_version() -> None:
+async def test_register_builds_one_controller_per_component() -> None:
     async with Env() as env:
         # One per component, and the loop that reads Slurm's view of the nodes (not a component: it owns no child).
         assert env.manager.controller_names == [*(c.name for c in COMPONENTS), "slurm-nodes"]
-    old = Env()
-    old.fake._served.discard(("batch/v1", "CronJob"))  # Kubernetes 1.20
-    old.fake.serve("batch/v1beta1", "CronJob")
-    async with old:
-        old.create(spec(workers=[{"name": "gpu", "size": 1, "gpus": 1}]))
-        await old.converge()
-        assert old.names(("batch/v1beta1", "CronJob")) == [f"{NAME}-nccl-benchmark"]
 
 
 async def test_a_cluster_is_parsed_once_per_change_for_all_controllers() -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render.benchmark import render_benchmark_cronjob
 from test.unit.render.samples import manifests, sample, sample_doc
@@ -18,6 +16,7 @@ def _env(cronjob: dict[str, Any]) -> dict[str, str]:
 
 def test_the_research_benchmark() -> None:
     cronjob = render_benchmark_cronjob(sample("research"))
+    assert cronjob["apiVersion"] == "batch/v1"
     spec = cronjob["spec"]
     assert (spec["schedule"], spec["suspend"], spec["concurrencyPolicy"]) == ("0 3 * * *", False, "Forbid")
     assert spec["successfulJobsHistoryLimit"] >= 1 and spec["failedJobsHistoryLimit"] >= 1
@@ -48,20 +47,6 @@ def test_the_job_mounts_the_jail_and_reports_through_its_termination_message() -
     assert jail == {"name": "jail", "persistentVolumeClaim": {"claimName": cluster.spec.jail.volume.claim_name}}
     assert container["terminationMessagePath"] == "/dev/termination-log"
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-
-
-def test_the_fallback_api_version_has_the_same_body() -> None:
-    cluster = sample("research")
-    v1, v1beta1 = (render_benchmark_cronjob(cluster, api_version=v) for v in ("batch/v1", "batch/v1beta1"))
-    assert (v1["apiVersion"], v1beta1["apiVersion"]) == ("batch/v1", "batch/v1beta1")
-    assert {**v1beta1, "apiVersion": "batch/v1"} == v1
-    (in_manifests,) = [o for o in manifests(cluster, cronjob_api_version="batch/v1beta1") if o["kind"] == "CronJob"]
-    assert in_manifests == v1beta1
-
-
-def test_an_unknown_api_version_is_refused() -> None:
-    with pytest.raises(ValueError, match="batch/v2"):
-        render_benchmark_cronjob(sample("research"), api_version="batch/v2")
 
 
 def test_a_disabled_benchmark_is_a_suspended_cronjob_and_cpu_clusters_have_none() -> None:

@@ -1,15 +1,12 @@
 """The workers' PodDisruptionBudget: which pods an eviction must leave alone (every worker pod of the cluster not
-labelled evictable, none of them may go), in the API version discovery chose."""
+labelled evictable, none of them may go), as policy/v1."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-import pytest
-
 from slurmctl.render import meta
-from slurmctl.render.disruption import render_workers_disruption_budget
 from test.unit.render.samples import manifests, sample
 
 
@@ -38,6 +35,7 @@ def test_every_worker_pod_is_protected_until_labelled_evictable_and_none_may_go(
     cluster = sample("research")
     objects = manifests(cluster)
     (pdb,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert pdb["apiVersion"] == "policy/v1"
     assert pdb["metadata"]["name"] == "research-workers"
     assert pdb["spec"]["maxUnavailable"] == 0
     selector = pdb["spec"]["selector"]
@@ -53,17 +51,3 @@ def test_every_worker_pod_is_protected_until_labelled_evictable_and_none_may_go(
         assert not selects(selector, {**labels, meta.LABEL_INSTANCE: "another"}), "another cluster's pods are not"
     for labels in others:
         assert not selects(selector, labels), "controller and login pods are not workers"
-
-
-def test_the_fallback_api_version_has_the_same_body() -> None:
-    cluster = sample("minimal")
-    v1, v1beta1 = (render_workers_disruption_budget(cluster, api_version=v) for v in ("policy/v1", "policy/v1beta1"))
-    assert (v1["apiVersion"], v1beta1["apiVersion"]) == ("policy/v1", "policy/v1beta1")
-    assert {**v1beta1, "apiVersion": "policy/v1"} == v1
-    (rendered,) = [o for o in manifests(cluster, pdb_api_version="policy/v1beta1") if o["kind"] == v1["kind"]]
-    assert rendered == v1beta1
-
-
-def test_an_unknown_api_version_is_refused() -> None:
-    with pytest.raises(ValueError, match="policy/v2"):
-        render_workers_disruption_budget(sample("minimal"), api_version="policy/v2")

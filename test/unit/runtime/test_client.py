@@ -71,3 +71,23 @@ async def test_an_apply_goes_out_as_compact_json_bytes_and_its_answer_comes_back
     assert sent == json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     assert applied["data"] == body["data"]
     assert applied["metadata"]["resourceVersion"] == "7"
+
+
+async def test_the_server_version_is_a_get_of_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_proxies(monkeypatch)
+    answer = {"major": "1", "minor": "37", "gitVersion": "v1.37.2", "platform": "linux/amd64"}
+    seen: list[tuple[str, str]] = []
+
+    async def version(request: web.Request) -> web.Response:
+        seen.append((request.method, request.path))
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.router.add_get("/version", version)
+    async with TestServer(app, host="127.0.0.1") as server:
+        api = ApiClient(Configuration(host=str(server.make_url(""))))
+        try:
+            assert await Client(api).server_version() == answer
+        finally:
+            await api.close()
+    assert seen == [("GET", "/version")]
