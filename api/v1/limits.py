@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Final
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 from pydantic.config import JsonDict
 
+from .cel import Rule, validations
 from .types import ApiModel
 
 MAX_ACCOUNTS: Final = 256
@@ -83,6 +84,17 @@ class QosSpec(ApiModel):
 class AccountSpec(ApiModel):
     """A Slurm account and its users (their associations). Limits here apply to each user of the account (MaxJobs,
     MaxTRESPerJob) or to the account as a whole (GrpTRES, GrpJobs)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            Rule(
+                "self.name != 'root'",
+                message="root is Slurm's own account: it cannot be declared",
+                field_path=".name",
+                reason="FieldValueForbidden",
+            )
+        )
+    )
 
     name: SlurmName = Field(description="Account name (lower case, as Slurm keeps it).")
     description: Description | None = Field(None, description="Free text; empty means the account's name.")

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, StringConstraints
 from pydantic.config import JsonDict
 
+from .cel import Rule, validations
 from .defaults import (
     ACCOUNTING_SLURM_KEYS,
     DEFAULT_PARTITION,
@@ -26,6 +27,7 @@ from .defaults import (
     MAX_SSH_KEY_LENGTH,
     MAX_SSH_KEYS,
     MAX_TOPOLOGY_LEVELS,
+    MAX_TOTAL_WORKERS,
     MAX_WORKER_GROUPS,
     OPERATOR_OWNED_SLURM_KEYS,
     TOPOLOGY_SLURM_KEYS,
@@ -213,7 +215,15 @@ class JailSpec(ApiModel):
         default_factory=list,
         max_length=32,
         description="Further volumes mounted inside the jail on every worker and login node.",
-        json_schema_extra=_LIST_MAP_BY_NAME,
+        json_schema_extra={
+            **_LIST_MAP_BY_NAME,
+            **validations(
+                Rule(
+                    "self.all(m, self.exists_one(n, n.mountPath == m.mountPath))",
+                    message="a mountPath is mounted twice (by two sub-mounts)",
+                )
+            ),
+        },
     )
     shared_memory_size: Quantity = Field(
         "64Gi", description="Size limit of /dev/shm (memory-backed) on every node; a worker group may override it."
@@ -290,6 +300,16 @@ class ControllerSpec(Scheduling):
 
 class Autoscale(ApiModel):
     """An elastic group: Slurm knows `max` nodes, and a node has a pod only while Slurm's power saving has it up."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            Rule(
+                "self.min <= self.max",
+                message="min is more than max",
+                field_path=".min",
+            )
+        )
+    )
 
     min: int = Field(
         0,
@@ -388,6 +408,18 @@ class WorkerGroup(Scheduling):
 class Partition(ApiModel):
     """A Slurm partition: a named set of worker groups that jobs are submitted to."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            Rule(
+                "self.name != 'default'",
+                message='Slurm reserves "default" (PartitionName=DEFAULT sets defaults for every partition); '
+                "choose another name",
+                field_path=".name",
+                reason="FieldValueForbidden",
+            )
+        )
+    )
+
     name: str = Field(
         max_length=40, pattern=DNS_LABEL_PATTERN, description="Partition name (DNS label, at most 40 characters)."
     )
@@ -408,6 +440,30 @@ class Partition(ApiModel):
 
 class LoginService(ApiModel):
     """The Service users reach the login nodes' sshd through."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            Rule(
+                "!has(self.nodePort) || self.type != 'ClusterIP'",
+                message="needs type NodePort or LoadBalancer",
+                field_path=".nodePort",
+                reason="FieldValueForbidden",
+            ),
+            Rule(
+                "!has(self.loadBalancerIP) || self.type == 'LoadBalancer'",
+                message="needs type LoadBalancer",
+                field_path=".loadBalancerIP",
+                reason="FieldValueForbidden",
+            ),
+            Rule(
+                "!has(self.loadBalancerSourceRanges) || size(self.loadBalancerSourceRanges) == 0"
+                " || self.type == 'LoadBalancer'",
+                message="needs type LoadBalancer",
+                field_path=".loadBalancerSourceRanges",
+                reason="FieldValueForbidden",
+            ),
+        )
+    )
 
     type: ServiceType = Field(
         "ClusterIP",
@@ -504,6 +560,50 @@ class MariaDBSpec(ApiModel):
 
 class AccountingSpec(Scheduling):
     """Slurm accounting (slurmdbd) and the database behind it: an external server or one through mariadb-operator."""
+
+    # `.?enabled.orValue(false)`, not `.enabled`: the API server checks the schema's default for this node, `{}`,
+    # against these rules as it stands, before the fields' own defaults would fill it in.
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            Rule(
+                "!self.?enabled.orValue(false) || has(self.external) || self.?mariadb.?enabled.orValue(false)",
+                message="accounting is enabled but neither external nor mariadb.enabled is set",
+                reason="FieldValueRequired",
+            ),
+            Rule(
+                "!self.?enabled.orValue(false) || !has(self.external) || !self.?mariadb.?enabled.orValue(false)",
+                message="set either external or mariadb.enabled, not both",
+                reason="FieldValueForbidden",
+            ),
+            Rule(
+                "self.?enabled.orValue(false) || ((!has(self.accounts) || size(self.accounts) == 0)"
+                " && (!has(self.qos) || size(self.qos) == 0))",
+                message="accounts and qos need accounting: set enabled: true",
+                reason="FieldValueForbidden",
+            ),
+            Rule(
+                "!has(self.accounts) || self.accounts.all(a, a.parent == 'root'"
+                " || self.accounts.exists(b, b.name == a.parent))",
+                message="unknown parent account (root or one declared here)",
+                field_path=".accounts",
+            ),
+            # sets.contains, not `all` within `all` within `exists`: 256 accounts by 64 QOS by 64 declared QOS that
+            # way is estimated at 3.5 times the cost the API server allows a rule.
+            Rule(
+                "!has(self.accounts) || self.accounts.all(a, !has(a.qos)"
+                " || sets.contains(['normal'] + (has(self.qos) ? self.qos.map(q, q.name) : []), a.qos))",
+                message="unknown QOS in accounts[].qos (normal or one declared here)",
+                field_path=".accounts",
+            ),
+            Rule(
+                "!has(self.accounts) || self.accounts.all(a, !has(a.defaultQos)"
+                " || (has(a.qos) && size(a.qos) > 0 ? a.defaultQos in a.qos : a.defaultQos == 'normal'"
+                " || (has(self.qos) && self.qos.exists(q, q.name == a.defaultQos))))",
+                message="an account's defaultQos is one of its qos (normal or one declared here if it lists none)",
+                field_path=".accounts",
+            ),
+        )
+    )
 
     enabled: bool = Field(False, description="Run slurmdbd and record accounting; needs external or mariadb.")
     image: str | None = _image_field("accounting")
@@ -662,8 +762,40 @@ def _default_partitions() -> list[Partition]:
     return [Partition(name=DEFAULT_PARTITION, default=True)]
 
 
+# The nodes Slurm knows per group (WorkerGroup.node_count), summed.
+_TOTAL_WORKERS = "self.map(g, has(g.autoscale) ? g.autoscale.max : g.size).sum()"
+
+
 class SlurmClusterSpec(ApiModel):
     """The desired Slurm cluster: its controller, worker groups, partitions, login nodes, accounting and checks."""
+
+    # Rules across top-level fields sit here, the lowest node that sees all they compare; the API server names the
+    # list they point at (fieldPath), where validation.py names the item at fault, which no fieldPath can index.
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            Rule(
+                "self.rest.enabled || !self.workers.exists(g, has(g.autoscale))",
+                message="an elastic group needs slurmrestd (spec.rest.enabled): it follows Slurm's power states",
+                field_path=".workers",
+            ),
+            Rule(
+                "!has(self.topology) || !self.workers.exists(g, has(g.autoscale))",
+                message="an elastic group cannot be combined with spec.topology yet (its powered-down nodes have no "
+                "place in topology.conf)",
+                field_path=".workers",
+            ),
+            Rule(
+                "self.partitions.all(p, !has(p.workers) || p.workers.all(w, self.workers.exists(g, g.name == w)))",
+                message="unknown worker group in partitions[].workers: each is a group of spec.workers",
+                field_path=".partitions",
+            ),
+            Rule(
+                "!self.healthChecks.ncclBenchmark.enabled || self.workers.exists(g, g.gpus > 0)",
+                message="the NCCL benchmark needs a worker group with gpus > 0",
+                field_path=".healthChecks.ncclBenchmark.enabled",
+            ),
+        )
+    )
 
     slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="Slurm version, images and slurm.conf overrides.")
     jail: JailSpec = Field(description="The shared root filesystem user jobs and logins run in.")
@@ -675,14 +807,33 @@ class SlurmClusterSpec(ApiModel):
         min_length=1,
         max_length=MAX_WORKER_GROUPS,
         description="Worker groups, one per kind of node; names are unique.",
-        json_schema_extra=_LIST_MAP_BY_NAME,
+        json_schema_extra={
+            **_LIST_MAP_BY_NAME,
+            **validations(
+                Rule(
+                    f"{_TOTAL_WORKERS} <= {MAX_TOTAL_WORKERS}",
+                    message=f"worker nodes in total (size, or autoscale.max, of every group) exceed the maximum of "
+                    f"{MAX_TOTAL_WORKERS}",
+                )
+            ),
+        },
     )
     partitions: list[Partition] = Field(
         default_factory=_default_partitions,
         min_length=1,
         max_length=MAX_PARTITIONS,
         description=f"Slurm partitions; by default one partition {DEFAULT_PARTITION!r} with every worker group.",
-        json_schema_extra=_LIST_MAP_BY_NAME,
+        json_schema_extra={
+            **_LIST_MAP_BY_NAME,
+            **validations(
+                Rule(
+                    "self.exists_one(p, p.default)",
+                    message="exactly one partition has default: true",
+                    message_expression="self.exists(p, p.default) ? 'more than one default partition (exactly one "
+                    "must)' : 'no partition has default: true (exactly one must)'",
+                )
+            ),
+        },
     )
     login: LoginSpec = Field(default_factory=LoginSpec, description="Login nodes users reach over SSH.")
     accounting: AccountingSpec = Field(default_factory=AccountingSpec, description="Slurm accounting (slurmdbd).")

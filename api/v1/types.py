@@ -14,6 +14,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
+from .cel import Rule, validations
+
 # The regular expression Kubernetes publishes for resource.Quantity (resource.k8s.io openapi), narrowed to what a
 # size or a count can be: no minus sign, and an integer exponent of at most two digits ("1e400" and "1e9999999999"
 # are refused at `kubectl apply`). Every string it accepts is a valid Kubernetes quantity.
@@ -222,8 +224,18 @@ class VolumeRef(ApiModel):
         None,
         description="A Kubernetes volume source with exactly one key, e.g. {nfs: {server: ..., path: ...}}, "
         "passed through unchanged.",
+        # The API server cannot look inside a passthrough object, but it can count its keys.
+        json_schema_extra={"minProperties": 1, "maxProperties": 1},
     )
 
+    # A rule rather than `oneOf`: the API server's oneOf refusal names neither field.
     model_config = ConfigDict(
-        json_schema_extra={"oneOf": [{"required": ["claimName"]}, {"required": ["source"]}]},
+        json_schema_extra=validations(
+            Rule(
+                "has(self.claimName) != has(self.source)",
+                message="set exactly one of claimName and source",
+                message_expression="'set exactly one of claimName and source (got ' + "
+                "(has(self.claimName) ? 'claimName, source' : 'neither') + ')'",
+            )
+        ),
     )

@@ -572,6 +572,10 @@ def _check_limits(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     problems: list[Problem] = []
     tres = tracked_tres(spec)
     known = ", ".join(sorted(tres))
+    # The API server refuses these too (list-map keys), but not behind a CRD without them: two records of one name
+    # would have the operator set each in turn.
+    problems += _duplicates([account.name for account in accounting.accounts], f"{base}.accounts", "account")
+    problems += _duplicates([qos.name for qos in accounting.qos], f"{base}.qos", "QOS")
 
     def check_tres(where: str, limits: Mapping[str, int], key: str) -> None:
         for name in limits:

@@ -159,15 +159,15 @@ def _without(key: str) -> dict[str, Any]:
 
 JAIL = {"volume": {"claimName": "jail"}}
 INVALID = {
-    "negative size": (_invalid(workers=[{"name": "cpu", "size": -1}]), "spec.workers.size"),
-    "size above the maximum": (_invalid(workers=[{"name": "cpu", "size": 1001}]), "spec.workers.size"),
-    "group name not a DNS label": (_invalid(workers=[{"name": "GPU_1"}]), "spec.workers.name"),
-    "group name too long": (_invalid(workers=[{"name": "g" * 21}]), "spec.workers.name"),
+    "negative size": (_invalid(workers=[{"name": "cpu", "size": -1}]), "spec.workers[0].size"),
+    "size above the maximum": (_invalid(workers=[{"name": "cpu", "size": 1001}]), "spec.workers[0].size"),
+    "group name not a DNS label": (_invalid(workers=[{"name": "GPU_1"}]), "spec.workers[0].name"),
+    "group name too long": (_invalid(workers=[{"name": "g" * 21}]), "spec.workers[0].name"),
     "duplicate group names": (_invalid(workers=[{"name": "cpu"}, {"name": "cpu"}]), "spec.workers[1]"),
     "cluster name too long": (_invalid("c" * 25), "metadata.name"),
     "unknown service type": (_invalid(login={"service": {"type": "External"}}), "spec.login.service.type"),
     "unknown cgroup version": (_invalid(slurm={"cgroupVersion": "v3"}), "spec.slurm.cgroupVersion"),
-    "gpus as a string": (_invalid(workers=[{"name": "gpu", "gpus": "8"}]), "spec.workers.gpus"),
+    "gpus as a string": (_invalid(workers=[{"name": "gpu", "gpus": "8"}]), "spec.workers[0].gpus"),
     "enabled as a string": (_invalid(accounting={"enabled": "yes"}), "spec.accounting.enabled"),
     "not a quantity": (_invalid(jail={**JAIL, "sharedMemorySize": "lots"}), "spec.jail.sharedMemorySize"),
     "node port out of range": (_invalid(login={"service": {"nodePort": 80}}), "spec.login.service.nodePort"),
@@ -181,11 +181,11 @@ INVALID = {
     ),
     "negative MaxJobsPerUser": (
         _invalid(accounting={"enabled": True, "qos": [{"name": "small", "maxJobsPerUser": -5}]}),
-        "spec.accounting.qos.maxJobsPerUser",
+        "spec.accounting.qos[0].maxJobsPerUser",
     ),
     "negative TRES limit": (
         _invalid(accounting={"enabled": True, "accounts": [{"name": "a", "maxTRESPerJob": {"cpu": -1}}]}),
-        "spec.accounting.accounts.maxTRESPerJob.cpu",
+        "spec.accounting.accounts[0].maxTRESPerJob.cpu",
     ),
     "ssh key smuggling a second line": (
         _invalid(login={"sshRootPublicKeys": ["ssh-ed25519 AAAA a@b\nssh-rsa AAAA evil"]}),
