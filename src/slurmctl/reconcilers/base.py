@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
@@ -174,8 +175,14 @@ def _renewed(known: Loaded | Invalid, obj: Mapping[str, Any]) -> Loaded | Invali
 MAX_REJECTION_MESSAGE = 1024
 # Applies one pass of a component has in flight at once (64 worker groups render ~130 objects).
 APPLY_CONCURRENCY = 8
-# What a StatefulSet refuses to change after creation, and how the user gets out of it.
-_STATEFULSET_IMMUTABLE = "updates to statefulset spec for fields other than"
+# What a StatefulSet refuses to change after creation, and how the user gets out of it. API servers before 1.34 say
+# "spec: Forbidden: updates to statefulset spec for fields other than ...", later ones name the field
+# ("spec.volumeClaimTemplates: Invalid value: ...: field is immutable", quoting the whole field).
+_STATEFULSET_IMMUTABLE = re.compile(
+    r"updates to statefulset spec for fields other than"
+    r"|spec\.(volumeClaimTemplates|selector): Invalid value: .*field is immutable",
+    re.DOTALL,
+)
 _STATEFULSET_HINT = (
     " (a StatefulSet's volumeClaimTemplates, e.g. spec.controller.stateVolume, and its selector cannot change after"
     " creation: revert the field, or delete the StatefulSet to have it re-created; its claims are kept)"
@@ -190,11 +197,11 @@ class ApplyRejected(Exception):  # noqa: N818 - named after the condition reason
         self.kind = kind
         self.name = name
         self.detail = detail
+        hint = _STATEFULSET_HINT if kind == "StatefulSet" and _STATEFULSET_IMMUTABLE.search(detail) else ""
         message = f"the API server rejected {kind} {name}: {detail}"
-        if kind == "StatefulSet" and _STATEFULSET_IMMUTABLE in detail:
-            message += _STATEFULSET_HINT
-        if len(message) > MAX_REJECTION_MESSAGE:
-            message = message[: MAX_REJECTION_MESSAGE - 3] + "..."
+        if len(message) + len(hint) > MAX_REJECTION_MESSAGE:  # the hint survives the cut: it says what to do
+            message = message[: MAX_REJECTION_MESSAGE - len(hint) - 3] + "..."
+        message += hint
         super().__init__(message)
         self.message = message
 

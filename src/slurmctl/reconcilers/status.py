@@ -246,13 +246,14 @@ class StatusWriter:
             entry.get("manager", "")
             for entry in md.get("managedFields") or []
             if entry.get("operation") == "Apply"
-            and "f:status" in (entry.get("fieldsV1") or {})  # (`subresource` says so only from Kubernetes 1.22)
+            and entry.get("subresource") == "status"
             and str(entry.get("manager", "")).startswith(_FORMER_MANAGER_PREFIX)
             and entry.get("manager") != self.field_manager
         }
         try:
             for manager in sorted(former):
-                body = _status_body(key, {})
+                # No `status` key at all: an empty `status: {}` is itself a field the manager would go on owning.
+                body = {k: v for k, v in _status_body(key, {}).items() if k != "status"}
                 applied = await self._manager.client.apply(body, field_manager=manager, subresource="status")
                 log.info("status taken over %s", kv(namespace=key[0], name=key[1], former_manager=manager))
         except ApiError as exc:  # the next write tries again

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from slurmctl.reconcilers.base import MAX_REJECTION_MESSAGE, ApplyRejected
 from slurmctl.render.kinds import CONFIGMAP, STATEFULSET
 from slurmctl.runtime import Invalid, ServerError
 from slurmctl.runtime.errors import ApiError, error_for_status, rejection
@@ -134,3 +135,18 @@ async def test_a_rejected_object_does_not_hold_back_the_others_of_the_same_pass(
         assert f"{NAME}-worker-b" in names and f"{NAME}-worker-a" not in names
         assert env.reason("WorkersReady") == ("False", "ApplyRejected")
         assert f"StatefulSet {NAME}-worker-a" in (env.condition("WorkersReady") or {})["message"]
+
+
+def test_the_hint_survives_a_current_api_servers_long_immutable_field_message() -> None:
+    """From 1.34 the API server names the immutable field and quotes all of it: the message is cut to fit a condition,
+    the hint on what to do is kept whole."""
+    quoted = '[{"metadata":{"name":"state"},"spec":{"resources":{"requests":{"storage":"50Gi"}}}}]' * 40
+    invalid = 'StatefulSet.apps "c-controller" is invalid'
+    detail = f"{invalid}: spec.volumeClaimTemplates: Invalid value: {quoted}: field is immutable"
+    message = ApplyRejected("StatefulSet", "c-controller", detail).message
+    assert len(message) <= MAX_REJECTION_MESSAGE
+    assert message.startswith('the API server rejected StatefulSet c-controller: StatefulSet.apps "c-controller"')
+    assert message.endswith("its claims are kept)") and "spec.controller.stateVolume" in message
+    assert (
+        "spec.controller.stateVolume" not in ApplyRejected("StatefulSet", "c-controller", "spec.replicas: bad").message
+    )
