@@ -321,6 +321,13 @@ def test_a_user_sshes_to_the_worker_of_their_job_only_from_a_login_node_and_only
     key, ip = jail_user
     node, other = f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"
     hop = job_node_ssh
+    # Earlier tests' jobs ran there: pam_slurm_adopt admits while any step of the user is still on the node (an
+    # extern step's slurmstepd outlives `sbatch --wait` and scancel by a moment).
+    until(
+        lambda: "slurmstepd" not in kube.exec(node, "slurmd", "ps", "-eo", "comm") or None,
+        timeout=60,
+        what=f"no job step left on {node}",
+    )
     refused = ssh(key, USER, ip, f"{hop} {node} true 2>&1; echo rc=$?")
     # Slurm's words: no job of this user there, or none of anyone's.
     messages = ("Access denied by pam_slurm_adopt: you have no active jobs on this node", "No Slurm jobs found on node")
