@@ -48,9 +48,9 @@ BROKEN: dict[str, tuple[Change, str]] = {
         lambda s: s["workers"][0]["resources"].update(limits={"memory": "1Gi"}),
         "spec.workers[0].resources.requests.memory",
     ),
-    "partition-default": (
-        lambda s: s.update(partitions=[{"name": "default", "workers": ["cpu"], "default": True}]),
-        "spec.partitions[0].name",
+    "partition-option": (  # a partition named "default" is the CRD's to refuse now (test/api_rules.py)
+        lambda s: s.update(partitions=[{"name": "main", "default": True, "options": {"Nodes": "ALL"}}]),
+        "spec.partitions[0].options.Nodes",
     ),
     "toleration": (lambda s: s["workers"][0].update(tolerations=[{"foo": "bar"}]), "spec.workers[0].tolerations[0]"),
     "affinity": (lambda s: s["workers"][0].update(affinity={"foo": "bar"}), "spec.workers[0].affinity"),

@@ -1,6 +1,6 @@
-// The Kubernetes binaries of the test cluster, built from the Go module proxy (hack/control-plane.sh build).
-// k8s.io/kubernetes replaces its staging modules with directories its module zip lacks; this module pins them
-// to their published v0 versions instead. hack/kube-deps.sh regenerates it for another version.
+// The Kubernetes 1.37 binaries of the test cluster, built from the Go module proxy (hack/control-plane.sh
+// build). Written by hack/kube-deps.sh 1.37.2: k8s.io/kubernetes replaces its staging modules with directories
+// its module zip lacks; this module pins them to their published v0 versions instead.
 module slurmctl.local/kube
 
 go 1.26.0
