@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 CONTROL_PLANE = REPO / "hack" / "control-plane.sh"
 T = TypeVar("T")
@@ -47,6 +49,14 @@ class ControlPlane:
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc
+
+    def apply_unvalidated(self, body: dict[str, object], *, namespace: str) -> subprocess.CompletedProcess[str]:
+        """`kubectl apply --server-side` of `body` with client-side validation off, so the API server has the last
+        word: what a user sees when it refuses."""
+        return self.kubectl(
+            "apply", "--server-side", "--validate=false", "-n", namespace, "-f", "-", input=yaml.safe_dump(body),
+            check=False,
+        )  # fmt: skip
 
 
 def free_port() -> int:

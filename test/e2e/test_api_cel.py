@@ -100,17 +100,7 @@ async def test_kubectl_apply_prints_the_field_and_the_message(installed: Control
     """What a user sees: `kubectl apply` fails with the field and the message, client-side validation off so that
     the server has the last word."""
     case = next(case for case in CASES if case.name == "partition naming an unknown group")
-    proc = installed.kubectl(
-        "apply",
-        "--server-side",
-        "--validate=false",
-        "-n",
-        namespace,
-        "-f",
-        "-",
-        input=yaml.safe_dump(_body("unknown-group", case.spec)),
-        check=False,
-    )
+    proc = installed.apply_unvalidated(_body("unknown-group", case.spec), namespace=namespace)
     assert proc.returncode != 0
     assert f"{case.field}: Invalid value" in proc.stderr and case.server_says in proc.stderr, proc.stderr
 

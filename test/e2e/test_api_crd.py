@@ -214,15 +214,5 @@ async def test_invalid_manifests_are_rejected_naming_the_field(
     assert stored["items"] == []
     # The same manifests through kubectl, with client-side validation off so the server has the last word.
     body, field = INVALID["unknown service type"]
-    proc = installed.kubectl(
-        "apply",
-        "--server-side",
-        "--validate=false",
-        "-n",
-        namespace,
-        "-f",
-        "-",
-        input=yaml.safe_dump(body),
-        check=False,
-    )
+    proc = installed.apply_unvalidated(body, namespace=namespace)
     assert proc.returncode != 0 and field in proc.stderr

@@ -52,3 +52,16 @@ def apply_defaults(value: Any, schema: dict[str, Any]) -> Any:
     elif isinstance(value, list) and "items" in schema:
         value = [apply_defaults(item, schema["items"]) for item in value]
     return value
+
+
+def schema_nodes(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every node of a CRD schema with its path (`spec.workers[].name`, `{}` for map values), for tests that look
+    a node up by path."""
+    found = [(path, node)]
+    for name, sub in node.get("properties", {}).items():
+        found += schema_nodes(sub, f"{path}.{name}" if path else name)
+    if isinstance(node.get("items"), dict):
+        found += schema_nodes(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        found += schema_nodes(node["additionalProperties"], f"{path}{{}}")
+    return found

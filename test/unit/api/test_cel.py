@@ -12,7 +12,7 @@ import pytest
 
 from slurmctl.api.v1 import check_cluster
 from test.api_rules import CASES, RICH_VALID_SPEC, VALID_SPEC, Case
-from test.unit.api.helpers import apply_defaults, openapi_schema, spec_schema
+from test.unit.api.helpers import apply_defaults, openapi_schema, schema_nodes, spec_schema
 
 REASONS = {"FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired"}
 
@@ -65,7 +65,7 @@ def test_rules_are_well_formed() -> None:
 
 def test_what_the_rules_iterate_is_bounded() -> None:
     """The API server estimates a rule's cost from these bounds and refuses a CRD whose rules could cost too much."""
-    nodes = dict(_walk(openapi_schema()))
+    nodes = dict(schema_nodes(openapi_schema()))
     for path in (
         "spec.workers",
         "spec.partitions",
@@ -88,15 +88,6 @@ def test_what_the_rules_iterate_is_bounded() -> None:
         "spec.accounting.qos[].name",
     ):
         assert isinstance(nodes[path].get("maxLength"), int), path
-
-
-def _walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
-    found = [(path, node)]
-    for name, sub in node.get("properties", {}).items():
-        found += _walk(sub, f"{path}.{name}" if path else name)
-    if isinstance(node.get("items"), dict):
-        found += _walk(node["items"], f"{path}[]")
-    return found
 
 
 @pytest.mark.parametrize("spec", [VALID_SPEC, RICH_VALID_SPEC], ids=["valid", "rich"])

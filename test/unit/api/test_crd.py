@@ -12,7 +12,7 @@ import pytest
 
 from slurmctl.api.v1 import SlurmClusterSpec, SlurmClusterStatus, check_cluster, crd
 from slurmctl.api.v1.types import QUANTITY_PATTERN
-from test.unit.api.helpers import REPO, apply_defaults, openapi_schema, sample_clusters, spec_schema
+from test.unit.api.helpers import REPO, apply_defaults, openapi_schema, sample_clusters, schema_nodes, spec_schema
 
 CRD_FILE = REPO / "config" / "crd" / "bases" / "slurm.slurmctl.io_slurmclusters.yaml"
 # The only places where the schema lets unknown fields through: Kubernetes objects passed on to pods unchanged.
@@ -31,17 +31,6 @@ def _gen_crd_module() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
-    found = [(path, node)]
-    for name, sub in node.get("properties", {}).items():
-        found += _walk(sub, f"{path}.{name}" if path else name)
-    if isinstance(node.get("items"), dict):
-        found += _walk(node["items"], f"{path}[]")
-    if isinstance(node.get("additionalProperties"), dict):
-        found += _walk(node["additionalProperties"], f"{path}{{}}")
-    return found
 
 
 def test_checked_in_crd_equals_a_fresh_generation() -> None:
@@ -74,7 +63,7 @@ def _is_quantity(node: dict[str, Any]) -> bool:
 
 
 def test_schema_is_structural() -> None:
-    for path, node in _walk(openapi_schema()):
+    for path, node in schema_nodes(openapi_schema()):
         assert "$ref" not in node and "$defs" not in node and "title" not in node, path
         assert "allOf" not in node and "anyOf" not in node and "not" not in node, path
         # Kubernetes 1.20's server-side apply treats every list as atomic once int-or-string appears anywhere.
@@ -97,18 +86,18 @@ def test_schema_is_structural() -> None:
 def test_preserve_unknown_fields_only_on_passthrough_nodes_and_quantities() -> None:
     open_nodes = {
         path.split(".", 1)[1]
-        for path, node in _walk(openapi_schema())
+        for path, node in schema_nodes(openapi_schema())
         if node.get("x-kubernetes-preserve-unknown-fields") and not _is_quantity(node)
     }
     for path in open_nodes:
         assert any(path == p or path.endswith("." + p) for p in PASSTHROUGH), path
     assert "workers[].tolerations[]" in open_nodes and "jail.volume.source" in open_nodes
-    quantities = {path for path, node in _walk(openapi_schema()) if _is_quantity(node)}
+    quantities = {path for path, node in schema_nodes(openapi_schema()) if _is_quantity(node)}
     assert {"spec.jail.sharedMemorySize", "spec.workers[].resources.requests{}"} <= quantities
 
 
 def test_named_lists_are_list_maps() -> None:
-    nodes = dict(_walk(openapi_schema()))
+    nodes = dict(schema_nodes(openapi_schema()))
     for path, key in [
         ("spec.workers", "name"),
         ("spec.partitions", "name"),
@@ -121,7 +110,7 @@ def test_named_lists_are_list_maps() -> None:
 
 
 def test_every_field_has_a_one_line_description() -> None:
-    for path, node in _walk(openapi_schema()):
+    for path, node in schema_nodes(openapi_schema()):
         if path.endswith(("[]", "{}")) or path in ("", "metadata", "metadata.name"):
             continue
         description = node.get("description", "")
@@ -138,7 +127,7 @@ def test_schema_has_nothing_kubernetes_forbids_in_a_crd() -> None:
 
 
 def test_limits_and_patterns_reach_the_schema() -> None:
-    nodes = dict(_walk(openapi_schema()))
+    nodes = dict(schema_nodes(openapi_schema()))
     assert nodes["metadata.name"]["maxLength"] == 24
     assert nodes["spec.workers[].name"]["maxLength"] == 20
     assert nodes["spec.workers[].name"]["pattern"] == "^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -155,7 +144,7 @@ def test_limits_and_patterns_reach_the_schema() -> None:
 
 def test_status_has_no_defaults() -> None:
     status = openapi_schema()["properties"]["status"]
-    assert [path for path, node in _walk(status) if "default" in node] == []
+    assert [path for path, node in schema_nodes(status) if "default" in node] == []
 
 
 def test_samples_validate_against_the_crd_schema() -> None:
@@ -207,7 +196,7 @@ def test_schema_defaults_equal_model_defaults_for_the_samples() -> None:
 @pytest.mark.parametrize("component", ["workers[]", "controller", "login", "populateJail", "accounting", "rest"])
 def test_spread_constraints_have_no_default_so_absent_and_empty_stay_apart(component: str) -> None:
     """Absent means the component's default spread, [] none: a schema default would make the two one."""
-    node = dict(_walk(openapi_schema()))[f"spec.{component}.topologySpreadConstraints"]
+    node = dict(schema_nodes(openapi_schema()))[f"spec.{component}.topologySpreadConstraints"]
     assert node["type"] == "array" and "default" not in node and not node.get("nullable")
     spec = {"jail": {"volume": {"claimName": "jail"}}, "workers": [{"name": "cpu"}, {"name": "off"}]}
     spec["workers"][1]["topologySpreadConstraints"] = []
