@@ -32,6 +32,14 @@ def _causes(exc: ApiException) -> list[tuple[str, str]]:
     return [(cause.get("field", ""), cause.get("message", "")) for cause in details.get("causes") or []]
 
 
+def _min_over_max(exc: ApiException) -> bool:
+    """The refusal names the elastic group's min with the rule's message (1.32 puts `"object": ` before it)."""
+    return any(
+        f == "spec.workers[0].autoscale.min" and m.startswith("Invalid value: ") and m.endswith("min is more than max")
+        for f, m in _causes(exc)
+    )
+
+
 async def test_every_rule_refuses_its_spec_naming_the_field(
     installed: ControlPlane, api: client.ApiClient, namespace: str
 ) -> None:
@@ -83,7 +91,7 @@ async def test_an_update_that_breaks_a_rule_is_refused_and_changes_nothing(
             GROUP, VERSION, namespace, PLURAL, "elastic", update, _request_timeout=TIMEOUT
         )
     assert refused.value.status == 422
-    assert ("spec.workers[0].autoscale.min", "Invalid value: min is more than max") in _causes(refused.value)
+    assert _min_over_max(refused.value), _causes(refused.value)
     stored = await custom.get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "elastic", _request_timeout=TIMEOUT
     )
@@ -183,6 +191,16 @@ async def test_an_object_stored_before_the_rules_still_takes_status_and_unrelate
 
         legacy = await read()
         legacy["status"] = {"phase": "Failed"}
+        version = await client.VersionApi(api).get_code(_request_timeout=TIMEOUT)
+        if (int(version.major), int("".join(ch for ch in version.minor if ch.isdigit()))) < (1, 33):
+            # Before validation ratcheting went GA (1.33), 1.32 refuses even a status write of such an object
+            # (docs/api-validation.md): all that test can show there is that refusal.
+            with pytest.raises(ApiException) as refused:
+                await custom.replace_namespaced_custom_object_status(
+                    SCRATCH_GROUP, VERSION, namespace, SCRATCH_PLURAL, "legacy", legacy, _request_timeout=TIMEOUT
+                )
+            assert _min_over_max(refused.value), _causes(refused.value)
+            return
         await custom.replace_namespaced_custom_object_status(
             SCRATCH_GROUP, VERSION, namespace, SCRATCH_PLURAL, "legacy", legacy, _request_timeout=TIMEOUT
         )
@@ -198,6 +216,6 @@ async def test_an_object_stored_before_the_rules_still_takes_status_and_unrelate
             await custom.replace_namespaced_custom_object(
                 SCRATCH_GROUP, VERSION, namespace, SCRATCH_PLURAL, "legacy", legacy, _request_timeout=TIMEOUT
             )
-        assert ("spec.workers[0].autoscale.min", "Invalid value: min is more than max") in _causes(refused.value)
+        assert _min_over_max(refused.value), _causes(refused.value)
     finally:
         control_plane.kubectl("delete", "crd", SCRATCH_CRD, "--wait=false")

@@ -171,7 +171,9 @@ async def test_an_immutable_state_volume_change_ends_in_apply_rejected_once_and_
     await cluster.merge({"controller": {"stateVolume": {"size": "50Gi"}}})
     cond = await cluster.wait_condition("ControllerReady", "False", "ApplyRejected")
     assert f"StatefulSet {NAME}-controller" in cond["message"]
-    assert "spec.volumeClaimTemplates" in cond["message"] and "spec.controller.stateVolume" in cond["message"]
+    # Before 1.34 "spec: Forbidden: updates to statefulset spec ...", later "spec.volumeClaimTemplates: ... immutable".
+    assert "Forbidden: updates to statefulset spec" in cond["message"] or "spec.volumeClaimTemplates" in cond["message"]
+    assert "spec.controller.stateVolume" in cond["message"], "the hint names the field to revert"
     await cluster.wait_phase("Degraded")
     await cluster.wait_event("Warning", "ApplyRejected", contains=f"StatefulSet {NAME}-controller")
     await cluster.resyncs(3, ("controller",))  # every resync tries again: still one Event, counted once
