@@ -59,7 +59,7 @@ patch_kubelet() {
 # `go build -overlay` may not replace files there) so the kubelet can be patched, then built with the version
 # stamped in, as upstream's release build does (`kubectl version` and /version report it).
 build_kube() {
-    local ver out work logs=$CACHE/logs
+    local ver out work logs=$CACHE/logs GO_BUILD_CACHE=$CACHE/go/build-kube
     ver=$(kube_version)
     out=$(kube_bin_dir)
     work=$CACHE/src/kube-$ver
@@ -89,7 +89,7 @@ build_kube() {
     for b in "${KUBE_BINARIES[@]}"; do
         cp "$work/bin/$b" "$out/$b"
     done
-    rm -rf "$work" "$CACHE/go/build"
+    rm -rf "$work" "$GO_BUILD_CACHE"
     "$out/kube-apiserver" --version | grep -x "Kubernetes $ver" >/dev/null ||
         die "step 'kube-build': $out/kube-apiserver reports '$("$out/kube-apiserver" --version)', not $ver"
     log "built Kubernetes $ver into $out"
@@ -97,13 +97,13 @@ build_kube() {
 
 # etcd: its server module's replace directives point into its repository, so hack/deps/etcd requires it instead.
 build_etcd() {
-    local out logs=$CACHE/logs ver
+    local out logs=$CACHE/logs ver GO_BUILD_CACHE=$CACHE/go/build-etcd
     out=$(etcd_bin_dir)
     ver=$(module_version "$ETCD_DEPS" go.etcd.io/etcd/server/v3)
     mkdir -p "$out" "$logs"
     run_step etcd-build "$logs/etcd-build.log" in_dir "$ETCD_DEPS" go_env build -trimpath \
         -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ver" -o "$out/etcd" go.etcd.io/etcd/server/v3
-    rm -rf "$CACHE/go/build"
+    rm -rf "$GO_BUILD_CACHE"
     log "built etcd $ver into $out"
 }
 

@@ -67,6 +67,8 @@ ensure_apt_packages() {
 # module of ours whose go.mod pins the version and whose go.sum pins every dependency (the go command refuses a
 # download that does not match). GOTOOLCHAIN=local: the build never fetches another Go. Module downloads are cached
 # under $CACHE/go/mod (a version bump fetches only what changed); the build cache is removed after each build.
+# Each build has a build cache of its own (GO_BUILD_CACHE, set local by the build): `make test` builds containerd
+# (for the image import) while Kubernetes builds, and removing a shared cache under a running build broke it.
 # GO_MOD_MODE=mod lets `go mod tidy` (hack/kube-deps.sh) rewrite go.mod and go.sum; builds never do.
 GO=${GO:-/usr/local/go/bin/go}
 
@@ -84,7 +86,7 @@ kube_version() {
 go_env() {
     [ -x "$GO" ] || die "Go not found at $GO (these machines carry Go 1.26 in /usr/local/go; GO=... overrides)"
     env GOTOOLCHAIN=local GOFLAGS="-mod=${GO_MOD_MODE:-readonly}" GOPATH="$CACHE/go" GOMODCACHE="$CACHE/go/mod" \
-        GOCACHE="$CACHE/go/build" CGO_ENABLED=0 GOPROXY="${GOPROXY:-https://proxy.golang.org}" "$GO" "$@"
+        GOCACHE="${GO_BUILD_CACHE:-$CACHE/go/build}" CGO_ENABLED=0 GOPROXY="${GOPROXY:-https://proxy.golang.org}" "$GO" "$@"
 }
 
 # module_version DIR MODULE: the version DIR/go.mod requires of MODULE (the one place each version is written).

@@ -150,7 +150,7 @@ ensure_containerd() {
     exec {lock}>"$CACHE/containerd-build.lock"
     flock -w 1200 "$lock" || die "waited 20 minutes for another containerd build ($CACHE/containerd-build.lock)"
     if ! cached_bins "$CTR_BIN" "${CONTAINERD_BINARIES[@]}"; then
-        local pkgs=() b v=github.com/containerd/containerd/v2/version
+        local pkgs=() b v=github.com/containerd/containerd/v2/version GO_BUILD_CACHE=$CACHE/go/build-containerd
         for b in "${CONTAINERD_BINARIES[@]}"; do
             pkgs+=("github.com/containerd/containerd/v2/cmd/$b")
         done
@@ -159,7 +159,7 @@ ensure_containerd() {
         run_step containerd-build "$CACHE/logs/containerd-build.log" in_dir "$CONTAINERD_DEPS" go_env build \
             -trimpath -tags no_btrfs -ldflags "-s -w -X $v.Version=$CONTAINERD_VERSION -X $v.Revision=gomod" \
             -o "$CTR_BIN.tmp/" "${pkgs[@]}"
-        rm -rf "$CACHE/go/build" "$CTR_BIN"
+        rm -rf "$GO_BUILD_CACHE" "$CTR_BIN"
         mv "$CTR_BIN.tmp" "$CTR_BIN"
         log "built containerd $CONTAINERD_VERSION into $CTR_BIN"
     fi
