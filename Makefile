@@ -13,7 +13,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 .PHONY: setup run test test-other-line test-oldest-kube lint unit e2e manifests plugin plugin-lint images images-lint bench \
         cluster-build cluster-up cluster-down cluster-status clean
 
-$(STAMP): pyproject.toml hack/setup.sh
+$(STAMP): pyproject.toml hack/setup.sh hack/helm.sh hack/deps/helm
 	hack/setup.sh "$(VENV)"
 
 setup: $(STAMP)
@@ -70,6 +70,8 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy src
 	$(BIN)/lint-imports
+	hack/helm.sh run lint --strict charts/slurmctl
+	hack/helm.sh run lint --strict charts/slurmctl --set rbac.namespaced=true --set 'watchNamespaces={team-a,team-b}'
 	@if [ -x hack/plugin-lint.sh ]; then hack/plugin-lint.sh; fi
 	@if [ -x hack/images-lint.sh ]; then PATH="$(CURDIR)/$(BIN):$$PATH" hack/images-lint.sh; fi
 
@@ -85,6 +87,7 @@ images-lint: setup
 plugin-lint:
 	hack/plugin-lint.sh
 
+# The CRD and the operator's ClusterRole under config/, and the chart's copies of them (charts/slurmctl/templates).
 manifests: setup
 	$(BIN)/python hack/gen_crd.py
 

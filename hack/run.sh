@@ -34,9 +34,10 @@ else
     local_cluster=0
 fi
 log "cluster: $(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
-# Everything in config/default but the operator's Deployment: this process is the operator.
+# Everything in config/default but the operator's Deployment and its metrics Service: this process is the operator
+# (its /metrics is on $SLURMCTL_METRICS_BIND_ADDRESS).
 kubectl kustomize config/default \
-    | "$VENV/bin/python" -c 'import sys, yaml; yaml.safe_dump_all((d for d in yaml.safe_load_all(sys.stdin) if d and d.get("kind") != "Deployment"), sys.stdout)' \
+    | "$VENV/bin/python" -c 'import sys, yaml; yaml.safe_dump_all((d for d in yaml.safe_load_all(sys.stdin) if d and d.get("kind") not in ("Deployment", "Service")), sys.stdout)' \
     | quiet_kubectl apply --server-side -f - >&2
 kubectl wait --for=condition=Established crd/slurmclusters.slurm.slurmctl.io --timeout=60s >/dev/null 2>&1
 

@@ -9,8 +9,8 @@ cd "$ROOT"
 log() { printf 'setup: %s\n' "$*" >&2; }
 
 # System tools the tests call (checked with dpkg so a warm machine does not touch apt): ssh for logins to the login
-# pods, munge for the container scripts' munged tests (test/unit/images).
-SYSTEM_PACKAGES=(openssh-client munge)
+# pods, munge for the container scripts' munged tests, rsync for populate-jail's (test/unit/images).
+SYSTEM_PACKAGES=(openssh-client munge rsync)
 missing=()
 for pkg in "${SYSTEM_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep 'install ok installed' >/dev/null || missing+=("$pkg")
@@ -54,6 +54,9 @@ fi
     log "error: slurmctl needs Python >= 3.11 ($PY is $("$PY" --version))"
     exit 1
 }
+# Helm, at the version hack/deps/helm pins (cached; `make lint` and test/e2e/test_helm_chart.py run the chart through
+# it): hack/helm.sh fetches and verifies it, and is how everything else finds it.
+PYTHON="$PY" "$ROOT/hack/helm.sh" install
 if [ ! -x "$VENV/bin/python" ]; then
     log "creating $VENV"
     "$PY" -m venv "$VENV"

@@ -33,6 +33,7 @@ LONGEST_FIRST = (
     "test_accounting",
     "test_make_run",
     "test_containers",
+    "test_pod_security",
 )
 # The real-pods modules that run while no other one does (marked `alone`: test/e2e/pods/machine.py), and why.
 ALONE = {

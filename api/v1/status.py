@@ -71,6 +71,7 @@ class Reason(StrEnum):
     NODES_FAILED = "NodesFailed"  # the last NCCL benchmark failed on nodes (named in the message)
     COULD_NOT_RUN = "CouldNotRun"  # the last NCCL benchmark could not measure nodes (named, with why, in the message)
     UNSCHEDULABLE = "Unschedulable"  # an elastic group's pod cannot be placed or started, or its node did not resume
+    POD_REFUSED = "PodRefused"  # the API server refuses a component's pods at admission (Pod Security, a quota)
 
     @property
     def in_progress(self) -> bool:

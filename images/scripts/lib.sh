@@ -19,9 +19,6 @@
 : "${SSHD_PRIVSEP_DIR:=/run/sshd}"
 # A worker's sshd (spec.login.sshToJobNodes), for the preStop's SIGTERM.
 : "${JOB_SSHD_PID:=/run/slurmctl-job-sshd.pid}"
-# A pod's containers are stopped together; a daemon's preStop hook that needs munged says here when it is done, and
-# the munge sidecar's own preStop (munge-prestop) waits for that before munged is stopped.
-: "${PRESTOP_DONE:=$(dirname "$MUNGE_SOCKET")/.prestop-done}"
 # A worker's preStop says here, first thing, that the node is leaving Slurm: from then on nothing registers it again.
 : "${WORKER_LEAVING:=/run/slurmctl-worker-leaving}"
 
@@ -198,18 +195,25 @@ wait_for_munge() {
 }
 
 # Starts munged as the munge user, with MUNGED_ARGS (word-split) and the given arguments. With "background" it is
-# started in the background and its pid is printed.
+# started in the background and its pid is printed. Started as root, it makes the socket directory munge's first;
+# started as munge itself (a pod without root, under Pod Security "restricted": render/accounting.py), it cannot:
+# the directory is then the pod's emptyDir, root's and writable by the pod's group, which munged calls insecure and
+# refuses unless forced. Only the pod's own containers see that directory, and none of them runs users' code.
 start_munged() {
     local mode=$1
     shift
     local rundir
     rundir=$(dirname "$MUNGE_SOCKET")
     mkdir -p "$rundir"
-    rm -f "$PRESTOP_DONE"
-    chown "$MUNGE_USER:$MUNGE_USER" "$rundir"
-    chmod 0755 "$rundir"
-    local -a cmd=(setpriv --reuid="$MUNGE_USER" --regid="$MUNGE_USER" --init-groups
-        munged --foreground --socket="$MUNGE_SOCKET" --key-file="$MUNGE_KEY_FILE")
+    local -a cmd=(munged --foreground --socket="$MUNGE_SOCKET" --key-file="$MUNGE_KEY_FILE")
+    if [ "$(id -u)" = 0 ]; then
+        chown "$MUNGE_USER:$MUNGE_USER" "$rundir"
+        chmod 0755 "$rundir"
+        cmd=(setpriv --reuid="$MUNGE_USER" --regid="$MUNGE_USER" --init-groups "${cmd[@]}")
+    elif [ "$(stat -c %u "$rundir")" != "$(id -u)" ]; then
+        log "the socket directory $rundir is not $(id -un)'s and there is no root to change that: munged runs with --force"
+        cmd+=(--force)
+    fi
     # shellcheck disable=SC2206 # MUNGED_ARGS is a word list by design
     cmd+=(${MUNGED_ARGS:-} "$@")
     if [ "$mode" = background ]; then
@@ -250,9 +254,8 @@ slurm_conf_value() {
 }
 
 # Runs a daemon as the given user until it exits, as this shell's child rather than in its place: SIGTERM and SIGINT
-# are passed on to it, and once it has exited (its shutdown done, e.g. slurmctld's state saved) PRESTOP_DONE tells the
-# munge sidecar it may stop (munge-prestop waits for that), so the daemon can use munge until its last message.
-# Exits with the daemon's status.
+# are passed on to it, and its exit is logged (the pod's munge sidecar stops only after this container has exited:
+# render/pods.py munge_container). Exits with the daemon's status.
 run_until_stopped() {
     local user=$1 pid
     shift
@@ -271,15 +274,15 @@ run_until_stopped() {
     local status=0
     wait "$pid" || status=$?
     log "$(basename "$1") exited ($status)"
-    : >"$PRESTOP_DONE"
     exit "$status"
 }
 
-# Runs a daemon as the given user (a no-op switch for root) so that daemons that can live without root do.
+# Runs a daemon as the given user (no switch when it is root, or already the user: a pod without root) so that
+# daemons that can live without root do.
 exec_as() {
     local user=$1
     shift
-    if [ "$user" = root ] || [ "$(id -u "$user")" = 0 ]; then
+    if [ "$user" = root ] || [ "$(id -u "$user")" = 0 ] || [ "$(id -u "$user")" = "$(id -u)" ]; then
         exec "$@"
     fi
     exec setpriv --reuid="$user" --regid="$user" --init-groups "$@"

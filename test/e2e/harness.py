@@ -101,3 +101,38 @@ class Node(ControlPlane):
 
     def exec(self, namespace: str, pod: str, *command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.kubectl("exec", "-n", namespace, pod, "--", *command, check=check)
+
+
+CHART = REPO / "charts" / "slurmctl"
+HELM_SCRIPT = REPO / "hack" / "helm.sh"
+
+
+@dataclass(frozen=True)
+class Helm:
+    """hack/helm.sh's Helm (the version hack/deps/helm pins, cached by setup: never one on PATH), with config, cache
+    and data directories of its own, nothing of the user's; `kubeconfig` for the commands that reach a cluster."""
+
+    binary: str
+    env: dict[str, str]
+
+    @classmethod
+    def at(cls, home: Path, kubeconfig: Path | None = None) -> Helm:
+        found = subprocess.run(
+            ["bash", str(HELM_SCRIPT), "path"], capture_output=True, text=True, timeout=30, check=False
+        )
+        assert found.returncode == 0, found.stderr
+        env = {**os.environ, **{f"HELM_{d}_HOME": str(home / d.lower()) for d in ("CONFIG", "CACHE", "DATA")}}
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
+        return cls(found.stdout.strip(), env)
+
+    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.binary, *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def check(self, *args: str, timeout: float = 300) -> str:
+        """Run, failing with what Helm said when it exits non-zero; its output."""
+        done = self.run(*args, timeout=timeout)
+        assert done.returncode == 0, f"helm {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}"
+        return done.stdout

@@ -105,6 +105,8 @@ class AccountingReconciler(ComponentReconciler):
             limits, limits_again = await self._limits(loaded)
             conditions += [limits] if limits is not None else []
             again = min(filter(None, (again, limits_again)), default=None)
+        elif (refused := await self.pods_refused(loaded, deployment)) is not None:
+            cond = refused
         else:
             # The operator cannot see why (it reads no pods and reaches no database); slurmdbd's own log and its
             # readiness probe's events do. What it can say is where slurmdbd keeps trying to store.

@@ -28,6 +28,7 @@ from slurmctl.api.v1 import (
     check_cluster,
 )
 from slurmctl.api.v1 import Component as Image
+from slurmctl.reconcilers.admission import Admission
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.observed import uid
 from slurmctl.reconcilers.slurm_access import SlurmAccess
@@ -220,9 +221,11 @@ class Context:
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the DNS domain Services are named in (--cluster-domain)
     slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
     status: StatusWriter = field(init=False)  # every component's status goes through it
+    admission: Admission = field(init=False)  # whether the API server admits a workload's pods
 
     def __post_init__(self) -> None:
         self.slurm = SlurmAccess(self.manager.cache, clock=self.manager.clock, registry=self.manager.metrics.registry)
+        self.admission = Admission(self.manager.client, self.manager.clock)
         self.status = StatusWriter(self.manager)
         self.manager.add_runnable("status-writer", self.status.run)
 
@@ -440,6 +443,27 @@ class ComponentReconciler:
         """Write only this component's condition (what it waits for, or why it failed)."""
         cond = self.condition(loaded, ok=ok, reason=reason, message=message)
         await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
+
+    def is_news(self, loaded: Loaded, reason: Reason, message: str, *, type_: str | None = None) -> bool:
+        """Whether this component's condition (or another it owns, `type_`) would say something new, compared with
+        the status as the writer will leave it (the cache can lag a write just made, and a child's events come one
+        right after another): what decides that a Warning Event is due, once per finding, not once per reconcile."""
+        conditions = self.ctx.status.view(loaded.obj).get("conditions") or []
+        said = next((c for c in conditions if c.get("type") == (type_ or self.condition_type)), None)
+        return said is None or said.get("reason") != reason.value or said.get("message") != message
+
+    async def pods_refused(self, loaded: Loaded, *workloads: Obj | None) -> Condition | None:
+        """A PodRefused condition when the API server refuses the pods of one of these live workloads at admission
+        (reconcilers/admission.py: the pod, the Pod Security level and each violation named), with one Warning Event
+        when that is news; None when none is refused."""
+        for workload in workloads:
+            message = await self.ctx.admission.refusal(workload)
+            if message is None:
+                continue
+            if self.is_news(loaded, Reason.POD_REFUSED, message):
+                self.warn(loaded, Reason.POD_REFUSED.value, message)
+            return self.condition(loaded, ok=False, reason=Reason.POD_REFUSED, message=message)
+        return None
 
     async def secret_ids(self, loaded: Loaded, *names: str) -> list[str] | None:
         """The uids of key Secrets the pods mount (a new key means a new Secret, so its uid in the config hash rolls

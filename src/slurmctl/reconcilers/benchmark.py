@@ -61,17 +61,10 @@ class BenchmarkReconciler(ComponentReconciler):
         run = last_benchmark_run(pods)
         if run is not None:  # none finished yet (or all gone with their Jobs): the last word stands
             ok, reason, message = benchmark_result(run)
-            if not ok and self._news(loaded, reason, message):
+            if not ok and self.is_news(loaded, reason, message, type_=BENCHMARK_PASSED):
                 self.warn(loaded, f"Benchmark{reason.value}", message)
             conditions.append(self.condition(loaded, ok=ok, reason=reason, message=message, type_=BENCHMARK_PASSED))
         await self.write_status(loaded, SlurmClusterStatus(conditions=conditions))
-
-    def _news(self, loaded: Loaded, reason: Reason, message: str) -> bool:
-        """Whether BenchmarkPassed says something new, compared with the status as the writer will leave it (the cache
-        can lag a write just made): one Event per finding, not one per reconcile."""
-        conditions = self.ctx.status.view(loaded.obj).get("conditions") or []
-        said = next((c for c in conditions if c.get("type") == BENCHMARK_PASSED), None)
-        return said is None or said.get("reason") != reason.value or said.get("message") != message
 
 
 def benchmark_result(run: BenchmarkRun) -> tuple[bool, Reason, str]:

@@ -23,16 +23,17 @@ class ControllerReconciler(ComponentReconciler):
         await self.prune(loaded, STATEFULSET, keep=controller_statefulset_names(loaded.cluster))
         ctl = loaded.cluster.spec.controller
         c, ns = loaded.name, loaded.namespace
-        primary = min(ctl.size, ready_replicas(self.live(STATEFULSET, meta.controller(c), ns)))
-        backup = min(ctl.size, ready_replicas(self.live(STATEFULSET, meta.controller_backup(c), ns)))
+        primary_sts = self.live(STATEFULSET, meta.controller(c), ns)
+        backup_sts = self.live(STATEFULSET, meta.controller_backup(c), ns) if ctl.standby else None
+        primary = min(ctl.size, ready_replicas(primary_sts))
+        backup = min(ctl.size, ready_replicas(backup_sts))
         desired = ctl.size * (2 if ctl.standby else 1)
-        ready = primary + (backup if ctl.standby else 0)
+        ready = primary + backup
+        cond = self._condition(loaded, primary=primary, backup=backup)
+        if ready < desired and (refused := await self.pods_refused(loaded, primary_sts, backup_sts)) is not None:
+            cond = refused
         await self.write_status(
-            loaded,
-            SlurmClusterStatus(
-                conditions=[self._condition(loaded, primary=primary, backup=backup)],
-                controller_ready=ready_summary(ready, desired),
-            ),
+            loaded, SlurmClusterStatus(conditions=[cond], controller_ready=ready_summary(ready, desired))
         )
 
     def _condition(self, loaded: Loaded, *, primary: int, backup: int) -> Condition:

@@ -31,10 +31,13 @@ class LoginReconciler(ComponentReconciler):
         # A login pod's own Service (render/login.py) goes with the pod when the set shrinks.
         await self.prune(loaded, SERVICE, keep=[o["metadata"]["name"] for o in intents if o["kind"] == SERVICE.kind])
         desired = loaded.cluster.spec.login.size
-        ready = min(desired, ready_replicas(self.live(STATEFULSET, meta.login(c), ns)))
+        statefulset = self.live(STATEFULSET, meta.login(c), ns)
+        ready = min(desired, ready_replicas(statefulset))
         if ready == desired:
             message = "no login nodes requested" if desired == 0 else f"all {desired} login nodes are ready"
             cond = self.condition(loaded, ok=True, reason=Reason.READY, message=message)
+        elif (refused := await self.pods_refused(loaded, statefulset)) is not None:
+            cond = refused
         else:
             message = f"login nodes ready: {ready}/{desired}"
             cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message=message)

@@ -115,7 +115,12 @@ def ready_since(node: Live | None) -> str:
 
 
 def _ready_condition(node: Live | None) -> Mapping[str, Any] | None:
-    return next((c for c in _status(node).get("conditions") or [] if c.get("type") == "Ready"), None)
+    return condition_of(node, "Ready")
+
+
+def condition_of(obj: Live | None, type_: str) -> Mapping[str, Any] | None:
+    """A live object's status condition of a type (a Node's Ready, a Deployment's ReplicaFailure); None without one."""
+    return next((c for c in _status(obj).get("conditions") or [] if c.get("type") == type_), None)
 
 
 def trimmed_node(node: Live) -> dict[str, Any]:

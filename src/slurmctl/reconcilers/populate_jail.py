@@ -69,7 +69,7 @@ class PopulateJailReconciler(ComponentReconciler):
             cond = self.condition(loaded, ok=True, reason=Reason.POPULATED, message=message)
         elif job.refusal is not None:
             message = self._refused(loaded, name, job.refusal)
-            if self._news(loaded, Reason.JAIL_NOT_EMPTY, message):
+            if self.is_news(loaded, Reason.JAIL_NOT_EMPTY, message):
                 self.warn(loaded, Reason.JAIL_NOT_EMPTY.value, message)
             cond = self.condition(loaded, ok=False, reason=Reason.JAIL_NOT_EMPTY, message=message)
         elif job.failed:
@@ -77,6 +77,8 @@ class PopulateJailReconciler(ComponentReconciler):
             if previous is None or previous.reason != Reason.JOB_FAILED:
                 self.warn(loaded, "PopulateJailFailed", message)
             cond = self.condition(loaded, ok=False, reason=Reason.JOB_FAILED, message=message)
+        elif (refused := await self.pods_refused(loaded, live)) is not None:
+            cond = refused
         else:
             reason = Reason.OVERWRITING if overwrite else Reason.POPULATING
             cond = self.condition(loaded, ok=False, reason=reason, message=self._running(name, overwrite))
@@ -86,13 +88,6 @@ class PopulateJailReconciler(ComponentReconciler):
         """The pods this very Job ran (a deleted Job's pods linger until the garbage collector takes them)."""
         selector = meta.selector(loaded.name, COMPONENT)
         return self.cache.list(*POD, namespace=loaded.namespace, labels=selector, owner_uid=uid(job))
-
-    def _news(self, loaded: Loaded, reason: Reason, message: str) -> bool:
-        """Whether the condition says something new, compared with the status as the writer will leave it (the cache
-        can lag a write just made, and a pod's event and its Job's come one right after the other)."""
-        conditions = self.ctx.status.view(loaded.obj).get("conditions") or []
-        said = next((c for c in conditions if c.get("type") == self.condition_type), None)
-        return said is None or said.get("reason") != reason.value or said.get("message") != message
 
     @staticmethod
     def _refused(loaded: Loaded, name: str, said: str) -> str:

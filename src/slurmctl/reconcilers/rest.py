@@ -22,6 +22,8 @@ class RestReconciler(ComponentReconciler):
         deployment = self.live(DEPLOYMENT, meta.rest(loaded.name), loaded.namespace)
         if available_replicas(deployment) >= 1:
             cond = self.condition(loaded, ok=True, reason=Reason.READY, message="slurmrestd is ready")
+        elif (refused := await self.pods_refused(loaded, deployment)) is not None:
+            cond = refused
         else:
             cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message="slurmrestd is not ready yet")
         await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))

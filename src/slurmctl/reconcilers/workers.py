@@ -135,7 +135,9 @@ class WorkersReconciler(ComponentReconciler):
             if going.recreate and going.node in gate.released:
                 await self.delete(loaded, POD, going.node, why=f"{going.why}; its node is drained and runs no job")
         elastic = await self._elastic(loaded, [g for g in groups if g.autoscale is not None], munge_key_id)
-        await self.write_status(loaded, self._status(loaded, fixed, gate, elastic))
+        statefulsets = (self.live(STATEFULSET, meta.worker_group(c, g.name), loaded.namespace) for g in fixed)
+        refused = await self.pods_refused(loaded, *statefulsets)
+        await self.write_status(loaded, self._status(loaded, fixed, gate, elastic, refused))
         if leaving or (elastic and elastic.plan and elastic.plan.in_flight):
             return Result(requeue_after=DRAIN_POLL_SECONDS)
         return Result(requeue_after=ELASTIC_POLL_SECONDS) if elastic else None
@@ -306,7 +308,7 @@ class WorkersReconciler(ComponentReconciler):
         return Elastic(plan)
 
     def _status(
-        self, loaded: Loaded, groups: list[WorkerGroup], gate: Gate, elastic: Elastic | None
+        self, loaded: Loaded, groups: list[WorkerGroup], gate: Gate, elastic: Elastic | None, refused: Condition | None
     ) -> SlurmClusterStatus:
         c, ns = loaded.name, loaded.namespace
         rows = [
@@ -339,6 +341,8 @@ class WorkersReconciler(ComponentReconciler):
         elif gate.verdict.waiting:
             message = "draining, waiting for jobs to finish: " + gate.verdict.describe_waiting()
             cond = self.condition(loaded, ok=False, reason=Reason.DRAINING, message=message)
+        elif waiting and refused is not None:
+            cond = refused
         elif waiting:
             message = "worker groups not ready: " + ", ".join(waiting)
             cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message=message)

@@ -28,6 +28,9 @@ SLURMDBD_CONF = "slurmdbd.conf"
 SLURMDBD_CONFIG_MOUNT = "/mnt/slurmdbd-config"
 # slurmdbd runs as SlurmUser and cannot write to /run; the pid file only needs to be somewhere it may write.
 SLURMDBD_PID_FILE = "/tmp/slurmdbd.pid"  # noqa: S108 - the container's own /tmp
+# The images' fixed users (images/slurm-base/Dockerfile): SlurmUser, and munge.
+SLURM_UID = 64030
+MUNGE_UID = 990
 
 MARIADB_API_VERSION, MARIADB_KIND = MARIADB
 MARIADB_PORT = 3306
@@ -146,6 +149,24 @@ def config_hash(cluster: SlurmCluster, *, munge_key_id: str, jwt_key_id: str, db
     return meta.content_hash(_settings(cluster), munge_key_id, jwt_key_id, dbd_password_id)
 
 
+# slurmdbd needs no privilege at all, so its pod meets Pod Security "restricted" (docs/pod-security.md): no container
+# runs as root, none keeps a capability. Every file it installs is its own user's (slurmdbd.conf and the JWT key
+# owned by SlurmUser, the munge key by munge), read from Secrets that `fsGroup` makes readable to the pod's group; the
+# accounting image gives SlurmUser /etc/slurm (images/accounting/Dockerfile).
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": SLURM_UID,
+    "runAsGroup": SLURM_UID,
+    "fsGroup": SLURM_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+NO_PRIVILEGE: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def render_slurmdbd_deployment(
     cluster: SlurmCluster, *, munge_key_id: str, jwt_key_id: str, dbd_password_id: str
 ) -> dict[str, Any]:
@@ -159,7 +180,7 @@ def render_slurmdbd_deployment(
         "image": image,
         "ports": [{"name": "slurmdbd", "containerPort": meta.SLURMDBD_PORT, "protocol": "TCP"}],
         "volumeMounts": [
-            *pods.slurm_mounts(),
+            *pods.slurm_mounts(munge_key=False),
             pods.jwt_key_mount(),
             {"name": "slurmdbd-config", "mountPath": SLURMDBD_CONFIG_MOUNT, "readOnly": True},
         ],
@@ -167,8 +188,7 @@ def render_slurmdbd_deployment(
         # finds slurmdbd through the Service, which lists ready pods only.
         "readinessProbe": pods.slurm_readiness("accounting"),
         "resources": pods.resources(acc.resources),
-        # Root for the entrypoint (slurmdbd.conf owned by SlurmUser, mode 0600), then slurmdbd as SlurmUser.
-        "securityContext": pods.root_then_drop(),
+        "securityContext": NO_PRIVILEGE,
     }
     volumes = [
         *pods.slurm_volumes(c),
@@ -193,6 +213,8 @@ def render_slurmdbd_deployment(
                 volumes=volumes,
                 placement=acc,
                 grace_seconds=GRACE_SECONDS,
+                pod_security_context=POD_SECURITY_CONTEXT,
+                munge_security_context={"runAsUser": MUNGE_UID, "runAsGroup": MUNGE_UID, **NO_PRIVILEGE},
                 hostname=meta.accounting(c),
             ),
         },

@@ -88,7 +88,6 @@ def _statefulset(
             volumes=volumes,
             placement=ctl,
             grace_seconds=GRACE_SECONDS,
-            munge_outlives_daemon=True,
             extra_labels=extra_labels,
             dns_search=meta.workers_domain(cluster, cluster_domain),
             default_anti_affinity=pods.avoid_nodes_of(*apart),

@@ -20,12 +20,13 @@ SLURM_CONFIGS_MOUNT = "/mnt/slurm-configs"
 MUNGE_KEY_MOUNT = "/mnt/munge-key"
 JWT_KEY_MOUNT = "/mnt/jwt-key"
 MUNGE_SOCKET_DIR = "/run/munge"
+MUNGE_SOCKET = f"{MUNGE_SOCKET_DIR}/munge.socket.2"
 SUBMOUNTS_ROOT = "/mnt/jail-submounts"
 ENTRYPOINT_MUNGE = "/usr/lib/slurmctl/entrypoint-munge"
 SLURM_READY = "/usr/lib/slurmctl/slurm-ready"
-MUNGE_PRESTOP = "/usr/lib/slurmctl/munge-prestop"
-# What munged needs to stop after its preStop, inside the pod's grace period.
-MUNGE_STOP_SECONDS = 10
+# How long munged may take to open its socket before the kubelet restarts its container (the daemon's container
+# starts only after that).
+MUNGE_START_SECONDS = 120
 # The node label every kubelet sets: topology "one node" for spreading and anti-affinity.
 HOSTNAME_TOPOLOGY_KEY = "kubernetes.io/hostname"
 # Weights (1 to 100) of the soft anti-affinities: keeping the controller and login pods apart (a node lost takes
@@ -54,10 +55,13 @@ def slurm_volumes(c: str) -> list[dict[str, Any]]:
     ]
 
 
-def slurm_mounts() -> list[dict[str, Any]]:
+def slurm_mounts(*, munge_key: bool = True) -> list[dict[str, Any]]:
+    """The daemon container's: configs, the munge socket and (unless `munge_key` is off: slurmdbd uses munge only
+    through the socket) the munge key."""
+    key = [{"name": "munge-key", "mountPath": MUNGE_KEY_MOUNT, "readOnly": True}] if munge_key else []
     return [
         {"name": "slurm-configs", "mountPath": SLURM_CONFIGS_MOUNT, "readOnly": True},
-        {"name": "munge-key", "mountPath": MUNGE_KEY_MOUNT, "readOnly": True},
+        *key,
         {"name": "munge-socket", "mountPath": MUNGE_SOCKET_DIR},
     ]
 
@@ -93,28 +97,30 @@ def root_then_drop() -> dict[str, Any]:
     }
 
 
-def munge_container(image: str, *, outlive_seconds: int | None = None) -> dict[str, Any]:
-    """munged in its own container: the daemon's container waits for its socket in the shared directory.
-
-    The kubelet stops every container of a terminating pod at once and runs each one's own preStop hook first. A
-    daemon that needs munged while it stops (the worker's preStop leaves the node list; slurmctld sends messages while
-    it saves its state) says when it is done with it, and with `outlive_seconds` munge's own preStop waits that long
-    at most for that."""
-    container: dict[str, Any] = {
+def munge_container(image: str, *, security_context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """munged as a native sidecar (an init container with `restartPolicy: Always`): the kubelet starts it before the
+    daemon's container, and starts that one only once munged's socket exists (its startup probe); when the pod
+    stops, the kubelet stops the sidecar only after every regular container has exited. So munged outlives the
+    daemon it serves by design: a worker's preStop leaves Slurm's node list with munge-signed messages, slurmctld
+    sends messages while it saves its state, and neither needs a handshake with munge to keep it up meanwhile.
+    `security_context`: the container's own, where the pod runs without root (render/accounting.py)."""
+    return {
         "name": "munge",
         "image": image,
         "command": [ENTRYPOINT_MUNGE],
+        "restartPolicy": "Always",
+        "startupProbe": {
+            "exec": {"command": ["test", "-S", MUNGE_SOCKET]},
+            "periodSeconds": 1,
+            "failureThreshold": MUNGE_START_SECONDS,
+        },
         "volumeMounts": [
             {"name": "munge-key", "mountPath": MUNGE_KEY_MOUNT, "readOnly": True},
             {"name": "munge-socket", "mountPath": MUNGE_SOCKET_DIR},
         ],
         "resources": MUNGE_RESOURCES,
-        "securityContext": root_then_drop(),
+        "securityContext": security_context or root_then_drop(),
     }
-    if outlive_seconds is not None:
-        container["lifecycle"] = {"preStop": {"exec": {"command": [MUNGE_PRESTOP]}}}
-        container["env"] = [{"name": "MUNGE_PRESTOP_WAIT", "value": str(outlive_seconds)}]
-    return container
 
 
 def jail_volumes(spec: SlurmClusterSpec) -> list[dict[str, Any]]:
@@ -269,7 +275,8 @@ def slurm_pod_template(
     volumes: list[dict[str, Any]],
     placement: Scheduling,
     grace_seconds: int,
-    munge_outlives_daemon: bool = False,
+    pod_security_context: dict[str, Any] | None = None,
+    munge_security_context: dict[str, Any] | None = None,
     extra_labels: dict[str, str] | None = None,
     hostname: str | None = None,
     dns_search: str | None = None,
@@ -279,8 +286,9 @@ def slurm_pod_template(
     """The pod template of a Slurm daemon: its container plus the munge sidecar, the config hash that rolls it, and
     no service-account token (nothing in these pods talks to Kubernetes, and the jail must not expose one).
     `grace_seconds` is how long the daemon has between its SIGTERM and the kubelet's SIGKILL: sized for what it does
-    when it stops (its preStop, saving its state). `munge_outlives_daemon`: munged stops only once the daemon's side
-    says it is done with it (see munge_container), or shortly before the grace period ends. `default_spread` and
+    when it stops (its preStop, saving its state); munged stops after it (see munge_container).
+    `pod_security_context` and `munge_security_context`: for a pod that runs without root (render/accounting.py);
+    the others' containers each say how they start as root and drop to their user. `default_spread` and
     `default_anti_affinity`: the component's placement defaults (see `scheduling`). `dns_search`: a domain the
     pod's resolver searches after the namespace's own (meta.workers_domain); jobs see it too, since the jail gets the
     pod's /etc/resolv.conf."""
@@ -289,10 +297,11 @@ def slurm_pod_template(
         spec["hostname"] = hostname
     if dns_search:
         spec["dnsConfig"] = {"searches": [dns_search]}
-    outlive = grace_seconds - MUNGE_STOP_SECONDS if munge_outlives_daemon else None
-    munge = munge_container(image, outlive_seconds=outlive)
+    if pod_security_context:
+        spec["securityContext"] = pod_security_context
     spec |= {
-        "containers": [daemon, munge],
+        "initContainers": [munge_container(image, security_context=munge_security_context)],
+        "containers": [daemon],
         "volumes": volumes,
         **scheduling(placement, default_spread=default_spread, default_anti_affinity=default_anti_affinity),
     }

@@ -57,7 +57,9 @@ RULES: Final[tuple[Rule, ...]] = (
          "(server-side apply); a worker pod deleted (once its node is drained) to re-create it from a new template or "
          "a new StatefulSet, or force-deleted (grace period 0, uid precondition) when its Kubernetes node is lost "
          "and Slurm cannot reach its slurmd; an elastic group's worker pod created when Slurm powers its node up and "
-         "deleted when Slurm powers it down. Listed and watched only through the owned-children label selector.",
+         "deleted when Slurm powers it down; a dry-run create (nothing stored) of the pod a StatefulSet or Job "
+         "short of pods would make, to learn why admission refuses it (Pod Security, a quota). Listed and watched "
+         "only through the owned-children label selector.",
          ("",), ("pods",),
          (*READ, "create", "patch", "delete")),
     Rule("The SlurmNodeState condition on worker pods (server-side apply on /status).", ("",), ("pods/status",),

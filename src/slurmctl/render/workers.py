@@ -11,8 +11,8 @@ from slurmctl.render.slurm_conf import OCI_CONF, dynamic_node_conf, restart_sett
 from slurmctl.render.sshd import sshd_mounts, sshd_volumes
 
 COMPONENT = "workers"
-# The preStop (images/scripts/worker-prestop: drain, wait for jobs, leave Slurm) takes at most about 17 s, munged
-# outlives it (munge-prestop, up to GRACE_SECONDS - MUNGE_STOP_SECONDS), then slurmd stops.
+# The preStop (images/scripts/worker-prestop: drain, wait for jobs, leave Slurm) takes at most about 17 s, then slurmd
+# stops, then munged (a native sidecar: render/pods.py munge_container).
 GRACE_SECONDS = 30
 # The component label of worker children made by releases before 0.2 (see reconcilers/workers.py).
 FORMER_COMPONENTS = ("worker",)
@@ -181,7 +181,6 @@ def _pod_template(
         ],
         placement=group,
         grace_seconds=GRACE_SECONDS,
-        munge_outlives_daemon=True,
         extra_labels=group_label,
         dns_search=meta.workers_domain(cluster, cluster_domain),
         # One node lost takes as few of the group's nodes as it can; its spec can replace or drop this.

@@ -382,9 +382,12 @@ class Client:
         obj: Obj = await self.request("PATCH", path, query=query, body=encode(body), content_type=_APPLY_PATCH_AS_IS)
         return obj
 
-    async def create(self, body: Mapping[str, Any]) -> Obj:
+    async def create(self, body: Mapping[str, Any], *, dry_run: bool = False) -> Obj:
+        """POST `body`. `dry_run`: every admission check runs and nothing is stored (`dryRun=All`), which is how to
+        learn whether the API server would admit an object without making it."""
         res = await self.resource(body["apiVersion"], body["kind"])
-        obj: Obj = await self.request("POST", res.path((body.get("metadata") or {}).get("namespace")), body=body)
+        path = res.path((body.get("metadata") or {}).get("namespace"))
+        obj: Obj = await self.request("POST", path, query={"dryRun": "All"} if dry_run else None, body=body)
         return obj
 
     async def replace(self, body: Mapping[str, Any]) -> Obj:

@@ -117,13 +117,21 @@ def is_transient(exc: BaseException) -> bool:
 _REJECTING_500 = ("typed patch", "typed value", "is invalid", "request is too large", "too long")
 
 
+# A 403 that is admission refusing the object, not RBAC refusing the caller: the namespace's Pod Security level, or
+# a ResourceQuota it would exceed. Retrying the same pod cannot succeed until the namespace changes.
+_REFUSING_403 = ("violates PodSecurity", "exceeded quota")
+
+
 def rejection(exc: BaseException) -> str | None:
-    """The server's message when `exc` says the API server refused the object itself (its content: 400, 422, or a
-    500 that names a conversion or size failure), else None. Retrying the same body cannot succeed: the caller
-    should report it where the user looks and wait for a change, not retry in a loop."""
+    """The server's message when `exc` says the API server refused the object itself (its content: 400, 422, a 403
+    from Pod Security or a quota, or a 500 that names a conversion or size failure), else None. Retrying the same
+    body cannot succeed: the caller should report it where the user looks and wait for a change, not retry in a
+    loop."""
     if not isinstance(exc, ApiError) or (isinstance(exc, ServerError) and exc.status != 500):
         return None
     if isinstance(exc, Invalid) or exc.status == 400:
+        return exc.detail
+    if isinstance(exc, Forbidden) and any(marker in exc.detail for marker in _REFUSING_403):
         return exc.detail
     if exc.status == 500 and any(marker in exc.detail.lower() for marker in _REJECTING_500):
         return exc.detail

@@ -142,8 +142,11 @@ class FakeClient(Client):
         self._managed: dict[Key, dict[tuple[str, str], set[Path]]] = {}
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)
-        # Admission as the real server does it: each check sees (the apply body, the live object or None) and returns
-        # the error the server would answer (422 for an immutable field, 500 for a body it cannot convert) or None.
+        # Admission as the real server does it: each check sees (the apply or create body, the live object or None)
+        # and returns the error the server would answer (422 for an immutable field, 500 for a body it cannot
+        # convert, 403 for a pod Pod Security refuses) or None. Dry-run creates pass through it too and are logged in
+        # `dry_runs`, not `writes` (they change nothing).
+        self.dry_runs: list[Write] = []
         self.admission: list[Callable[[Mapping[str, Any], Mapping[str, Any] | None], ApiError | None]] = []
 
     # ---- the world ---------------------------------------------------------------------------------------------
@@ -252,12 +255,20 @@ class FakeClient(Client):
             new["metadata"]["generation"] = int(live["metadata"].get("generation", 1)) + 1
         return copy.deepcopy(self._store(key, new))
 
-    async def create(self, body: Mapping[str, Any]) -> Obj:
+    async def create(self, body: Mapping[str, Any], *, dry_run: bool = False) -> Obj:
         md = body.get("metadata") or {}
         self._check_served(body["apiVersion"], body["kind"])
-        key = _key(body["apiVersion"], body["kind"], md.get("namespace"), md["name"])
+        name = md.get("name") or f"{md.get('generateName', '')}{next(self._uid)}"
+        key = _key(body["apiVersion"], body["kind"], md.get("namespace"), name)
         if key in self.objects:
-            raise Conflict(f"{body['kind']} {md['name']} already exists", status=409, reason="AlreadyExists")
+            raise Conflict(f"{body['kind']} {name} already exists", status=409, reason="AlreadyExists")
+        if dry_run:
+            self.dry_runs.append(Write("create", *key))
+        for check in self.admission:
+            if (error := check({**body, "metadata": {**md, "name": name}}, None)) is not None:
+                raise error
+        if dry_run:
+            return copy.deepcopy(dict(body))
         self.writes.append(Write("create", *key))
         return copy.deepcopy(self._store(key, copy.deepcopy(dict(body))))
 

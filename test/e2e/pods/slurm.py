@@ -28,6 +28,7 @@ from test.waiting import until
 SLURMCTL = REPO / ".venv" / "bin" / "slurmctl"
 # Not a Slurm image: the same for every Slurm line (hack/images.sh builds it with the default line only).
 TEST_DB_IMAGE = f"localhost/slurmctl-test/mariadb:{IMAGE_TAG}"
+MYSQL_UID = 970  # images/test-mariadb/Dockerfile
 
 # The Slurm line the tests run, one setting as for hack/images.sh and hack/local-slurm.sh: SLURM_LINE=26.05 runs every
 # SlurmCluster on the images `SLURM_LINE=26.05 make images` built (the line's tag suffix from its pin file).
@@ -121,7 +122,8 @@ class Kube:
         into.mkdir(parents=True, exist_ok=True)
         for pod in self.json("pods")["items"]:
             name = pod["metadata"]["name"]
-            for status in pod.get("status", {}).get("containerStatuses", []):
+            status_of = pod.get("status", {})
+            for status in [*status_of.get("initContainerStatuses", []), *status_of.get("containerStatuses", [])]:
                 container = status["name"]
                 for previous in [False, True] if status.get("restartCount") else [False]:
                     args = ["logs", name, "-c", container, *(["--previous"] if previous else [])]
@@ -211,8 +213,10 @@ def pod_ready(pod: dict[str, Any]) -> bool:
 
 
 def identity(pod: dict[str, Any]) -> tuple[str, int]:
-    """A pod's UID and its containers' restarts: equal before and after means it neither moved nor restarted."""
-    statuses = pod.get("status", {}).get("containerStatuses") or []
+    """A pod's UID and its containers' restarts (its munge sidecar's too): equal before and after means it neither
+    moved nor restarted."""
+    status = pod.get("status", {})
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
     return pod["metadata"]["uid"], sum(s.get("restartCount", 0) for s in statuses)
 
 
@@ -270,10 +274,12 @@ def operator_process(kubeconfig: Path, log: Path, args: tuple[str, ...] = ()) ->
         operator.stop()
 
 
-def database(name: str, password: str) -> list[dict[str, Any]]:
+def database(name: str, password: str, *, restricted: bool = False) -> list[dict[str, Any]]:
     """A MariaDB for accounting (images/test-mariadb, `make images`): its password Secret `<name>-password`, a
     headless Service `<name>` (pod DNS) and a one-pod StatefulSet on a volume claim, so a re-created pod keeps every
-    row. A SlurmCluster's spec.accounting.external points at it (host `<name>`, user slurm)."""
+    row. A SlurmCluster's spec.accounting.external points at it (host `<name>`, user slurm). `restricted`: the pod
+    meets Pod Security "restricted" (no root, no capability) and keeps its data in an emptyDir, which its fsGroup
+    makes writable (the test's host-path claims take no fsGroup)."""
     labels = {"app": name}
     container = {
         "name": "mariadb",
@@ -291,6 +297,30 @@ def database(name: str, password: str) -> list[dict[str, Any]]:
         },
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "768Mi"}},
     }
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 20,
+        "automountServiceAccountToken": False,
+        "containers": [container],
+        "volumes": [{"name": "password", "secret": {"secretName": f"{name}-password"}}],
+    }
+    data_claim = {
+        "metadata": {"name": "data"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "local-hostpath",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    if restricted:
+        pod_spec["securityContext"] = {
+            "runAsNonRoot": True,
+            "runAsUser": MYSQL_UID,
+            "runAsGroup": MYSQL_UID,
+            "fsGroup": MYSQL_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        pod_spec["volumes"].append({"name": "data", "emptyDir": {}})
     return [
         {
             "apiVersion": "v1",
@@ -316,25 +346,8 @@ def database(name: str, password: str) -> list[dict[str, Any]]:
                 "serviceName": name,
                 "replicas": 1,
                 "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "terminationGracePeriodSeconds": 20,
-                        "automountServiceAccountToken": False,
-                        "containers": [container],
-                        "volumes": [{"name": "password", "secret": {"secretName": f"{name}-password"}}],
-                    },
-                },
-                "volumeClaimTemplates": [
-                    {
-                        "metadata": {"name": "data"},
-                        "spec": {
-                            "accessModes": ["ReadWriteOnce"],
-                            "storageClassName": "local-hostpath",
-                            "resources": {"requests": {"storage": "1Gi"}},
-                        },
-                    }
-                ],
+                "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+                "volumeClaimTemplates": [] if restricted else [data_claim],
             },
         },
     ]

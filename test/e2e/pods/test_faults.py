@@ -76,9 +76,11 @@ def test_a_user_deletes_a_busy_worker_pod(cluster: Cluster) -> None:
     doomed = c.sbatch("--requeue", "-w", c.w1, wrap="sleep 30")
     bystander = c.sbatch("-w", c.w0, wrap="sleep 20")
     c.running(doomed, bystander)
-    with last_words(c.kube, c.w1, "slurmd") as words:
+    with last_words(c.kube, c.w1, "slurmd", "munge") as words:
         c.kube.delete("pod", c.w1)
-    said(words["slurmd"], "Caught SIGTERM. Shutting down.")
+    # The preStop (drain, set DOWN, leave the node list: munge-signed messages) ran before slurmd's SIGTERM, and the
+    # munge sidecar stopped only after slurmd.
+    assert said(words["slurmd"], "Caught SIGTERM. Shutting down.") <= said(words["munge"], "Stopping munge")
     reason = c.node(c.w1).get("Reason", "")
     print(f"{c.w1} after its pod went: {c.node(c.w1).get('State')} {reason!r}")
     until(lambda: c.ready(c.w1), timeout=240, interval=2, what=f"{c.w1} re-created")

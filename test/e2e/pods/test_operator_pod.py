@@ -1,16 +1,19 @@
-"""The operator installed the documented way and running as pods: `kubectl kustomize config/default` (the locally built
-operator image, as config/manager names it, with its restricted security context, its ServiceAccount's token and
-leader election) with two replicas, plus the metrics Service of config/prometheus (not its ServiceMonitor: there is no
-Prometheus Operator here). Every other pods module runs the operator as `slurmctl run` on the host, which is faster
-to start and to kill; this one proves the install users run.
+"""The operator installed the way users install it and running as pods: `helm install slurmctl charts/slurmctl` with
+default values into `slurmctl-system`, labelled Pod Security `restricted` first (the chart's defaults render
+config/default's objects: test/e2e/test_helm_chart.py), so the locally built operator image with its restricted
+security context, its ServiceAccount's token, leader election, two replicas and the metrics Service (not the
+ServiceMonitor: there is no Prometheus Operator here). Every other pods module runs the operator as `slurmctl run` on
+the host, which is faster to start and to kill; this one proves the install users run.
 
 The pods reach the API server through the `kubernetes` Service's ClusterIP (the in-cluster config) and slurmrestd by
 pod IP; the metrics Service is read through its ClusterIP from a client pod. hack/node.sh routes ClusterIPs as
 kube-proxy would (DNAT rules kept by hack/dns_watcher.py). One SlurmCluster, the minimal sample, shared by the tests
 in order: both replicas Ready and one holds the Lease → the sample becomes Available → /metrics through the Service →
 the leader pod deleted while the sample is scaled in: another replica takes the Lease (the standby, or the
-replacement pod when it starts first) and the StatefulSet follows the edit → no traceback in any replica's log.
-Figures (install → Ready, sample → Available, failover) are printed (pytest -s).
+replacement pod when it starts first) and the StatefulSet follows the edit → `helm upgrade` changing a value while a
+job runs: both replicas replaced, the job COMPLETED and never requeued → no traceback in any replica's log → `helm
+uninstall`: the operator goes, the SlurmCluster, its pods and the jail's data stay. Figures (install → Ready, sample →
+Available, failover, upgrade) are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import pytest
 import yaml
 
 from test import timing
-from test.e2e.harness import REPO, Node
+from test.e2e.harness import CHART, REPO, Helm, Node
 from test.e2e.pods.conftest import SLURM_IMAGES, require_images
 from test.e2e.pods.machine import TEST_IMAGE
 from test.e2e.pods.slurm import Kube, pod_ready
@@ -39,6 +42,7 @@ from test.waiting import until
 pytestmark = pytest.mark.e2e  # and `alone` (test/conftest.py ALONE)
 NAMESPACE = "slurmctl-system"
 DEPLOYMENT = "slurmctl-operator"
+RELEASE = "slurmctl"
 METRICS_SERVICE = "slurmctl-operator-metrics"
 LEASE = "slurmctl.slurm.slurmctl.io"
 SELECTOR = "app.kubernetes.io/name=slurmctl,app.kubernetes.io/component=operator"
@@ -46,6 +50,8 @@ REPLICAS = 2
 SAMPLE = REPO / "config" / "samples" / "slurmcluster_minimal.yaml"
 NAME = "minimal"
 WORKERS_STS = f"{NAME}-worker-cpu"
+LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
+JAIL, JAIL_CLAIM = "/mnt/jail", f"{NAME}-jail"
 CLIENT = "metrics-client"
 TRIES = 16
 END = "--end-of-answer--"
@@ -57,20 +63,19 @@ def kustomize(node: Node, directory: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-def install_manifests(node: Node) -> list[dict[str, Any]]:
-    """config/default with the Deployment at two replicas, and config/prometheus's Service (its ServiceMonitor needs
-    the Prometheus Operator's CRDs). The image and pull policy stay as config/manager has them: the tag was imported
-    by `make images` and `IfNotPresent` never pulls a tag the node has."""
-    docs = kustomize(node, "default")
-    deployments = [d for d in docs if d["kind"] == "Deployment"]
-    assert [d["metadata"]["name"] for d in deployments] == [DEPLOYMENT], deployments
-    deployments[0]["spec"]["replicas"] = REPLICAS
-    services = [d for d in kustomize(node, "prometheus") if d["kind"] == "Service"]
-    assert [s["metadata"]["name"] for s in services] == [METRICS_SERVICE], services
-    return docs + services
-
-
-def image_of(deployment: dict[str, Any]) -> str:
+def install(node: Node, helm: Helm) -> str:
+    """The release namespace as config/default makes it (labelled restricted: the chart does not own its namespace),
+    then `helm install` with default values; the operator image it runs. `--take-ownership`: the other pods modules
+    applied config/default's CRD, RBAC and ServiceAccount before this one (the same objects), which Helm adopts; on a
+    cluster without them it changes nothing. The image and pull policy stay as the chart has them: the tag was
+    imported by `make images` and `IfNotPresent` never pulls a tag the node has."""
+    (namespace,) = [d for d in kustomize(node, "default") if d["kind"] == "Namespace"]
+    node.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(namespace))
+    rendered = [d for d in yaml.safe_load_all(helm.check("template", RELEASE, str(CHART), "-n", NAMESPACE)) if d]
+    (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == REPLICAS, "the chart runs two replicas, with leader election"
+    assert [d["metadata"]["name"] for d in rendered if d["kind"] == "Service"] == [METRICS_SERVICE]
+    helm.check("install", RELEASE, str(CHART), "-n", NAMESPACE, "--take-ownership")
     image: str = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     return image
 
@@ -152,15 +157,18 @@ class OperatorPods:
 
 
 @pytest.fixture(scope="module")
-def operator_pods(node: Node) -> Iterator[OperatorPods]:
-    """The documented install with two replicas, both Ready; removed at the end, waited for (a later module runs the
-    operator on the host, which must not find a second one reconciling)."""
-    docs = install_manifests(node)
-    deployment = next(d for d in docs if d["kind"] == "Deployment")
-    require_images(node, [*SLURM_IMAGES, image_of(deployment), TEST_IMAGE])
+def helm(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm.at(tmp_path_factory.mktemp("helm"), node.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def operator_pods(node: Node, helm: Helm) -> Iterator[OperatorPods]:
+    """The Helm install with two replicas, both Ready; uninstalled at the end (by the last test, or here), waited for
+    (a later module runs the operator on the host, which must not find a second one reconciling)."""
     ops = OperatorPods(node)
     t0 = time.monotonic()
-    node.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(docs))
+    image = install(node, helm)
+    require_images(node, [*SLURM_IMAGES, image, TEST_IMAGE])
     try:
         until(
             lambda: len(ops.ready()) == REPLICAS and ops.holder() in ops.ready(),
@@ -170,11 +178,11 @@ def operator_pods(node: Node) -> Iterator[OperatorPods]:
         )
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{ops.report()}") from None
-    print(f"\noperator install → {REPLICAS} pods Ready, one leading: {time.monotonic() - t0:.1f}s")
+    print(f"\nhelm install → {REPLICAS} operator pods Ready, one leading: {time.monotonic() - t0:.1f}s")
     yield ops
     ops.stop_following()
-    node.kubectl("-n", NAMESPACE, "delete", "deployment", DEPLOYMENT, "--wait=false", check=False)
-    node.kubectl("-n", NAMESPACE, "delete", "service", METRICS_SERVICE, "--wait=false", check=False)
+    if RELEASE in helm.check("list", "-n", NAMESPACE, "-q").split():
+        helm.check("uninstall", RELEASE, "-n", NAMESPACE)
     until(
         lambda: not ops.kubectl("get", "pods", "-l", SELECTOR, "-o", "name").stdout.strip(),
         timeout=90,
@@ -356,8 +364,73 @@ def test_the_leader_pod_deleted_the_other_replica_takes_over_and_the_cluster_con
     until(lambda: len(operator_pods.ready()) == REPLICAS, timeout=120, what="the replacement replica Ready")
 
 
+def job(kube: Kube, job_id: str) -> dict[str, str]:
+    """slurmctld's record of a job (`scontrol show job -o`), as seen from the login node."""
+    shown = kube.exec(LOGIN_POD, LOGIN, "scontrol", "-o", "show", "job", job_id)
+    return dict(f.split("=", 1) for f in shown.split() if "=" in f)
+
+
+def test_a_helm_upgrade_while_a_job_runs_replaces_both_replicas_and_the_job_completes_untouched(
+    kube: Kube, operator_pods: OperatorPods, helm: Helm
+) -> None:
+    """A changed value (the log level) rolls the operator's Deployment: both replicas are replaced one after the other,
+    leadership moves with them, and the running job neither notices nor is requeued."""
+    submitted = kube.exec(LOGIN_POD, LOGIN, "sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 40")
+    job_id = submitted.strip().split(";")[0]
+    until(lambda: job(kube, job_id).get("JobState") == "RUNNING", timeout=60, what=f"job {job_id} RUNNING")
+    before = set(operator_pods.ready())
+    t0 = time.monotonic()
+    helm.check("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values", "--set", "logLevel=debug")
+
+    def replaced() -> bool:
+        ready = operator_pods.ready()
+        return len(ready) == REPLICAS and not before & set(ready) and operator_pods.holder() in ready
+
+    try:
+        until(replaced, timeout=240, interval=1, what=f"{REPLICAS} new operator pods Ready, one leading")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{operator_pods.report()}") from None
+    rolled = time.monotonic() - t0
+    for pod in before:
+        operator_pods.collect(pod)  # their whole logs, for the traceback check
+    deployment = json.loads(operator_pods.kubectl("get", "deployment", DEPLOYMENT, "-o", "json").stdout)
+    assert "--log-level=debug" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    until(lambda: job(kube, job_id).get("JobState") == "COMPLETED", timeout=120, what=f"job {job_id} COMPLETED")
+    record = job(kube, job_id)
+    assert (record["Restarts"], record["ExitCode"]) == ("0", "0:0"), record
+    print(
+        f"\nhelm upgrade (logLevel=debug) → both replicas replaced, one leading: {rolled:.1f}s; job {job_id} untouched"
+    )
+    available(kube, "1/1", operator_pods, timeout=120, idle=1)
+
+
 def test_no_replica_logged_a_traceback(operator_pods: OperatorPods) -> None:
     logs = operator_pods.logs()
     assert len(logs) > REPLICAS, f"the deleted leader's log is missing: {sorted(logs)}"
     bad = {pod: text for pod, text in logs.items() if "Traceback" in text}
     assert not bad, "\n".join(f"--- {pod}\n{text[-4000:]}" for pod, text in bad.items())
+
+
+def test_helm_uninstall_leaves_the_cluster_its_pods_and_the_jail_data(
+    kube: Kube, operator_pods: OperatorPods, helm: Helm
+) -> None:
+    """The CRD is kept (helm.sh/resource-policy: keep), so the SlurmCluster and everything it owns stay: the same pods,
+    still Ready, Slurm still answering, the jail's files where they were. Only the operator goes."""
+    marker = f"{JAIL}/srv/kept-through-helm-uninstall"
+    kube.exec(LOGIN_POD, LOGIN, "sh", "-c", f"mkdir -p {JAIL}/srv && echo kept > {marker}")
+    cluster_uid = kube.json("slurmcluster", NAME)["metadata"]["uid"]
+    pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.json("pods")["items"] if pod_ready(p)}
+    claim = kube.json("pvc", JAIL_CLAIM)["metadata"]["uid"]
+    helm.check("uninstall", RELEASE, "-n", NAMESPACE)
+    until(lambda: not operator_pods.pods(), timeout=90, what="operator pods gone")
+    assert node_has_crd(kube), "the CRD is kept"
+    assert kube.json("slurmcluster", NAME)["metadata"]["uid"] == cluster_uid
+    now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.json("pods")["items"] if pod_ready(p)}
+    assert now == pods, "the same pods, still Ready"
+    assert kube.json("pvc", JAIL_CLAIM)["metadata"]["uid"] == claim
+    assert kube.exec(LOGIN_POD, LOGIN, "cat", marker).strip() == "kept"
+    assert "idle" in kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-o", "%T"), "Slurm answers without the operator"
+
+
+def node_has_crd(kube: Kube) -> bool:
+    return kube.cp.kubectl("get", "crd", "slurmclusters.slurm.slurmctl.io", check=False).returncode == 0

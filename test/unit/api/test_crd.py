@@ -37,6 +37,10 @@ def test_checked_in_crd_equals_a_fresh_generation() -> None:
     gen_crd = _gen_crd_module()
     assert CRD_FILE.read_text() == gen_crd.render(), "run `make manifests` and commit the result"
     assert gen_crd.OUTPUT == CRD_FILE
+    # The Helm chart's CRD and RBAC templates come from the same generator, and a stale one fails the check too.
+    chart = REPO / "charts" / "slurmctl" / "templates"
+    generated = {path for path, _ in gen_crd.outputs()}
+    assert {chart / "crd.yaml", chart / "_operator_rules.tpl", chart / "rbac-namespaced.yaml"} <= generated
     assert gen_crd.main(["--check"]) == 0
 
 

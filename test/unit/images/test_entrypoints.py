@@ -4,6 +4,7 @@ they were started (starting a second real slurmctld/slurmd here is the Slurm e2e
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import signal
@@ -365,27 +366,25 @@ def test_a_change_only_a_restart_applies_is_left_to_the_pod_s_re_creation(pod: d
     assert "keeping the running ones until this pod is re-created" in ctl.output
 
 
-def test_the_controller_passes_sigterm_to_slurmctld_and_frees_munge_only_after_it_exited(pod: dict[str, str]) -> None:
-    """The kubelet's SIGTERM reaches slurmctld (which saves its state then), and the munge sidecar's preStop is told it
-    may stop only once slurmctld has exited."""
+def test_the_controller_passes_sigterm_to_slurmctld_and_exits_with_it(pod: dict[str, str]) -> None:
+    """The kubelet's SIGTERM reaches slurmctld (which saves its state then); the container ends when slurmctld has
+    exited, with its status, and says so: only then does the kubelet stop the munge sidecar."""
     root, log = Path(pod["ROOT"]), Path(pod["LOG"])
-    done = Path(pod["MUNGE_SOCKET"]).parent / ".prestop-done"
     write_exe(
         root / "bin" / "slurmctld",
         RECORDER.format(log=log)
-        + f"trap 'echo saving-state >> {log}; test ! -e {done} && echo munge-still-needed >> {log}; exit 0' TERM\n"
+        + f"trap 'echo saving-state >> {log}; sleep 0.3; echo saved >> {log}; exit 3' TERM\n"
         + "while :; do sleep 0.05; done\n",
     )
     proc = subprocess.Popen(
-        [str(SCRIPTS / "entrypoint-controller")], env={"LC_ALL": "C.UTF-8", **pod}, stderr=subprocess.PIPE
+        [str(SCRIPTS / "entrypoint-controller")], env={"LC_ALL": "C.UTF-8", **pod}, stderr=subprocess.PIPE, text=True
     )
     until(lambda: "slurmctld uid=" in log.read_text(), timeout=30, interval=0.1, what="slurmctld to start")
-    assert not done.exists()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert log.read_text().splitlines()[-2:] == ["saving-state", "munge-still-needed"]
-    assert done.exists()
+    assert proc.returncode == 3, err
+    assert log.read_text().splitlines()[-2:] == ["saving-state", "saved"]
+    assert "slurmctld exited (3)" in err
 
 
 def test_munge_wait_has_a_deadline_and_says_what_is_missing(pod: dict[str, str]) -> None:
@@ -433,6 +432,44 @@ def test_accounting_installs_a_private_slurmdbd_conf_and_drops_to_slurm(pod: dic
     assert (stat.S_IMODE(conf.stat().st_mode), conf.stat().st_uid) == (0o600, slurm_uid)
     assert Path(pod["LOG"]).read_text() == f"slurmdbd uid={slurm_uid} args=-D\n"
     assert "hunter2" not in done.stderr + done.stdout
+    assert_jwt_key_installed(pod)
+
+
+def as_kubelet_with_fs_group(path: Path, group: str = "slurm") -> None:
+    """A Secret's file as the kubelet leaves it with the pod's `fsGroup`: root's, group-readable by that group."""
+    os.chown(path, 0, grp.getgrnam(group).gr_gid)
+    path.chmod(0o440)
+
+
+def without_root(user: str, group: str = "slurm") -> tuple[str, ...]:
+    """Run as a container with runAsUser `user` and fsGroup `group` does: no root, no capability."""
+    return (
+        "setpriv",
+        f"--reuid={user}",
+        f"--regid={user}",
+        f"--groups={grp.getgrnam(group).gr_gid}",
+        "--inh-caps=-all",
+    )
+
+
+def test_accounting_runs_without_root_as_its_restricted_pod_does(pod: dict[str, str]) -> None:
+    """The accounting pod has no root (Pod Security "restricted"): as SlurmUser the entrypoint still installs a
+    slurmdbd.conf only SlurmUser reads and the JWT key, from Secrets readable through fsGroup, and starts slurmdbd."""
+    etc = Path(pod["SLURM_CONF_DIR"])
+    etc.mkdir(parents=True)
+    os.chown(etc, pwd.getpwnam("slurm").pw_uid, -1)  # the accounting image's /etc/slurm
+    with socket.create_server(("127.0.0.1", 0)) as database:
+        conf = slurmdbd_conf(pod, database.getsockname()[1])
+        for secret in (conf, Path(pod["JWT_KEY_SOURCE"])):
+            as_kubelet_with_fs_group(secret)
+        env = {**pod, "SLURMDBD_CONF_SOURCE": str(conf)}
+        done = run_script("entrypoint-accounting", env=env, wrapper=without_root("slurm"))
+
+    assert done.returncode == 0, done.stderr
+    slurm_uid = pwd.getpwnam("slurm").pw_uid
+    installed = etc / "slurmdbd.conf"
+    assert (stat.S_IMODE(installed.stat().st_mode), installed.stat().st_uid) == (0o600, slurm_uid)
+    assert Path(pod["LOG"]).read_text() == f"slurmdbd uid={slurm_uid} args=-D\n"
     assert_jwt_key_installed(pod)
 
 
@@ -726,16 +763,33 @@ def test_ssh_from_login_admits_only_an_address_of_the_login_service(tmp_path: Pa
     assert run_script("ssh-from-login", "c-other", env={**env, "PAM_RHOST": "10.244.1.7"}).returncode == 1
 
 
-def test_munge_container_runs_a_working_munged_as_munge(pod: dict[str, str]) -> None:
-    root = Path(pod["ROOT"])
-    sock = root / "munge-run" / "munge.socket.2"
+@pytest.mark.parametrize("root", [True, False], ids=["as-root", "without-root"])
+def test_munge_container_runs_a_working_munged_as_munge(pod: dict[str, str], root: bool) -> None:
+    """As root the container makes the socket directory munge's and drops to munge; without root (the accounting pod,
+    Pod Security "restricted") it runs as munge from the start, in the pod's group-writable emptyDir, which munged
+    accepts only forced (the script says so), with the key from a Secret readable through fsGroup."""
+    root_dir = Path(pod["ROOT"])
+    sock = root_dir / "munge-run" / "munge.socket.2"
     env = {**pod, "MUNGE_SOCKET": str(sock)}
-    (root / "munge-state").mkdir(mode=0o700)
-    os.chown(root / "munge-state", pwd.getpwnam("munge").pw_uid, -1)
-    state = root / "munge-state"
-    argv = [str(SCRIPTS / "entrypoint-munge"), "--force", f"--pid-file={state}/pid", f"--seed-file={state}/seed"]
+    state = root_dir / "munge-state"
+    state.mkdir(mode=0o700)
+    os.chown(state, pwd.getpwnam("munge").pw_uid, -1)
+    argv = [str(SCRIPTS / "entrypoint-munge"), f"--pid-file={state}/pid", f"--seed-file={state}/seed"]
     argv.append(f"--log-file={state}/log")
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wrapper: tuple[str, ...] = ()
+    if root:
+        argv.append("--force")  # the test's own directories (under /var/tmp) are not munge's
+    else:
+        # An emptyDir with the pod's fsGroup, and /etc/munge as the image has it (munge's, 0700).
+        sock.parent.mkdir()
+        os.chown(sock.parent, 0, grp.getgrnam("slurm").gr_gid)
+        sock.parent.chmod(0o2777)
+        key_dir = Path(pod["MUNGE_KEY_FILE"]).parent
+        key_dir.mkdir(parents=True, mode=0o700)
+        os.chown(key_dir, pwd.getpwnam("munge").pw_uid, -1)
+        as_kubelet_with_fs_group(Path(pod["MUNGE_KEY_SOURCE"]))
+        wrapper = without_root("munge")
+    proc = subprocess.Popen([*wrapper, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
         while not sock.exists():
@@ -754,7 +808,8 @@ def test_munge_container_runs_a_working_munged_as_munge(pod: dict[str, str]) -> 
         assert (stat.S_IMODE(key.stat().st_mode), pwd.getpwuid(key.stat().st_uid).pw_name) == (0o400, "munge")
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        _, err = proc.communicate(timeout=10)
+    assert ("munged runs with --force" in err) is not root, err
 
 
 def test_benchmark_job_runs_its_own_munged_and_the_benchmark_as_slurm_user(pod: dict[str, str]) -> None:
@@ -834,25 +889,3 @@ def test_benchmark_job_installs_all_reduce_perf_first_and_leaves_its_report_as_t
     assert done.returncode == 2
     assert Path(pod["LOG"]).read_text().startswith("path= uid=")
     assert "could not be installed into the jail" in done.stderr
-
-
-def test_munge_outlives_the_daemons_prestop_hook_but_not_forever(pod: dict[str, str], tmp_path: Path) -> None:
-    """The worker's preStop needs munged to leave Slurm's node list; munge's preStop waits for it, with a deadline."""
-    done_marker = tmp_path / "prestop-done"
-    env = {**pod, "PRESTOP_DONE": str(done_marker), "MUNGE_PRESTOP_WAIT": "2"}
-    started = time.monotonic()
-    waited = run_script("munge-prestop", env=env)
-    assert waited.returncode == 0
-    # bash counts whole seconds: a 2 s deadline ends somewhere past 1 s.
-    assert 1 <= time.monotonic() - started < 10, "waits for the hook, up to MUNGE_PRESTOP_WAIT"
-
-    write_exe(Path(pod["ROOT"]) / "bin" / "scontrol", '#!/bin/sh\necho "scontrol $*" >> "$LOG"\n')
-    leaving = tmp_path / "leaving"  # not the host's /run
-    hook = run_script(
-        "worker-prestop", env={**env, "SLURMD_NODENAME": "c-worker-cpu-1", "WORKER_LEAVING": str(leaving)}
-    )
-    assert hook.returncode == 0, hook.stderr
-    assert "scontrol delete nodename=c-worker-cpu-1" in Path(pod["LOG"]).read_text()
-    started = time.monotonic()
-    assert run_script("munge-prestop", env=env).returncode == 0
-    assert time.monotonic() - started < 1.5, "returns at once when the hook is done"

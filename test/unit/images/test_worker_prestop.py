@@ -1,6 +1,6 @@
 """The worker's preStop, run directly against a stand-in `scontrol` that keeps one node's state as slurmctld would:
 it drains before it leaves, lets jobs finish within its bound, sets the node DOWN when they cannot (so Slurm requeues
-them at once), removes the node, always within its deadline, and always tells munge-prestop it is done."""
+them at once), removes the node, always within its deadline."""
 
 from __future__ import annotations
 
@@ -88,11 +88,9 @@ def slurm(tmp_path: Path) -> Slurm:
 
 
 def prestop(slurm: Slurm, tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    done = tmp_path / "prestop-done"
     full = {
         "PATH": f"{slurm.bin}:/usr/sbin:/usr/bin:/sbin:/bin",
         "SLURMD_NODENAME": NODE,
-        "PRESTOP_DONE": str(done),
         "WORKER_LEAVING": str(tmp_path / "leaving"),  # not the host's /run
         **env,
     }
@@ -100,7 +98,6 @@ def prestop(slurm: Slurm, tmp_path: Path, **env: str) -> tuple[subprocess.Comple
     hook = run_script("worker-prestop", env=full, timeout=60)
     elapsed = time.monotonic() - started
     assert hook.returncode == 0, hook.stderr
-    assert done.exists(), "munge-prestop is told the hook is done"
     return hook, elapsed
 
 

@@ -82,7 +82,8 @@ def test_the_slurmdbd_secret_holds_the_conf_where_the_entrypoint_reads_it() -> N
     (volume,) = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "research-slurmdbd"]
     (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
     assert mount["mountPath"] == "/mnt/slurmdbd-config"  # entrypoint-accounting's SLURMDBD_CONF_SOURCE directory
-    assert [c["name"] for c in pod["containers"]] == ["slurmdbd", "munge"]
+    assert [c["name"] for c in pod["containers"]] == ["slurmdbd"]
+    assert [(c["name"], c["restartPolicy"]) for c in pod["initContainers"]] == [("munge", "Always")]  # a sidecar
 
 
 def test_a_new_password_rolls_slurmdbd_through_its_id() -> None:
