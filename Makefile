@@ -41,9 +41,9 @@ cluster-status:
 # real-pods tests run the images `make images` built (cached: seconds when nothing changed). The Kubernetes build,
 # the image builds, lint and the host-level run of the other Slurm line (test-other-line) do not depend on each other
 # and run side by side (each one's output printed whole when it ends; apt runs one at a time), so the output still
-# ends with the main run's summary line.
-test: setup
-	$(MAKE) --no-print-directory --output-sync=target -j4 cluster-build images lint test-other-line
+# ends with the main run's summary line. The Kubernetes build needs no virtualenv: it starts at once, beside setup.
+test:
+	$(MAKE) --no-print-directory --output-sync=target -j4 setup cluster-build images lint test-other-line
 	$(BIN)/pytest test $(XDIST) $(PYTEST_ARGS)
 
 # The host-level Slurm tests (hack/local-slurm.sh, the C plugins built against the line's headers, the REST client

@@ -107,18 +107,23 @@ build_etcd() {
     log "built etcd $ver into $out"
 }
 
+# etcd builds beside Kubernetes (each with a build cache of its own): Kubernetes' module download, which mostly waits
+# on the network, then has the CPU etcd leaves.
 cmd_build() {
     ensure_apt_packages "${APT_PACKAGES[@]}"
+    local etcd=""
     if cached_bins "$(etcd_bin_dir)" etcd; then
         log "cached etcd in $(etcd_bin_dir)"
     else
-        build_etcd
+        build_etcd &
+        etcd=$!
     fi
     if cached_bin_dir >/dev/null; then
         log "cached Kubernetes $(kube_version) in $(kube_bin_dir) (nothing to build)"
     else
         build_kube
     fi
+    [ -z "$etcd" ] || wait "$etcd" || die "the etcd build failed (log: $CACHE/logs/etcd-build.log)"
 }
 
 all_running() {
