@@ -353,7 +353,7 @@ ensure_image() {
 }
 
 # side_by_side FUNCTION NAME...: FUNCTION NAME for every NAME, IMAGE_JOBS at once, each in a subshell of its own
-# (so it sees what is built so far, and changes nothing here); fails naming those that failed, once all have ended.
+# (which changes nothing here); fails naming those that failed, once all have ended.
 side_by_side() {
     local fn=$1 n running=0 failed=()
     shift
@@ -373,36 +373,49 @@ side_by_side() {
     [ ${#failed[@]} -eq 0 ] || die "$fn failed for: ${failed[*]} (their logs: $LOGS)"
 }
 
-# ensure_images NAME...: every named image and the images it is built on, in waves: each wave is every image whose
-# parents are built, built side by side.
+# ensure_images NAME...: every named image and the images it is built on, IMAGE_JOBS at once, each started as soon as
+# its parents are built (each in a subshell of its own, which changes nothing here: what it built is read back when
+# it ends); fails naming what failed, once everything started has ended.
 ensure_images() {
-    local -a todo=() wave=() rest=()
-    local n p ready
-    REBUILT_MARKS=$(mktemp -d)
-    local -a closure=()
+    local -a closure=() todo=() rest=() failed=()
+    local -A running=() # pid -> image
+    local n p ready pid status
     add_with_parents() {
         local x
         for x in $(image_parents "$1"); do add_with_parents "$x"; done
         [[ " ${closure[*]} " == *" $1 "* ]] || closure+=("$1")
     }
     for n in "$@"; do add_with_parents "$n"; done
+    REBUILT_MARKS=$(mktemp -d)
     todo=("${closure[@]}")
-    while [ ${#todo[@]} -gt 0 ]; do
-        wave=() rest=()
+    while :; do
+        rest=()
         for n in "${todo[@]}"; do
             ready=1
             for p in $(image_parents "$n"); do [ -n "${BUILT[$p]:-}" ] || ready=0; done
-            if [ "$ready" = 1 ]; then wave+=("$n"); else rest+=("$n"); fi
-        done
-        side_by_side ensure_image "${wave[@]}"
-        for n in "${wave[@]}"; do
-            BUILT[$n]=$(image_id "$(image_ref "$n")")
-            [ ! -e "$REBUILT_MARKS/$n" ] || REBUILT+=("$n")
+            if [ "$ready" = 1 ] && [ ${#running[@]} -lt "$IMAGE_JOBS" ] && [ ${#failed[@]} -eq 0 ]; then
+                ensure_image "$n" &
+                running[$!]=$n
+            else
+                rest+=("$n")
+            fi
         done
         todo=("${rest[@]}")
+        [ ${#running[@]} -gt 0 ] || break
+        pid=""
+        wait -n -p pid "${!running[@]}" && status=0 || status=$?
+        n=${running[$pid]}
+        unset "running[$pid]"
+        if [ "$status" = 0 ]; then
+            BUILT[$n]=$(image_id "$(image_ref "$n")")
+            [ ! -e "$REBUILT_MARKS/$n" ] || REBUILT+=("$n")
+        else
+            failed+=("$n")
+        fi
     done
     rm -rf "$REBUILT_MARKS"
     REBUILT_MARKS=
+    [ ${#failed[@]} -eq 0 ] || die "building failed: ${failed[*]} (their logs: $LOGS; not started: ${todo[*]:-none})"
 }
 
 image_size() {
