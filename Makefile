@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: setup run test test-other-line test-oldest-kube lint unit e2e manifests plugin plugin-lint images images-lint bench \
+.PHONY: setup run test test-other-line test-oldest-kube oldest-kube-build lint unit e2e manifests plugin plugin-lint images images-lint bench \
         cluster-build cluster-up cluster-down cluster-status clean
 
 $(STAMP): pyproject.toml hack/setup.sh hack/helm.sh hack/deps/helm
@@ -37,14 +37,22 @@ cluster-status:
 	hack/control-plane.sh status
 	hack/node.sh status
 
+# The oldest Kubernetes minor slurmctl supports (docs/kubernetes.md). `make test` runs the control-plane suite (API
+# server + controller manager, no kubelet: test/e2e/test_*.py) on it as well as on the default minor, each test once
+# per minor (test/e2e/conftest.py); everything else runs on the default. OLDEST_KUBE_VERSION= (empty) leaves it out.
+OLDEST_KUBE_VERSION ?= 1.32
+oldest-kube-build:
+	$(if $(OLDEST_KUBE_VERSION),KUBE_VERSION=$(OLDEST_KUBE_VERSION) KUBE_BUILD=control-plane hack/control-plane.sh build)
+
 # Everything CI checks, then every test in one pytest run so the output ends with pytest's summary line. The
-# real-pods tests run the images `make images` built (cached: seconds when nothing changed). The Kubernetes build,
+# real-pods tests run the images `make images` built (cached: seconds when nothing changed). The Kubernetes builds,
 # the image builds, lint and the host-level run of the other Slurm line (test-other-line) do not depend on each other
 # and run side by side (each one's output printed whole when it ends; apt runs one at a time), so the output still
-# ends with the main run's summary line. The Kubernetes build needs no virtualenv: it starts at once, beside setup.
+# ends with the main run's summary line. The Kubernetes builds need no virtualenv: they start at once, beside setup.
 test:
-	$(MAKE) --no-print-directory --output-sync=target -j4 setup cluster-build images lint test-other-line
-	$(BIN)/pytest test $(XDIST) $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory --output-sync=target -j5 setup cluster-build oldest-kube-build images lint \
+	    test-other-line
+	OLDEST_KUBE_VERSION=$(OLDEST_KUBE_VERSION) $(BIN)/pytest test $(XDIST) $(PYTEST_ARGS)
 
 # The host-level Slurm tests (hack/local-slurm.sh, the C plugins built against the line's headers, the REST client
 # against its slurmrestd) on the Slurm line that is not the default: 26.05, Debian testing's (docs/slurm-26.05.md).
@@ -52,18 +60,15 @@ OTHER_SLURM_LINE ?= 26.05
 test-other-line: setup
 	SLURM_LINE=$(OTHER_SLURM_LINE) $(BIN)/pytest test/e2e/slurm -q -p no:cacheprovider
 
-# The control-plane suite (API server + controller manager, no kubelet: test/e2e/test_*.py) on the oldest Kubernetes
-# minor slurmctl supports (docs/kubernetes.md); `make test` runs everything on the default minor.
-OLDEST_KUBE_VERSION ?= 1.32
-test-oldest-kube: setup
-	KUBE_VERSION=$(OLDEST_KUBE_VERSION) hack/control-plane.sh build
+# The control-plane suite on the oldest minor alone (what `make test` runs beside the default's).
+test-oldest-kube: setup oldest-kube-build
 	KUBE_VERSION=$(OLDEST_KUBE_VERSION) $(BIN)/pytest $(wildcard test/e2e/test_*.py) $(XDIST) -p no:cacheprovider
 
 unit: setup
 	$(BIN)/pytest test/unit $(PYTEST_ARGS)
 
-e2e: setup cluster-build images
-	$(BIN)/pytest test/e2e $(XDIST) $(PYTEST_ARGS)
+e2e: setup cluster-build oldest-kube-build images
+	OLDEST_KUBE_VERSION=$(OLDEST_KUBE_VERSION) $(BIN)/pytest test/e2e $(XDIST) $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

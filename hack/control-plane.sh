@@ -6,13 +6,16 @@
 #   hack/control-plane.sh up       start etcd, kube-apiserver and kube-controller-manager; write a kubeconfig
 #   hack/control-plane.sh down     stop exactly the processes `up` started (by recorded PID) and remove the state
 #   hack/control-plane.sh status   say whether it is up and where
-#   hack/control-plane.sh bin-dir  print the directory of the cached binaries (kube-scheduler, kubelet and kubectl too)
+#   hack/control-plane.sh bin-dir  print the directory of the cached binaries (kubectl; kube-scheduler and kubelet too
+#                                  unless KUBE_BUILD=control-plane built them)
 #   hack/control-plane.sh version  print the Kubernetes version KUBE_VERSION selects (e.g. v1.37.2)
 #
 # A node (kubelet, containerd, pod network and DNS) runs on top of it with hack/node.sh; `down` stops that first.
 #
 # Environment:
 #   KUBE_VERSION           the Kubernetes minor to build and run (default 1.37; one of hack/deps/kube-*)
+#   KUBE_BUILD             all (default) or control-plane: `build` makes only what `up` and kubectl need (no
+#                          kube-scheduler, no kubelet), as `make test` does for the oldest supported minor
 #   SLURMCTL_CLUSTER_DIR   state directory (default: <repo>/.cluster)
 #   SLURMCTL_CACHE         binary cache (default: ~/.cache/slurmctl)
 #   ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT   fixed ports (default: free ports picked at start)
@@ -30,7 +33,15 @@ LOG_PREFIX=control-plane
 # shellcheck source=hack/lib.sh
 . "$ROOT/hack/lib.sh"
 
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+# What `up` and the suite's kubectl need, and what a node adds (hack/node.sh): the control-plane suite on the oldest
+# minor runs no node, and a build without the kubelet and kube-scheduler costs a third less on a cold machine.
+CONTROL_PLANE_BINARIES=(kube-apiserver kube-controller-manager kubectl)
+NODE_BINARIES=(kube-scheduler kubelet)
+case "${KUBE_BUILD:-all}" in
+all) KUBE_BINARIES=("${CONTROL_PLANE_BINARIES[@]}" "${NODE_BINARIES[@]}") ;;
+control-plane) KUBE_BINARIES=("${CONTROL_PLANE_BINARIES[@]}") ;;
+*) die "KUBE_BUILD=$KUBE_BUILD: not all or control-plane" ;;
+esac
 ETCD_DEPS=$ROOT/hack/deps/etcd
 # The cache key names the version and the patch set: a change to patch_kubelet or the build flags must bump
 # PATCHSET, so a machine with binaries built the old way rebuilds instead of running them.
@@ -42,7 +53,7 @@ etcd_bin_dir() { printf '%s/etcd-%s/bin' "$CACHE" "$(module_version "$ETCD_DEPS"
 cached_bin_dir() {
     local dir
     dir=$(kube_bin_dir)
-    cached_bins "$dir" "${KUBE_BINARIES[@]}" || return 1
+    cached_bins "$dir" "${CONTROL_PLANE_BINARIES[@]}" || return 1
     printf '%s' "$dir"
 }
 
@@ -58,15 +69,17 @@ patch_kubelet() {
 # k8s.io/kubernetes at the version hack/deps/kube-<minor>/go.mod pins, copied out of the module cache (read-only, and
 # `go build -overlay` may not replace files there) so the kubelet can be patched, then built with the version
 # stamped in, as upstream's release build does (`kubectl version` and /version report it).
+# Each version has its own build cache and logs: `make test` builds the default and the oldest minor side by side.
 build_kube() {
-    local ver out work logs=$CACHE/logs GO_BUILD_CACHE=$CACHE/go/build-kube
+    local ver out work logs=$CACHE/logs GO_BUILD_CACHE
     ver=$(kube_version)
+    GO_BUILD_CACHE=$CACHE/go/build-kube-$ver
     out=$(kube_bin_dir)
     work=$CACHE/src/kube-$ver
     rm -rf "$work"
     mkdir -p "$work" "$logs"
     cp "$KUBE_DEPS"/go.mod "$KUBE_DEPS"/go.sum "$KUBE_DEPS"/tools.go "$work/"
-    run_step kube-download "$logs/kube-download.log" in_dir "$work" go_env mod download -x
+    run_step kube-download "$logs/kube-$ver-download.log" in_dir "$work" go_env mod download -x
     local src
     src=$(in_dir "$work" go_env list -m -f '{{.Dir}}' k8s.io/kubernetes)
     cp -r "$src" "$work/kubernetes"
@@ -83,7 +96,7 @@ build_kube() {
         pkgs+=("k8s.io/kubernetes/cmd/$b")
     done
     mkdir -p "$work/bin"
-    run_step kube-build "$logs/kube-build.log" in_dir "$work" go_env build -trimpath -ldflags "$ldflags" \
+    run_step kube-build "$logs/kube-$ver-build.log" in_dir "$work" go_env build -trimpath -ldflags "$ldflags" \
         -o "$work/bin/" "${pkgs[@]}"
     mkdir -p "$out"
     for b in "${KUBE_BINARIES[@]}"; do
@@ -96,14 +109,24 @@ build_kube() {
 }
 
 # etcd: its server module's replace directives point into its repository, so hack/deps/etcd requires it instead.
+# Built once under a lock: every Kubernetes minor's control plane runs it, and `make test` builds two side by side.
 build_etcd() {
-    local out logs=$CACHE/logs ver GO_BUILD_CACHE=$CACHE/go/build-etcd
+    local out logs=$CACHE/logs ver lock GO_BUILD_CACHE=$CACHE/go/build-etcd
     out=$(etcd_bin_dir)
     ver=$(module_version "$ETCD_DEPS" go.etcd.io/etcd/server/v3)
-    mkdir -p "$out" "$logs"
+    mkdir -p "$logs"
+    exec {lock}>"$CACHE/etcd-build.lock"
+    flock -w 1200 "$lock" || die "waited 20 minutes for another etcd build ($CACHE/etcd-build.lock)"
+    if cached_bins "$out" etcd; then
+        log "etcd $ver built meanwhile by another build"
+        return 0
+    fi
+    rm -rf "$out.tmp"
+    mkdir -p "$out.tmp"
     run_step etcd-build "$logs/etcd-build.log" in_dir "$ETCD_DEPS" go_env build -trimpath \
-        -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ver" -o "$out/etcd" go.etcd.io/etcd/server/v3
-    rm -rf "$GO_BUILD_CACHE"
+        -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ver" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3
+    rm -rf "$GO_BUILD_CACHE" "$out"
+    mv "$out.tmp" "$out"
     log "built etcd $ver into $out"
 }
 
@@ -118,7 +141,7 @@ cmd_build() {
         build_etcd &
         etcd=$!
     fi
-    if cached_bin_dir >/dev/null; then
+    if cached_bins "$(kube_bin_dir)" "${KUBE_BINARIES[@]}"; then
         log "cached Kubernetes $(kube_version) in $(kube_bin_dir) (nothing to build)"
     else
         build_kube

@@ -119,6 +119,13 @@ kube_bin_dir() {
     "$ROOT/hack/control-plane.sh" bin-dir 2>/dev/null
 }
 
+# The cached binaries with the node's among them: a build for the control plane alone (KUBE_BUILD=control-plane, as
+# `make test` builds the oldest minor) has no kubelet and no kube-scheduler.
+node_bin_dir() {
+    local bin
+    bin=$(kube_bin_dir) && [ -x "$bin/kubelet" ] && [ -x "$bin/kube-scheduler" ] && printf '%s' "$bin"
+}
+
 # kubectl of the cluster's own version (built with it); the machine's kubectl, if any, is never used.
 kctl() {
     local bin
@@ -383,7 +390,7 @@ has_pause_image() {
 }
 
 cmd_build() {
-    "$ROOT/hack/control-plane.sh" build
+    KUBE_BUILD=all "$ROOT/hack/control-plane.sh" build
     ensure_apt_packages "${NODE_PACKAGES[@]}"
     ensure_containerd
     if with_store has_pause_image; then
@@ -764,7 +771,7 @@ cmd_up() {
     [ -f "$STATE/no-controller-manager" ] &&
         die "the control plane in $STATE runs without kube-controller-manager; a node needs it"
     local bin
-    bin=$(kube_bin_dir) || die "no kubelet/kube-scheduler cached in $CACHE; run 'hack/node.sh build' first"
+    bin=$(node_bin_dir) || die "no kubelet/kube-scheduler cached in $CACHE; run 'hack/node.sh build' first"
     [ -x "$VENV/bin/python" ] || die "no virtualenv at $VENV (the DNS watcher runs in it); run 'make setup' first"
     ensure_apt_packages "${NODE_PACKAGES[@]}"
     [ -d "$NODE" ] && cmd_down >/dev/null 2>&1
@@ -1045,7 +1052,7 @@ start_extra_containerd() {
 
 start_extra() {
     local bin
-    bin=$(kube_bin_dir) || die "no kubelet cached in $CACHE; run 'hack/node.sh build' first"
+    bin=$(node_bin_dir) || die "no kubelet cached in $CACHE; run 'hack/node.sh build' first"
     make_mount_namespace
     add_node_address
     mkdir -p "$XDIR/containerd" "$XSTORE/root"

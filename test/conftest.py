@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
+from test.nodeids import module_of
+
 pytest_plugins = ["test.timing"]
 
 PODS = "test/e2e/pods/"
@@ -58,10 +60,6 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PATH"] = f"{found.stdout.strip()}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def module_of(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
 def schedule_rank(item: pytest.Item) -> tuple[int, int]:
     """Where a test's module goes in the queue: pods modules sharing the machine (longest first), then the ones that
     run alone, then everything else. A stable sort on it keeps each module's tests together and in order."""
@@ -74,9 +72,11 @@ def schedule_rank(item: pytest.Item) -> tuple[int, int]:
     return (0, LONGEST_FIRST.index(stem) if stem in LONGEST_FIRST else len(LONGEST_FIRST))
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The queue's order (`schedule_rank`), which xdist hands out a unit at a time to whichever worker is free; the
-    `alone` mark on the modules in ALONE (quiet for those in QUIET)."""
+    `alone` mark on the modules in ALONE (quiet for those in QUIET). Last, after pytest has grouped the tests by the
+    Kubernetes minor they run on (a session-scoped parameter), which this stable sort keeps within each rank."""
     items.sort(key=schedule_rank)
     for item in items:
         if (module := module_of(item.nodeid)) in ALONE:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from test.nodeids import module_of
+
 # The time source a session's Timing reads, taken when the session is configured: a test swaps in a fake before it
 # starts an inner session, so the table's figures are exact and no test sleeps.
 clock: Callable[[], float] = time.monotonic
@@ -125,11 +127,6 @@ class Timing:
             if self._current is None:
                 return  # outside any test's protocol: no module to charge it to
             self._available = (self._available or 0.0) + seconds
-
-
-def module_of(nodeid: str) -> str:
-    """The module part of a test's node id: its path relative to the rootdir (the repository for the suite)."""
-    return nodeid.split("::", 1)[0]
 
 
 def record_available(seconds: float) -> None:

@@ -21,6 +21,17 @@ TIMEOUT = 10
 APPLY = "application/apply-patch+yaml"
 
 
+def test_the_api_server_and_kubectl_are_the_minor_the_test_runs_on(
+    control_plane: ControlPlane, kube_minor: str
+) -> None:
+    """Each test of this suite runs on every minor `make test` covers (test/e2e/conftest.py): what answers is that
+    minor's API server, and the kubectl the tests run is its own, whichever minor the worker ran before."""
+    versions = json.loads(control_plane.kubectl("version", "-o", "json").stdout)
+    for side in ("serverVersion", "clientVersion"):
+        major, minor = versions[side]["major"], versions[side]["minor"]
+        assert f"{major}.{minor}" == kube_minor, f"{side}: {versions[side]['gitVersion']}"
+
+
 async def test_server_side_apply_configmap_and_identical_reapply_is_a_noop(
     api: client.ApiClient, namespace: str
 ) -> None:

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from test import timing
+from test.nodeids import module_of
 
 pytest_plugins = ["pytester"]
 
@@ -113,6 +114,51 @@ def test_the_table_lists_each_module_before_pytests_summary_line(inner: pytest.P
     assert rows["test_medium.py"] == ["3", "1.5", "0.0", "1.5"]  # made no cluster: blank
     assert rows["total"] == ["5", "9.5", "0.0", "9.5", "4.0"]
     assert re.fullmatch(r"5 passed in [\d.]+s.*", result.outlines[-1])
+
+
+def test_each_kubernetes_minor_of_a_module_has_a_row_of_its_own(inner: pytest.Pytester) -> None:
+    """The control-plane suite runs each test once per minor (ids `kube<minor>`, test/e2e/conftest.py): the table
+    says what each minor's run cost, whichever place the minor takes among the test's parameters."""
+    inner.makepyfile(
+        test_cel="""
+import pytest
+
+
+@pytest.mark.parametrize("minor", ["kube1.37", "kube1.32"])
+@pytest.mark.parametrize("rule", ["min", "max"])
+def test_rule(rule, minor, advance):
+    advance(2 if minor == "kube1.32" else 1)
+
+
+@pytest.mark.parametrize("name", ["kubelet"])
+def test_named_like_a_minor(name, advance):
+    advance(1)
+"""
+    )
+
+    result = inner.runpytest("-q", "-p", "no:cacheprovider")
+
+    result.assert_outcomes(passed=5)
+    rows = table_rows(result.outlines)
+    assert list(rows) == ["test_cel.py [kube1.32]", "test_cel.py [kube1.37]", "test_cel.py", "total"]
+    assert rows["test_cel.py [kube1.32]"][:2] == ["2", "4.0"]
+    assert rows["test_cel.py [kube1.37]"][:2] == ["2", "2.0"]
+    assert rows["test_cel.py"][:2] == ["1", "1.0"]
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "module"),
+    [
+        ("test/e2e/test_api_cel.py::test_rule[kube1.32]", "test/e2e/test_api_cel.py [kube1.32]"),
+        ("test/e2e/test_api_cel.py::test_rule[kube1.32-elastic-min]", "test/e2e/test_api_cel.py [kube1.32]"),
+        ("test/e2e/test_api_cel.py::test_rule[elastic-kube1.37]", "test/e2e/test_api_cel.py [kube1.37]"),
+        ("test/e2e/pods/test_slurm.py::test_x", "test/e2e/pods/test_slurm.py"),
+        ("test/unit/test_a.py::TestB::test_c[kubelet-1.32]", "test/unit/test_a.py"),
+        ("test/e2e/pods", "test/e2e/pods"),
+    ],
+)
+def test_a_node_id_names_its_module_and_the_minor_it_runs_on(nodeid: str, module: str) -> None:
+    assert module_of(nodeid) == module
 
 
 def test_modules_under_the_threshold_share_one_row(inner: pytest.Pytester) -> None:
