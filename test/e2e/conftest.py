@@ -13,7 +13,6 @@ the one KUBE_VERSION names).
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
-from test.e2e.harness import CONTROL_PLANE, REPO, ControlPlane, control_plane_script
+from test.e2e.harness import REPO, ControlPlane, control_plane_script
 from test.e2e.operator import RunningOperator, service_account_kubeconfig
 from test.nodeids import kube_id
 
@@ -31,14 +30,11 @@ E2E = Path(__file__).parent
 EXISTING = os.environ.get("SLURMCTL_E2E_KUBECONFIG")
 
 
-def _script(*args: str, minor: str | None = None) -> str:
-    """hack/control-plane.sh ARGS' output, for `minor` when given."""
-    env = {**os.environ, **({"KUBE_VERSION": minor} if minor else {})}
-    done = subprocess.run(
-        ["bash", str(CONTROL_PLANE), *args], env=env, capture_output=True, text=True, timeout=30, check=False
-    )
+def _script(command: str, minor: str | None = None) -> str:
+    """What hack/control-plane.sh COMMAND prints (for `minor` when given); a usage error when it fails."""
+    done = control_plane_script(command, minor=minor)
     if done.returncode != 0:
-        raise pytest.UsageError(f"hack/control-plane.sh {' '.join(args)} (KUBE_VERSION={minor}): {done.stderr.strip()}")
+        raise pytest.UsageError(f"hack/control-plane.sh {command} (KUBE_VERSION={minor}): {done.stderr.strip()}")
     return done.stdout.strip()
 
 
@@ -70,7 +66,7 @@ def kube_minor(request: pytest.FixtureRequest) -> Iterator[str]:
         return
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KUBE_VERSION", minor)
-        patch.setenv("PATH", f"{_script('bin-dir', minor=minor)}{os.pathsep}{os.environ['PATH']}")
+        patch.setenv("PATH", f"{_script('bin-dir', minor)}{os.pathsep}{os.environ['PATH']}")
         yield minor
 
 

@@ -67,8 +67,16 @@ def free_port() -> int:
         return port
 
 
-def control_plane_script(command: str, state_dir: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SLURMCTL_CLUSTER_DIR": str(state_dir)}
+def control_plane_script(
+    command: str, state_dir: Path | None = None, *, minor: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """hack/control-plane.sh COMMAND on the cluster in `state_dir` (none for `version` and `bin-dir`), for the
+    Kubernetes `minor` when given (else the one KUBE_VERSION names)."""
+    env = dict(os.environ)
+    if state_dir is not None:
+        env["SLURMCTL_CLUSTER_DIR"] = str(state_dir)
+    if minor is not None:
+        env["KUBE_VERSION"] = minor
     return subprocess.run(
         ["bash", str(CONTROL_PLANE), command], env=env, capture_output=True, text=True, timeout=180, check=False
     )

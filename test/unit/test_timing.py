@@ -189,8 +189,12 @@ def test_fails(advance):
     assert False
 
 
-@pytest.mark.skip(reason="not here")
-def test_skipped_in_setup():
+@pytest.fixture
+def unavailable():
+    pytest.skip("not here")
+
+
+def test_skipped_in_setup(unavailable):
     pass
 """
     )
