@@ -84,7 +84,7 @@ def _of_deployment(pod: Mapping[str, Any], deployment: str) -> bool:
     """Whether a ReplicaSet of `deployment` controls the pod: a pod that only carries slurmrestd's labels (a copy
     someone made to debug, a look-alike) never gets the operator's SlurmUser token or its questions. This is not
     authentication: whoever may create pods in the namespace may also mount the cluster's key Secrets, so they are
-    trusted with the cluster already (README, Permissions and policy)."""
+    trusted with the cluster already (docs/security.md, "Who may create SlurmClusters")."""
     return any(
         ref.get("controller") is True
         and ref.get("kind") == "ReplicaSet"

@@ -11,8 +11,9 @@ so a dashboard needs no separate exporter.
 | slurmctl_slurmrestd_requests_total | namespace, cluster, method, endpoint | requests the operator sent slurmrestd |
 
 Values are the last snapshot per cluster (reconcilers/slurm_snapshot.py), served at scrape time; a deleted cluster's
-series disappear with it. The request counter is how the cost of watching Slurm is measured (the README's figures):
-`endpoint` is the path's first part after the API version (`nodes`, `jobs`, `node`, `qos`, ...).
+series disappear with it. The request counter is how the cost of watching Slurm is measured (the figures in
+docs/performance.md, "How the operator watches Slurm"): `endpoint` is the path's first part after the API version
+(`nodes`, `jobs`, `node`, `qos`, ...).
 """
 
 from __future__ import annotations

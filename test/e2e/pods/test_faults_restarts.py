@@ -137,8 +137,9 @@ def test_slurmctld_killed(cluster: Cluster) -> None:
     """kill -9 of slurmctld (a crash): every job it had saved is there after its container restarts, running or
     pending as it was, and each ends once. Slurm saves its state at most every 5 s (state_save.c SAVE_MAX_WAIT), so the
     test waits for that save first, and nothing changes after it: both workers' jobs run until the test lets them end
-    after the crash (a job that ends between the save and the crash is the README's window, not this row). What a
-    crash right after a burst of submissions does is measured at the end and printed (see the README)."""
+    after the crash (a job that ends between the save and the crash is the window of docs/operations.md "What a crash
+    can still lose", not this row). What a crash right after a burst of submissions does is measured at the end and
+    printed (the same section says why)."""
     c = cluster
     running = [c.held("crash", "-w", worker) for worker in (c.w0, c.w1)]
     c.running(*running)
@@ -173,7 +174,7 @@ def test_slurmctld_killed(cluster: Cluster) -> None:
     row = outcome(c, "kill -9 of slurmctld", running + pending)
     assert sorted(c.starts("crash")) == sorted(running), "a running job started again"
     assert_nothing_lost(row)
-    # Measured, not asserted: a crash within Slurm's save window after a burst (the README says why).
+    # Measured, not asserted: a crash within Slurm's save window after a burst (docs/operations.md says why).
     burst = c.as_user("for i in $(seq 20); do sbatch --parsable -o /dev/null --wrap true; done").split()
     crash()
     known = c.jobs()

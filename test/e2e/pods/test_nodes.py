@@ -319,9 +319,9 @@ def test_the_standby_takes_control_when_the_primary_s_node_crashes(fleet: Fleet)
     running = fleet.sbatch("-w", steady, "--wrap", "'sleep 600'")
     until(lambda: fleet.job(running).get("JobState") == "RUNNING", timeout=60, what=f"job {running} running")
     started = fleet.job(running)["StartTime"]
-    # A crash loses what slurmctld had not saved yet (README "What a crash can still lose"): it saves at most every
-    # 5 s. Measured here without this wait: the standby, knowing the job only as pending, launched it again on the
-    # same node, whose slurmd refused the duplicate; Slurm drained the node and held the job.
+    # A crash loses what slurmctld had not saved yet (docs/operations.md "What a crash can still lose"): it saves at
+    # most every 5 s. Measured here without this wait: the standby, knowing the job only as pending, launched it again
+    # on the same node, whose slurmd refused the duplicate; Slurm drained the node and held the job.
     mark = float(fleet.kube.exec(PRIMARY, "slurmctld", "date", "+%s.%N"))
     # slurmctld saves only when something changed (and every 300 s): the save that followed the job's start can come
     # before `mark` (CI run46: no save in the next 30 s). A change to the job after `mark` makes the next save certain.
@@ -445,8 +445,8 @@ def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet
     in_slurm = fleet.login("sinfo", "-h", "-N", "-o", "%N").split()
     assert sorted(set(in_slurm)) == sorted(fleet.workers()), in_slurm
     # Waited for, not asserted at once: the moves changed the topology, and a job ending while a slurmd reconfigures
-    # for it can hold its node COMPLETING for up to two minutes (README "What a reconfigure can delay"; seen in CI:
-    # the last `srun -N3` of the loss took 77 s to complete).
+    # for it can hold its node COMPLETING for up to two minutes (docs/operations.md "What a reconfigure can delay";
+    # seen in CI: the last `srun -N3` of the loss took 77 s to complete).
     until(
         lambda: len(fleet.srun_all()) == 3, timeout=USABLE_WITHIN, interval=3, what="srun -N3 after the node's return"
     )

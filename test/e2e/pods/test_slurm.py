@@ -246,7 +246,7 @@ EXAMPLES = REPO / "docs" / "examples"
 def test_a_torchrun_style_rendezvous_finds_rank_0_by_its_node_name_across_workers(
     available: Kube, jail_user: tuple[Path, str]
 ) -> None:
-    """The README's two-node job as a user submits it (docs/examples/rendezvous.sbatch): rank 0 listens on
+    """docs/usage.md's two-node job as a user submits it (docs/examples/rendezvous.sbatch): rank 0 listens on
     MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1), the other rank connects to it by that
     name, and both get the sum of every rank's value, as PyTorch's c10d rendezvous and an allreduce would."""
     kube = available
@@ -263,7 +263,7 @@ def test_a_torchrun_style_rendezvous_finds_rank_0_by_its_node_name_across_worker
 def test_an_mpi_allreduce_across_workers_through_pmix_and_under_mpirun(
     available: Kube, jail_user: tuple[Path, str]
 ) -> None:
-    """The README's two-node MPI job as a user submits it (docs/examples/allreduce.sbatch): Open MPI ranks started by
+    """docs/usage.md's two-node MPI job as a user submits it (docs/examples/allreduce.sbatch): Open MPI ranks started by
     `srun --mpi=pmix` on both workers agree on the sum of an allreduce, and so do the ranks `mpirun` starts inside the
     same allocation."""
     kube = available

@@ -1,5 +1,5 @@
 """Where pods go by default: each worker group spreads over nodes (soft), the controller and login pods avoid sharing a
-node (soft), and what the spec says replaces those defaults as README "Where pods run" states."""
+node (soft), and what the spec says replaces those defaults as docs/concepts.md "Where pods run" states."""
 
 from __future__ import annotations
 
