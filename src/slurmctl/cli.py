@@ -31,6 +31,7 @@ from slurmctl.render.meta import DEFAULT_CLUSTER_DOMAIN
 from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions, heap
 from slurmctl.runtime.logs import configure, kv
 from slurmctl.runtime.version import check_server_version
+from slurmctl.slurm import DEFAULT_MAX_ANSWER_BYTES, describe_size
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,18 @@ def _seconds(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError("must be a number of seconds, 0 or more")
     return value
+
+
+_SIZE = re.compile(r"([0-9]+)(Ki|Mi|Gi)?")
+_SIZE_UNITS = {None: 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
+
+
+def _size(text: str) -> int:
+    """A size in bytes as Kubernetes quantities write one: `268435456`, `256Mi`, `1Gi`."""
+    found = _SIZE.fullmatch(text.strip())
+    if found is None or int(found[1]) < 1:
+        raise argparse.ArgumentTypeError(f"expected a size such as 256Mi (bytes, or Ki, Mi, Gi), got {text!r}")
+    return int(found[1]) * _SIZE_UNITS[found[2]]
 
 
 # A DNS subdomain as Kubernetes names one (RFC 1123): dot-separated lower-case labels.
@@ -224,6 +237,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     _cluster_domain_argument(run)
     run.add_argument(
+        "--slurm-max-answer-size",
+        type=_size,
+        default=_env("slurm-max-answer-size") or str(DEFAULT_MAX_ANSWER_BYTES),
+        metavar="SIZE",
+        help="the largest answer the operator reads from a cluster's slurmrestd (e.g. 512Mi); a larger one fails "
+        "that cluster's request, as an unreachable slurmrestd would, instead of filling the operator's memory. "
+        f"The largest is /jobs/, ~6.5 KB a job (default: {describe_size(DEFAULT_MAX_ANSWER_BYTES)}, 20,000 jobs "
+        "with room to spare)",
+    )
+    run.add_argument(
         "--graceful-shutdown-timeout",
         type=float,
         default=float(_env("graceful-shutdown-timeout", "30") or "30"),
@@ -331,6 +354,7 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
                 rsa_host_keys=args.ssh_rsa_host_keys,
                 node_lost_after=args.node_lost_after,
                 cluster_domain=args.cluster_domain,
+                slurm_max_answer_bytes=args.slurm_max_answer_size,
             )
         else:
             await register(manager)
@@ -409,6 +433,7 @@ def main(argv: Sequence[str] | None = None, *, register: Register | None = None)
             allow_host_path=args.allow_host_path,
             node_lost_after=args.node_lost_after,
             cluster_domain=args.cluster_domain,
+            slurm_max_answer_size=args.slurm_max_answer_size,
         ),
     )
     return asyncio.run(_run(args, register))

@@ -16,6 +16,7 @@ import yaml
 from slurmctl import __version__
 from slurmctl.cli import _parser, default_workers, main, manager_options
 from slurmctl.runtime.server import disabled, split_address
+from slurmctl.slurm import DEFAULT_MAX_ANSWER_BYTES
 
 
 def test_version_flag_prints_the_package_version() -> None:
@@ -208,6 +209,21 @@ def test_node_lost_after_is_60_seconds_unless_asked_for(
         with pytest.raises(SystemExit):
             _parser().parse_args(["run", "--node-lost-after", bad])
         assert "seconds" in capsys.readouterr().err
+
+
+def test_slurm_max_answer_size_is_256_mib_unless_asked_for(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("SLURMCTL_SLURM_MAX_ANSWER_SIZE", raising=False)
+    assert _parser().parse_args(["run"]).slurm_max_answer_size == 256 * 1024**2 == DEFAULT_MAX_ANSWER_BYTES
+    for text, size in (("512Mi", 512 * 1024**2), ("1Gi", 1024**3), ("64Ki", 65536), ("1000000", 1_000_000)):
+        assert _parser().parse_args(["run", f"--slurm-max-answer-size={text}"]).slurm_max_answer_size == size
+    monkeypatch.setenv("SLURMCTL_SLURM_MAX_ANSWER_SIZE", "300Mi")
+    assert _parser().parse_args(["run"]).slurm_max_answer_size == 300 * 1024**2
+    for bad in ("0", "-1Mi", "1.5Gi", "256MB", "big", ""):
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["run", f"--slurm-max-answer-size={bad}"])
+        assert "expected a size such as 256Mi" in capsys.readouterr().err
 
 
 def test_the_policy_flags_default_to_allowing_anything_and_take_lists() -> None:

@@ -43,6 +43,7 @@ from slurmctl.runtime.errors import rejection
 from slurmctl.runtime.handlers import Predicate
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.manager import ControllerBuilder
+from slurmctl.slurm import DEFAULT_MAX_ANSWER_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -219,12 +220,18 @@ class Context:
     host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
     node_lost_after: float = DEFAULT_NODE_LOST_AFTER  # seconds NotReady before a node is lost (0: never)
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the DNS domain Services are named in (--cluster-domain)
+    slurm_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES  # --slurm-max-answer-size, in bytes
     slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
     status: StatusWriter = field(init=False)  # every component's status goes through it
     admission: Admission = field(init=False)  # whether the API server admits a workload's pods
 
     def __post_init__(self) -> None:
-        self.slurm = SlurmAccess(self.manager.cache, clock=self.manager.clock, registry=self.manager.metrics.registry)
+        self.slurm = SlurmAccess(
+            self.manager.cache,
+            max_answer_bytes=self.slurm_max_answer_bytes,
+            clock=self.manager.clock,
+            registry=self.manager.metrics.registry,
+        )
         self.admission = Admission(self.manager.client, self.manager.clock)
         self.status = StatusWriter(self.manager)
         self.manager.add_runnable("status-writer", self.status.run)

@@ -59,6 +59,7 @@ from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES, HOST_KEY_TYPES
 from slurmctl.render.workers import FORMER_COMPONENTS
 from slurmctl.runtime import Event, Manager, all_of, any_of, generation_changed
 from slurmctl.runtime.handlers import enqueue_mapped
+from slurmctl.slurm import DEFAULT_MAX_ANSWER_BYTES
 
 
 def _accounting_enabled(cluster: SlurmCluster) -> bool:
@@ -125,13 +126,15 @@ async def register(
     rsa_host_keys: bool = False,
     node_lost_after: float = DEFAULT_NODE_LOST_AFTER,
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
+    slurm_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
 ) -> Context:
     """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
     manager's informers. `allow_host_path` is the operator's policy on hostPath volumes in specs (`policy`, when given,
     is its whole policy: api/v1 Policy); `rsa_host_keys`:
     new clusters get an RSA SSH host key besides ed25519 and ECDSA; `node_lost_after`: seconds a Kubernetes node
     stays NotReady before its workers are handled as lost (reconcilers/lost_nodes.py; 0: never); `cluster_domain`:
-    the kubelets' clusterDomain, in the DNS names Slurm pods search (meta.workers_domain)."""
+    the kubelets' clusterDomain, in the DNS names Slurm pods search (meta.workers_domain); `slurm_max_answer_bytes`:
+    the cap on each slurmrestd answer (slurm/answer.py)."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
     select_owned(manager, {kind for c in components for kind in c.owns})
@@ -145,6 +148,7 @@ async def register(
         host_key_types=host_key_types,
         node_lost_after=node_lost_after,
         cluster_domain=cluster_domain,
+        slurm_max_answer_bytes=slurm_max_answer_bytes,
     )
     for component in components:
         reconciler = ctx.reconcilers[component.name] = component.reconciler(ctx, component)

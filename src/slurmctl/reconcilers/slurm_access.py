@@ -30,6 +30,7 @@ from slurmctl.render.kinds import POD, SECRET
 from slurmctl.runtime.cache import Cache
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.slurm import (
+    DEFAULT_MAX_ANSWER_BYTES,
     AccountingKind,
     Job,
     Node,
@@ -96,19 +97,22 @@ def _of_deployment(pod: Mapping[str, Any], deployment: str) -> bool:
 
 class SlurmAccess:
     """One per operator: the HTTP session all clusters' clients share, each cluster's token source, and each
-    cluster's latest snapshot of Slurm."""
+    cluster's latest snapshot of Slurm. `max_answer_bytes` caps each answer from a slurmrestd (--slurm-max-answer-size):
+    one cluster's slurmrestd cannot run the operator, which serves them all, out of memory."""
 
     def __init__(
         self,
         cache: Cache,
         *,
         timeout: float = 10.0,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         connect: Connect | None = None,
         clock: Clock = REAL_CLOCK,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self._cache = cache
         self._timeout = timeout
+        self._max_answer_bytes = max_answer_bytes
         self._connect = connect
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
@@ -145,6 +149,7 @@ class SlurmAccess:
             token=token,
             user=TOKEN_USER,
             timeout=self._timeout,
+            max_answer_bytes=self._max_answer_bytes,
             on_request=None if metrics is None else lambda method, path: metrics.count(namespace, c, method, path),
         )
 

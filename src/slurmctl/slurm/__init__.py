@@ -3,8 +3,16 @@
 Sits beside the reconcilers (which import it) and knows nothing of Kubernetes, the API types or the renderers.
 """
 
+from .answer import DEFAULT_MAX_ANSWER_BYTES, describe_size
 from .client import ACCOUNTING_KINDS, API_VERSION, DEFAULT_TIMEOUT, AccountingKind, SlurmClient
-from .errors import SlurmApiError, SlurmAuthError, SlurmError, SlurmProtocolError, SlurmUnavailable
+from .errors import (
+    SlurmAnswerTooLargeError,
+    SlurmApiError,
+    SlurmAuthError,
+    SlurmError,
+    SlurmProtocolError,
+    SlurmUnavailable,
+)
 from .hostlist import HostlistError, expand
 from .models import ExitCode, Job, Node, Partition
 from .session import new_session
@@ -14,6 +22,7 @@ __all__ = [
     "ACCOUNTING_KINDS",
     "API_VERSION",
     "DEFAULT_LIFETIME",
+    "DEFAULT_MAX_ANSWER_BYTES",
     "DEFAULT_TIMEOUT",
     "AccountingKind",
     "ExitCode",
@@ -21,6 +30,7 @@ __all__ = [
     "Job",
     "Node",
     "Partition",
+    "SlurmAnswerTooLargeError",
     "SlurmApiError",
     "SlurmAuthError",
     "SlurmClient",
@@ -28,6 +38,7 @@ __all__ = [
     "SlurmProtocolError",
     "SlurmUnavailable",
     "TokenSource",
+    "describe_size",
     "expand",
     "mint_token",
     "new_session",

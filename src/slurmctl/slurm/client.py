@@ -10,6 +10,8 @@ slurmrestd's rest_auth/jwt passes on to slurmctld. How an answer is classified (
   `SlurmUnavailable`; any other errors[] -> `SlurmApiError`
 - 5xx without a Slurm error body -> `SlurmUnavailable`; another non-2xx without one, a body that is not JSON, or JSON
   of the wrong shape -> `SlurmProtocolError`
+- an answer larger than `max_answer_bytes` (whatever its status) -> `SlurmAnswerTooLargeError`, a
+  `SlurmProtocolError`; the read stops at the cap (slurm/answer.py)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from urllib.parse import quote
 import aiohttp
 import msgspec
 
+from .answer import DEFAULT_MAX_ANSWER_BYTES, read_answer
 from .errors import SlurmApiError, SlurmAuthError, SlurmError, SlurmProtocolError, SlurmUnavailable, one_line
 from .models import (
     Job,
@@ -57,6 +60,7 @@ _UNREACHABLE_ERRNO_RANGES = (range(1000, 1100), range(1800, 1900))  # SLURM_COMM
 _HOSTLIST_CHARACTERS = frozenset("[],") | frozenset(" \t\n")
 
 _W = TypeVar("_W", bound=WireEnvelope)
+Body = bytes | bytearray  # an answer's body: read into a bytearray (slurm/answer.py), decoded in place
 
 # Query flags. Passing any replaces slurmrestd's defaults, which is how 24.11 behaves (checked against it): without
 # MIXED a node with some CPUs allocated reads ALLOCATED. They repeat ("ALL,FUTURE" in one value is refused). ALL
@@ -97,7 +101,8 @@ def _check_names(names: Sequence[str]) -> list[str]:
 class SlurmClient:
     """slurmrestd's API as the operator uses it. `token` is called before every request (a `TokenSource`), `user` is
     the Slurm user the token was minted for; `timeout` (seconds) bounds each call from connect to the last byte;
-    `on_request(method, path)` is told of every request sent (the operator counts them)."""
+    `max_answer_bytes` caps each answer's body (slurm/answer.py); `on_request(method, path)` is told of every request
+    sent (the operator counts them)."""
 
     def __init__(
         self,
@@ -107,15 +112,19 @@ class SlurmClient:
         token: Callable[[], str],
         user: str = "slurm",
         timeout: float = DEFAULT_TIMEOUT,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         on_request: Callable[[str, str], None] | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
+        if max_answer_bytes < 1:
+            raise ValueError(f"max_answer_bytes must be positive, got {max_answer_bytes}")
         self._session = session
         self.base_url = base_url.rstrip("/")
         self._token = token
         self.user = user
         self.timeout = timeout
+        self.max_answer_bytes = max_answer_bytes
         self._on_request = on_request
 
     def __repr__(self) -> str:
@@ -247,8 +256,9 @@ class SlurmClient:
         body: dict[str, Any] | None = None,
         query: Query | None = None,
         plugin: str = "slurm",
-    ) -> tuple[int, str, bytes]:
-        """One request under the deadline: the answer's status, reason and body, not yet classified."""
+    ) -> tuple[int, str, bytearray]:
+        """One request under the deadline: the answer's status, reason and body (at most `max_answer_bytes`), not yet
+        classified."""
         full_path = self._path(path, plugin)
         where = f"slurmrestd {method} {full_path}"
         try:
@@ -269,7 +279,8 @@ class SlurmClient:
                     headers=headers,
                     timeout=aiohttp.ClientTimeout(total=self.timeout),
                 ) as resp:
-                    status, reason, raw = resp.status, resp.reason or "", await resp.read()
+                    raw = await read_answer(resp, where=where, limit=self.max_answer_bytes)
+                    status, reason = resp.status, resp.reason or ""
         except TimeoutError:
             raise SlurmUnavailable(f"{where}: no answer from {self.base_url} within {self.timeout:g}s") from None
         except (aiohttp.ClientError, OSError) as exc:
@@ -289,7 +300,7 @@ def _decoder(model: type[_W]) -> msgspec.json.Decoder[_W]:
     return msgspec.json.Decoder(model, dec_hook=decode_hook)
 
 
-def _decoded(where: str, model: type[_W], *, status: int, reason: str, raw: bytes) -> _W:
+def _decoded(where: str, model: type[_W], *, status: int, reason: str, raw: Body) -> _W:
     """The answer as `model`, else the `SlurmError` that `_classify` and `_validated` make of it.
 
     A success is decoded straight from the bytes into `model` (msgspec): the fields the model does not declare (most
@@ -321,7 +332,7 @@ def _describe_connection_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
 
 
-def _classify(where: str, *, status: int, reason: str, raw: bytes) -> dict[str, Any]:
+def _classify(where: str, *, status: int, reason: str, raw: Body) -> dict[str, Any]:
     """The answer's JSON object when it is a success, else the matching `SlurmError`."""
     data: Any = None
     try:

@@ -3,7 +3,8 @@
 Every `SlurmError` renders as one line (no newline, bounded length) so that `str(error)` can go straight into a
 Kubernetes condition message or a log line. The classes say what a caller should do: `SlurmUnavailable` is worth a
 retry, `SlurmAuthError` needs the key or the user fixed, `SlurmApiError` is Slurm refusing this request, and
-`SlurmProtocolError` means the answer was not what this client understands (wrong version, a proxy in the way).
+`SlurmProtocolError` means the answer was not what this client understands (wrong version, a proxy in the way), and
+its `SlurmAnswerTooLargeError` an answer over the operator's cap in bytes.
 """
 
 from __future__ import annotations
@@ -47,3 +48,13 @@ class SlurmApiError(SlurmError):
 
 class SlurmProtocolError(SlurmError):
     """An answer this client cannot use: not JSON, or JSON of the wrong shape (missing or mistyped fields)."""
+
+
+class SlurmAnswerTooLargeError(SlurmProtocolError):
+    """slurmrestd's answer is larger than the operator reads (`limit` bytes, slurm/answer.py): reading stopped there,
+    so that one broken or hostile slurmrestd cannot run the operator that serves every cluster out of memory.
+    Retrying helps only once the answer shrinks (fewer jobs kept) or the cap is raised."""
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit

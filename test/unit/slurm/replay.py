@@ -1,7 +1,9 @@
-"""An aiohttp server that answers like slurmrestd did: recorded answers from recorded/*.json, or hand-made bad ones."""
+"""An aiohttp server that answers like slurmrestd did: recorded answers from recorded/*.json, or hand-made bad ones
+(`streaming`: an answer of any size, 1 GiB included, made on the fly)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -15,6 +17,8 @@ from aiohttp.test_utils import TestServer
 RECORDED = Path(__file__).resolve().parent / "recorded"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+GIB = 1024**3
+CHUNK = 64 * 1024
 
 
 def recording(name: str) -> dict[str, Any]:
@@ -76,3 +80,44 @@ async def serve(routes: dict[tuple[str, str], Handler]) -> AsyncIterator[tuple[s
         yield str(server.make_url("")).rstrip("/"), seen
     finally:
         await server.close()
+
+
+@dataclass
+class Streamed:
+    """What the stand-in did in its last answer: the bytes it wrote, and whether its handler has ended."""
+
+    sent: int = 0
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def streaming(size: int, *, prefix: bytes = b"", content_length: bool) -> tuple[Streamed, Handler]:
+    """A handler answering `prefix` then spaces (JSON's own padding) up to `size` bytes, written one reused chunk at a
+    time and never held whole; with a Content-Length, or chunked without one. It stops when the client disconnects."""
+    streamed = Streamed()
+    filler = b" " * CHUNK
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        if content_length:
+            resp.content_length = size
+        else:
+            resp.enable_chunked_encoding()
+        streamed.sent = 0
+        streamed.ended.clear()
+        try:
+            await resp.prepare(request)
+            if prefix:
+                await resp.write(prefix)
+                streamed.sent += len(prefix)
+            while streamed.sent < size:
+                piece = filler[: min(CHUNK, size - streamed.sent)]
+                await resp.write(piece)
+                streamed.sent += len(piece)
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the client stopped reading and closed the connection
+        finally:
+            streamed.ended.set()
+        return resp
+
+    return streamed, handler
