@@ -10,13 +10,20 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: setup run test test-other-line test-oldest-kube oldest-kube-build lint unit e2e manifests plugin plugin-lint images images-lint bench \
+.PHONY: setup lock run test test-other-line test-oldest-kube oldest-kube-build lint unit e2e manifests plugin plugin-lint images images-lint bench \
         cluster-build cluster-up cluster-down cluster-status clean
 
-$(STAMP): pyproject.toml hack/setup.sh hack/helm.sh hack/deps/helm
+$(STAMP): pyproject.toml requirements/dev.lock hack/setup.sh hack/helm.sh hack/deps/helm
 	hack/setup.sh "$(VENV)"
 
 setup: $(STAMP)
+
+# The Python packages come from requirements/*.lock (pinned, with hashes), made from pyproject.toml's ranges by uv:
+# run after changing pyproject.toml's requirements. LOCK_ARGS="--upgrade-package NAME" (or --upgrade) moves pins
+# that pyproject.toml's change does not force (docs/testing.md).
+LOCK_ARGS ?=
+lock: setup
+	$(BIN)/python hack/lock.py update $(LOCK_ARGS)
 
 # The embedded cluster: control plane (hack/control-plane.sh) + real nodes (hack/node.sh) in .cluster/; NODES=3 runs
 # three kubelets (each with its own containerd) on this machine.
@@ -71,9 +78,10 @@ e2e: setup cluster-build oldest-kube-build images
 	OLDEST_KUBE_VERSION=$(OLDEST_KUBE_VERSION) $(BIN)/pytest test/e2e $(XDIST) $(PYTEST_ARGS)
 
 lint: setup
+	$(BIN)/python hack/lock.py check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy src
+	$(BIN)/mypy src hack/lock.py
 	$(BIN)/lint-imports
 	hack/helm.sh run lint --strict charts/slurmctl
 	hack/helm.sh run lint --strict charts/slurmctl --set rbac.namespaced=true --set 'watchNamespaces={team-a,team-b}'

@@ -256,29 +256,29 @@ ensure_base() {
 # --- the operator's wheels ---------------------------------------------------------------------------------------
 
 # The operator image installs slurmctl's dependencies from wheels downloaded here, with this machine's pip and its
-# configuration (index, proxy, CA): the image build itself needs no network access and no index. The wheelhouse
-# (build/operator-wheels, in the build context) is fetched again only when pyproject.toml or the target changes.
+# configuration (index, proxy, CA): the image build itself needs no network access and no index. They are
+# requirements/operator.lock's (`make lock`: pyproject.toml's runtime requirements and build backend at the versions
+# the tests ran, each file's hash checked here and again by the image's `pip install --require-hashes`). The wheelhouse
+# (build/operator-wheels, in the build context) is fetched again only when the lock or the target changes.
 OPERATOR_WHEELS=build/operator-wheels
+OPERATOR_LOCK=requirements/operator.lock
 OPERATOR_PYTHON_VERSION=3.13
 WHEEL_PLATFORMS=(manylinux1_x86_64 manylinux2010_x86_64 manylinux2014_x86_64)
 for _glibc in 5 12 17 24 26 27 28 31 32 33 34 35 36 37 38 39 40 41; do WHEEL_PLATFORMS+=("manylinux_2_${_glibc}_x86_64"); done
 
 ensure_operator_wheels() {
-    local key deps=() plat=() p t0
-    key=$({ echo "wheels 1 $OPERATOR_PYTHON_VERSION ${WHEEL_PLATFORMS[*]}"; cat pyproject.toml; } | sha256sum | cut -c1-16)
+    local key plat=() p t0
+    key=$({ echo "wheels 2 $OPERATOR_PYTHON_VERSION ${WHEEL_PLATFORMS[*]}"; cat "$OPERATOR_LOCK"; } | sha256sum | cut -c1-16)
     [ "$(cat "$OPERATOR_WHEELS/.key" 2>/dev/null)" = "$key" ] && return 0
     command -v "$PYTHON" >/dev/null 2>&1 || die "no $PYTHON to download the operator's wheels with (run make setup)"
-    mapfile -t deps < <("$PYTHON" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' pyproject.toml)
-    [ ${#deps[@]} -gt 0 ] || die "no dependencies found in pyproject.toml"
     for p in "${WHEEL_PLATFORMS[@]}"; do plat+=(--platform "$p"); done
-    log "operator: downloading wheels for Python $OPERATOR_PYTHON_VERSION into $OPERATOR_WHEELS ..."
+    log "operator: downloading wheels for Python $OPERATOR_PYTHON_VERSION ($OPERATOR_LOCK) into $OPERATOR_WHEELS ..."
     t0=$(now)
     rm -rf "$OPERATOR_WHEELS"
     mkdir -p "$OPERATOR_WHEELS"
-    # setuptools and wheel: the build backend that installing /src in the image needs (pyproject's build-system).
     run_step "operator wheels" "$LOGS/operator-wheels.log" "$PYTHON" -m pip download --disable-pip-version-check \
-        --dest "$OPERATOR_WHEELS" --only-binary=:all: --python-version "$OPERATOR_PYTHON_VERSION" \
-        --implementation cp "${plat[@]}" "setuptools>=77" wheel "${deps[@]}"
+        --dest "$OPERATOR_WHEELS" --require-hashes --only-binary=:all: --python-version "$OPERATOR_PYTHON_VERSION" \
+        --implementation cp "${plat[@]}" -r "$OPERATOR_LOCK"
     printf '%s\n' "$key" >"$OPERATOR_WHEELS/.key"
     log "operator: $(find "$OPERATOR_WHEELS" -name '*.whl' | wc -l) wheels in $(since "$t0") s"
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create the project's virtual environment and install slurmctl with its dev extras. Works on a fresh Debian 12
-# (where venv and pip come from apt) and on machines whose python3 already has them.
+# Create the project's virtual environment and install slurmctl with its dev extras (from requirements/dev.lock). Works
+# on a fresh Debian 12 (where venv and pip come from apt) and on machines whose python3 already has them.
 set -euo pipefail
 VENV=${1:-.venv}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -61,7 +61,10 @@ if [ ! -x "$VENV/bin/python" ]; then
     log "creating $VENV"
     "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-log "installing slurmctl and its dev dependencies into $VENV"
-"$VENV/bin/python" -m pip install --quiet -e '.[dev]'
+# Every package at the version and with the hashes of requirements/dev.lock (`make lock` makes it from pyproject.toml;
+# `make lint` fails when it drifted), pip, setuptools and wheel included; then slurmctl itself, built with those
+# (no build isolation, which would fetch an unpinned setuptools) and without resolving anything more.
+log "installing requirements/dev.lock and slurmctl into $VENV"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements/dev.lock
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 touch "$VENV/.installed"
