@@ -102,11 +102,14 @@ class Kube:
 
     def slurm_state(self) -> str:
         """What Slurm says now and what its daemons said last, for a failed test's report: where the pods run,
-        `sinfo -R`, every job, which controller answers and the topology it uses (through each login pod), and the last
-        lines of every slurmctld and slurmd log in the namespace."""
+        `sinfo -R`, every node's state (COMPLETING too), every job, which controller answers and the topology it uses
+        (through each login pod), and the last lines of every slurmctld and slurmd log in the namespace."""
         out = [self.run("get", "pods", "-o", "wide", check=False)]
         for pod in self.pods("app.kubernetes.io/component=login"):
-            name, command = pod["metadata"]["name"], "sinfo -R; squeue -a -t all; scontrol ping; scontrol show topology"
+            name, command = (
+                pod["metadata"]["name"],
+                ("sinfo -R; sinfo -N -o '%N %T %E'; squeue -a -t all; scontrol ping; scontrol show topology"),
+            )
             found = self.cp.kubectl("-n", self.ns, "exec", name, "-c", "sshd", "--", "sh", "-c", command, check=False)
             out.append(f"--- {name}: {command}\n{found.stdout}{found.stderr}")
         for component, container in (("controller", "slurmctld"), ("workers", "slurmd")):

@@ -23,7 +23,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ USABLE_WITHIN = 90
 class Fleet:
     node: Node
     kube: Kube
+    srun_said: list[str] = field(default_factory=list)  # the last lines of the last refused `srun -N3`
 
     def login(self, *command: str, timeout: float = 120) -> str:
         return self.kube.exec(LOGIN_POD, LOGIN, *command, timeout=timeout)
@@ -135,12 +136,22 @@ class Fleet:
         until(self.configs_installed, timeout=180, interval=3, what="every Slurm daemon on the current configs")
 
     def srun_all(self) -> set[str]:
-        """The hosts `srun -N3` ran on; empty when it could not run (within 60 s)."""
+        """The hosts `srun -N3` ran on; empty when it could not run (within 60 s), what it said kept for the report."""
         try:
             out = self.in_jail("srun -N3 --immediate=60 hostname", timeout=90)
-        except AssertionError:
+        except AssertionError as exc:
+            self.srun_said = str(exc).strip().splitlines()[-3:]
             return set()
         return set(out.split())
+
+    def until_srun_all(self, what: str, *, timeout: float = USABLE_WITHIN) -> None:
+        """`srun -N3` runs on the three workers within `timeout` s; a timeout says what the last refused srun said
+        (a node not responding, a topology refusal, nodes still completing: each points at another cause)."""
+        self.srun_said = []
+        try:
+            until(lambda: len(self.srun_all()) == 3, timeout=timeout, interval=3, what=what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the last srun said: {' | '.join(self.srun_said)}") from None
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +192,7 @@ def fleet(node: Node, nodes: list[str], kube: Kube, operator: Path) -> Iterator[
     kube.apply(objects)
     kube.until_available(NAME, operator, timeout=600)
     f = Fleet(node, kube)
-    until(lambda: len(f.srun_all()) == 3, timeout=180, interval=3, what="srun -N3 on the three workers")
+    f.until_srun_all("srun -N3 on the three workers", timeout=180)
     yield f
 
 
@@ -365,7 +376,7 @@ def test_the_standby_takes_control_when_the_primary_s_node_crashes(fleet: Fleet)
     # done: the worker's config follower registers it again once Slurm says it does not know it (every 30 s), and
     # the primary's follower rebuilds the topology for a node it did not know at its last build (CI runs 39 and the
     # fresh-machine run of 4b138db: a worker known but in no switch for good, `srun -N3` refused for 300 s).
-    until(lambda: len(fleet.srun_all()) == 3, timeout=USABLE_WITHIN, interval=3, what="srun -N3 on the three workers")
+    fleet.until_srun_all("srun -N3 on the three workers")
     print(f"srun -N3 on the three workers {time.monotonic() - t0 - back_s:.0f}s after the primary was back")
 
 
@@ -432,7 +443,7 @@ def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet
         state = until(requeued, timeout=60, what=f"job {job} requeued")
         print(f"the job on {victim}: JobState={state.get('JobState')} Restarts={state.get('Restarts')}")
         fleet.login("scancel", job)
-        until(lambda: len(fleet.srun_all()) == 3, timeout=USABLE_WITHIN, interval=3, what="srun -N3 working again")
+        fleet.until_srun_all("srun -N3 working again")
         figures["srun -N3 works again"] = time.monotonic() - t0
         print(f"node {lost_node} lost: " + ", ".join(f"{k} {v:.0f}s" for k, v in figures.items()))
     # Back: its kubelet finds the old pods gone from the API and starts nothing of them. One Slurm node per worker,
@@ -447,9 +458,7 @@ def test_a_lost_node_is_drained_its_pods_move_and_slurm_works_again(fleet: Fleet
     # Waited for, not asserted at once: the moves changed the topology, and a job ending while a slurmd reconfigures
     # for it can hold its node COMPLETING for up to two minutes (docs/operations.md "What a reconfigure can delay";
     # seen in CI: the last `srun -N3` of the loss took 77 s to complete).
-    until(
-        lambda: len(fleet.srun_all()) == 3, timeout=USABLE_WITHIN, interval=3, what="srun -N3 after the node's return"
-    )
+    fleet.until_srun_all("srun -N3 after the node's return")
 
 
 @pytest.mark.timeout(480)
