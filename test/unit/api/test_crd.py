@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 
 from slurmctl.api.v1 import SlurmClusterSpec, SlurmClusterStatus, check_cluster, crd
 from slurmctl.api.v1.types import QUANTITY_PATTERN
+from test.loose_modules import load_module
 from test.unit.api.helpers import REPO, apply_defaults, openapi_schema, sample_clusters, schema_nodes, spec_schema
 
 CRD_FILE = REPO / "config" / "crd" / "bases" / "slurm.slurmctl.io_slurmclusters.yaml"
@@ -26,11 +26,7 @@ PASSTHROUGH = {
 
 
 def _gen_crd_module() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_crd", REPO / "hack" / "gen_crd.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(REPO / "hack" / "gen_crd.py")
 
 
 def test_checked_in_crd_equals_a_fresh_generation() -> None:

@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
+from test.loose_modules import REPO, load_module
 
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dns_watcher", REPO / "hack" / "dns_watcher.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["dns_watcher"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-dw = load()
+dw = load_module(REPO / "hack" / "dns_watcher.py")
 
 
 def pod(ns: str, name: str, ip: str | None, hostname: str = "", subdomain: str = "", phase: str = "Running") -> Any:

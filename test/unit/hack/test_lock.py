@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from test.loose_modules import REPO, load_module
 
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lock", REPO / "hack" / "lock.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lock"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-lock = load()
+lock = load_module(REPO / "hack" / "lock.py")
 
 
 @pytest.fixture

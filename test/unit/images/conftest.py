@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -20,16 +17,6 @@ SCRIPTS = ROOT / "images" / "scripts"
 # The scripts need root (chown, mount); this project's machines run tests as root.
 if os.geteuid() != 0:
     pytest.exit("the images tests need root (they chown, mount and unshare)", returncode=2)
-
-
-def load_module(path: Path) -> ModuleType:
-    """A Python file that is not in a package (hack/*.py, images/scripts/*.py), imported under its file name."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_script(

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from test.unit.images.conftest import ROOT, load_module
+from test.loose_modules import load_module
+from test.unit.images.conftest import ROOT
 
 ik = load_module(ROOT / "hack" / "image_key.py")
 

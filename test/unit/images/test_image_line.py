@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from test.unit.images.conftest import ROOT, load_module
+from test.loose_modules import load_module
+from test.unit.images.conftest import ROOT
 
 il = load_module(ROOT / "hack" / "image_line.py")
 PINS_2605 = ROOT / "images" / "lines" / "26.05.pins"

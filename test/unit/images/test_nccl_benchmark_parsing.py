@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from types import ModuleType
 
 import pytest
 
+from test.loose_modules import load_module
 from test.unit.images.conftest import SCRIPTS
 
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nccl_benchmark", SCRIPTS / "nccl_benchmark.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nccl_benchmark"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-nb = load()
+nb = load_module(SCRIPTS / "nccl_benchmark.py")
 
 # The tail of a real 16-GPU all_reduce_perf run (nccl-tests' own format, trailing blank included).
 REAL_TAIL = """\
