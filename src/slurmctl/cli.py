@@ -22,7 +22,7 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from slurmctl import __version__, reconcilers
-from slurmctl.api.v1 import KIND, Policy, check_cluster
+from slurmctl.api.v1 import KIND, Policy, check_cluster, parse_quantity
 from slurmctl.reconcilers.base import Context
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.render import rbac
@@ -84,16 +84,16 @@ def _seconds(text: str) -> float:
     return value
 
 
-_SIZE = re.compile(r"([0-9]+)(Ki|Mi|Gi)?")
-_SIZE_UNITS = {None: 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
-
-
 def _size(text: str) -> int:
-    """A size in bytes as Kubernetes quantities write one: `268435456`, `256Mi`, `1Gi`."""
-    found = _SIZE.fullmatch(text.strip())
-    if found is None or int(found[1]) < 1:
-        raise argparse.ArgumentTypeError(f"expected a size such as 256Mi (bytes, or Ki, Mi, Gi), got {text!r}")
-    return int(found[1]) * _SIZE_UNITS[found[2]]
+    """A size in bytes, written as a Kubernetes quantity (`268435456`, `256Mi`, `1Gi`): a whole number of bytes, at
+    least one."""
+    try:
+        value = parse_quantity(text.strip())
+    except ValueError:
+        value = None
+    if value is None or value < 1 or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"expected a size such as 256Mi (a quantity of whole bytes), got {text!r}")
+    return int(value)
 
 
 # A DNS subdomain as Kubernetes names one (RFC 1123): dot-separated lower-case labels.

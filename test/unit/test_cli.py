@@ -220,7 +220,8 @@ def test_slurm_max_answer_size_is_256_mib_unless_asked_for(
         assert _parser().parse_args(["run", f"--slurm-max-answer-size={text}"]).slurm_max_answer_size == size
     monkeypatch.setenv("SLURMCTL_SLURM_MAX_ANSWER_SIZE", "300Mi")
     assert _parser().parse_args(["run"]).slurm_max_answer_size == 300 * 1024**2
-    for bad in ("0", "-1Mi", "1.5Gi", "256MB", "big", ""):
+    assert _parser().parse_args(["run", "--slurm-max-answer-size=1.5Gi"]).slurm_max_answer_size == 3 * 512 * 1024**2
+    for bad in ("0", "-1Mi", "1.5", "0.1Ki", "256MB", "big", ""):
         with pytest.raises(SystemExit):
             _parser().parse_args(["run", f"--slurm-max-answer-size={bad}"])
         assert "expected a size such as 256Mi" in capsys.readouterr().err
