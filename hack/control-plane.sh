@@ -159,16 +159,19 @@ all_running() {
 }
 
 wait_ready() {
-    local url=$1 token=$2 deadline=$((SECONDS + READY_TIMEOUT))
+    local url=$1 token=$2 start=$SECONDS deadline=$((SECONDS + READY_TIMEOUT)) why
+    why="not ready at $url within ${READY_TIMEOUT}s"
     while [ $SECONDS -lt $deadline ]; do
         if curl -fsk --max-time 2 -H "Authorization: Bearer $token" "$url/readyz" >/dev/null 2>&1; then
             return 0
         fi
-        pid_alive "$(cat "$STATE/pids/kube-apiserver")" kube-apiserver || break
+        pid_alive "$(cat "$STATE/pids/kube-apiserver")" kube-apiserver || {
+            why="exited after $((SECONDS - start))s, before it was ready at $url"
+            break
+        }
         sleep 0.5
     done
-    printf 'control-plane: error: kube-apiserver not ready at %s within %ss; last lines of its log:\n' \
-        "$url" "$READY_TIMEOUT" >&2
+    printf 'control-plane: error: kube-apiserver %s; last lines of its log:\n' "$why" >&2
     tail -n 25 "$STATE/logs/kube-apiserver.log" | sed 's/^/    | /' >&2
     if ! running etcd; then
         printf 'control-plane: etcd is not running; last lines of its log:\n' >&2

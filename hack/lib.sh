@@ -165,12 +165,22 @@ running() {
 }
 
 # start_bg NAME CMD...: start a daemon in its own session, output in $STATE/logs/NAME.log, PID in $STATE/pids/NAME.
+# It returns once the PID has left this shell for setsid (or is gone): until that exec its command line is this
+# script's, so a `running`/pid_alive check right after the start, on a loaded machine, called a starting daemon dead
+# (CI: "kube-apiserver not ready", with an empty log, a few milliseconds after its start).
 start_bg() {
-    local name=$1
+    local name=$1 pid shell exe _
     shift
     mkdir -p "$STATE/pids" "$STATE/logs"
     setsid "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
-    echo $! >"$STATE/pids/$name"
+    pid=$!
+    echo "$pid" >"$STATE/pids/$name"
+    shell=$(readlink "/proc/$$/exe")
+    for _ in $(seq 1 200); do
+        exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 0
+        [ "$exe" = "$shell" ] || return 0
+        sleep 0.05
+    done
 }
 
 # stop_pid NAME [MATCH]: TERM the recorded daemon, KILL it after 10 s, and forget it.

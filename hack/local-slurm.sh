@@ -404,8 +404,8 @@ show_logs_and_fail() {
 
 # wait_for WHAT CMD...: until CMD succeeds, failing early when a started daemon is gone. CMD runs in a subshell: a
 # probe that dies (in_instance before munged is up) must not end this script silently. A daemon counts as gone when
-# its PID is: right after start_bg the PID still runs this script on its way to exec the daemon, so its command line
-# does not name the daemon yet (pid_alive would call a daemon that is starting dead).
+# its PID is: on its way through setsid and this script's `run` to the daemon, its command line does not always name
+# the daemon (pid_alive would call a daemon that is starting dead).
 wait_for() {
     local what=$1 deadline=$((SECONDS + READY_TIMEOUT))
     shift
