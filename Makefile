@@ -84,7 +84,8 @@ lint: setup
 	$(BIN)/mypy src hack/lock.py
 	$(BIN)/lint-imports
 	hack/helm.sh run lint --strict charts/slurmctl
-	hack/helm.sh run lint --strict charts/slurmctl --set rbac.namespaced=true --set 'watchNamespaces={team-a,team-b}'
+	hack/helm.sh run lint --strict charts/slurmctl --set 'watchNamespaces={team-a,team-b}' --set rbac.nodeCordon=true
+	hack/helm.sh run lint --strict charts/slurmctl --set rbac.namespaced=false --set-json 'watchNamespaces=[]'
 	@if [ -x hack/plugin-lint.sh ]; then hack/plugin-lint.sh; fi
 	@if [ -x hack/images-lint.sh ]; then PATH="$(CURDIR)/$(BIN):$$PATH" hack/images-lint.sh; fi
 

@@ -270,14 +270,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     _cluster_domain_argument(render)
     rbac = sub.add_parser(
-        "rbac", help="print the Roles and RoleBindings of the namespaced mode (and the ClusterRole on Nodes)"
+        "rbac", help="print the RBAC objects an operator started with the same flags needs (to apply as an admin)"
     )
     rbac.add_argument(
         "--watch-namespace",
         required=True,
         type=_namespaces,
         metavar="NS[,NS...]",
-        help="the namespaces the operator will watch (the same list as `run --watch-namespace`)",
+        help="the namespaces the operator will watch (the same list as `run --watch-namespace`): a Role in each; "
+        "empty (--watch-namespace=): the cluster-wide opt-in, a ClusterRole",
+    )
+    rbac.add_argument(
+        "--allow-node-cordon",
+        action="store_true",
+        help="also the ClusterRole to cordon Nodes, for an operator started with --allow-node-cordon",
     )
     rbac.add_argument("--service-account", default="slurmctl-operator", help="the operator's ServiceAccount")
     rbac.add_argument("--service-account-namespace", default="slurmctl-system", help="its namespace")
@@ -413,11 +419,8 @@ def main(argv: Sequence[str] | None = None, *, register: Register | None = None)
             cluster_domain=args.cluster_domain,
         )
     if args.command == "rbac":
-        objects = rbac.namespaced(
-            args.watch_namespace,
-            service_account=args.service_account,
-            service_account_namespace=args.service_account_namespace,
-        )
+        who = rbac.Grantee(args.service_account, args.service_account_namespace)
+        objects = rbac.for_install(args.watch_namespace, who, cordon=args.allow_node_cordon)
         sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
         return 0
     if args.command != "run":

@@ -22,7 +22,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
 from test.e2e.harness import REPO, ControlPlane, control_plane_script
-from test.e2e.operator import RunningOperator, service_account_kubeconfig
+from test.e2e.operator import RunningOperator, e2e_operator_kubeconfig
 from test.nodeids import kube_id
 
 TIMEOUT = 10
@@ -140,7 +140,8 @@ def installed(control_plane: ControlPlane) -> ControlPlane:
 
 @pytest.fixture(scope="session")
 def operator_kubeconfig(installed: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return service_account_kubeconfig(installed, tmp_path_factory.mktemp("operator") / "kubeconfig")
+    """The in-process operators' account: every namespace (the tests make one each), by the admin's opt-in."""
+    return e2e_operator_kubeconfig(installed, tmp_path_factory.mktemp("operator") / "kubeconfig")
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""Run the operator in-process against the real control plane, authenticated as its own ServiceAccount, so every
-request it makes is checked against the RBAC in config/rbac (an admin client would hide a missing rule)."""
+"""Run the operator in-process against the real control plane, authenticated as a ServiceAccount, so every request it
+makes is checked against the RBAC that src/slurmctl/render/rbac.py declares (an admin client would hide a missing
+rule)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,17 @@ from kubernetes_asyncio import client, config
 from prometheus_client import REGISTRY
 
 from slurmctl.reconcilers import register
+from slurmctl.render import rbac
 from slurmctl.runtime import Client, Manager, ManagerOptions
 from test.e2e.apiserver_metrics import Counts, writes
 from test.e2e.harness import ControlPlane, eventually
 
 NAMESPACE = "slurmctl-system"
 SERVICE_ACCOUNT = "slurmctl-operator"
+# The in-process operators of the tests: a ServiceAccount of their own with the cluster admin's opt-ins (every
+# namespace, node cordon) as `slurmctl rbac --watch-namespace= --allow-node-cordon` prints them, so that the tests
+# may make a namespace each, and the installed operator's account keeps exactly what its install grants.
+E2E_SERVICE_ACCOUNT = "slurmctl-e2e-operator"
 
 
 def service_account_kubeconfig(
@@ -47,6 +53,19 @@ def service_account_kubeconfig(
     path.write_text(yaml.safe_dump(kubeconfig))
     path.chmod(0o600)
     return path
+
+
+def e2e_operator_kubeconfig(cp: ControlPlane, path: Path) -> Path:
+    """`service_account_kubeconfig` for E2E_SERVICE_ACCOUNT, granted the admin's opt-ins (idempotent)."""
+    who = rbac.Grantee(service_account=E2E_SERVICE_ACCOUNT, namespace=NAMESPACE, name=E2E_SERVICE_ACCOUNT)
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": who.service_account, "namespace": NAMESPACE},
+    }
+    objects = [account, *rbac.for_install([], who, cordon=True)]
+    cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
+    return service_account_kubeconfig(cp, path, service_account=E2E_SERVICE_ACCOUNT)
 
 
 class RunningOperator:

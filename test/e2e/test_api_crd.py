@@ -52,7 +52,8 @@ async def test_default_kustomization_installs_everything(installed: ControlPlane
     )
     assert deployment.spec.template.spec.service_account_name == "slurmctl-operator"
     rbac = client.RbacAuthorizationV1Api(api)
-    await rbac.read_cluster_role("slurmctl-operator", _request_timeout=TIMEOUT)
+    await rbac.read_namespaced_role("slurmctl-operator", "default", _request_timeout=TIMEOUT)
+    await rbac.read_cluster_role("slurmctl-operator-cluster-scoped", _request_timeout=TIMEOUT)
     await rbac.read_namespaced_role("slurmctl-leader-election", "slurmctl-system", _request_timeout=TIMEOUT)
     # A second apply changes nothing, as a GitOps tool re-applying the same tree would expect.
     installed.kubectl("apply", "--server-side", "-k", str(REPO / "config" / "default"))

@@ -30,7 +30,13 @@ from slurmctl.cli import main as slurmctl
 from slurmctl.render import rbac
 from test.e2e.clusters import GROUP, NAME, PLURAL, VERSION, Cluster, spec
 from test.e2e.harness import REPO, ControlPlane, control_plane_script, eventually
-from test.e2e.operator import NAMESPACE, SERVICE_ACCOUNT, RunningOperator, service_account_kubeconfig
+from test.e2e.operator import (
+    NAMESPACE,
+    SERVICE_ACCOUNT,
+    RunningOperator,
+    e2e_operator_kubeconfig,
+    service_account_kubeconfig,
+)
 
 pytestmark = pytest.mark.e2e
 T = 10
@@ -240,7 +246,7 @@ async def test_apiserver_outages_cost_a_few_warning_lines_no_traceback_and_the_c
 ) -> None:
     caplog.set_level(logging.INFO, logger="slurmctl")
     namespace = await new_namespace(own_api, "outage")
-    kubeconfig = service_account_kubeconfig(own, tmp_path / "kubeconfig")
+    kubeconfig = e2e_operator_kubeconfig(own, tmp_path / "kubeconfig")
     operator = await RunningOperator(kubeconfig, resync_period=1.0).start()
     cluster = Cluster(own_api, namespace)
     per_outage: list[tuple[int, int]] = []  # (WARNING lines, the bound for the outage's length)
@@ -308,10 +314,13 @@ def can_i(plane: ControlPlane, user: str, verb: str, resource: str, *where: str)
     return answer == "yes"
 
 
-async def test_the_operator_lists_only_its_own_secrets_and_may_touch_no_others(
+async def test_the_default_install_s_operator_lists_only_its_own_secrets_in_default_and_may_touch_no_others(
     own: ControlPlane, own_api: client.ApiClient, tmp_path: Path
 ) -> None:
-    namespace = await new_namespace(own_api, "audited")
+    """config/default as the README installs it: the operator watches `default` with a Role there. It lists and
+    watches Secrets only through its label selector, reads the user's password Secret by name, and RBAC (asked as
+    `kubectl auth can-i` would) lets it read no Secret of any other namespace, kube-system's included."""
+    namespace = "default"
     await client.CoreV1Api(own_api).create_namespaced_secret(
         namespace, {"metadata": {"name": "db"}, "stringData": {"pw": "audit-Pass-1"}}, _request_timeout=T
     )
@@ -321,7 +330,7 @@ async def test_the_operator_lists_only_its_own_secrets_and_may_touch_no_others(
         "external": {"host": "db.example.com", "user": "slurm", "passwordSecretRef": {"name": "db", "key": "pw"}},
     }
     kubeconfig = service_account_kubeconfig(own, tmp_path / "kubeconfig")
-    operator = await RunningOperator(kubeconfig).start()
+    operator = await RunningOperator(kubeconfig, namespaces=(namespace,)).start()
     cluster = Cluster(own_api, namespace)
     try:
         await cluster.create(body)
@@ -342,17 +351,37 @@ async def test_the_operator_lists_only_its_own_secrets_and_may_touch_no_others(
     assert (namespace, "db") in gets, "the user's password Secret is read by name"
     assert {e["verb"] for e in secrets} <= {"list", "watch", "get", "create", "patch", "delete"}
 
-    # What RBAC allows the operator on Secrets: what it uses, nothing more.
-    for verb in ("get", "list", "watch", "create", "patch", "delete"):
-        assert can_i(own, OPERATOR_USER, verb, "secrets", "-n", namespace), verb
-    for verb in ("update", "deletecollection"):
-        assert not can_i(own, OPERATOR_USER, verb, "secrets", "-n", namespace), verb
-    assert not can_i(own, OPERATOR_USER, "get", "persistentvolumeclaims", "-n", namespace)
+    # What RBAC allows the default install's operator: what it uses in `default`, nothing elsewhere.
+    other = await new_namespace(own_api, "other")
+    answers = {
+        (verb, resource, " ".join(where)): can_i(own, OPERATOR_USER, verb, resource, *where)
+        for verb, resource, where in [
+            *((verb, "secrets", ("-n", namespace)) for verb in ("get", "list", "watch", "create", "patch", "delete")),
+            *((verb, "secrets", ("-n", namespace)) for verb in ("update", "deletecollection")),
+            ("get", "persistentvolumeclaims", ("-n", namespace)),
+            *((verb, "secrets", where) for verb in ("get", "list", "watch") for where in (
+                ("-n", "kube-system"), ("-n", other), ("--all-namespaces",))),
+            *(("create", kind, ("-n", "kube-system")) for kind in ("pods", "statefulsets", "deployments", "jobs")),
+            ("get", "nodes", ()),
+            ("list", "nodes", ()),
+            ("patch", "nodes", ()),
+        ]
+    }  # fmt: skip
+    print("kubectl auth can-i as the default install's operator:", file=sys.stderr)
+    for (verb, resource, where), yes in answers.items():
+        print(f"  {verb} {resource} {where}: {'yes' if yes else 'no'}", file=sys.stderr)
+    allowed = {k for k, yes in answers.items() if yes}
+    assert allowed == {
+        *((verb, "secrets", f"-n {namespace}") for verb in ("get", "list", "watch", "create", "patch", "delete")),
+        ("get", "nodes", ""),
+        ("list", "nodes", ""),
+    }, "Nodes only read: patching them is the admin's node-cordon opt-in"
 
-    # The namespaced mode: Roles from `slurmctl rbac`, for a second ServiceAccount, in one namespace only.
+    # Another namespace, for another operator: the Roles `slurmctl rbac` prints, for a second ServiceAccount.
     scoped_ns = await new_namespace(own_api, "scoped")
     own.kubectl("create", "serviceaccount", SCOPED_ACCOUNT, "-n", NAMESPACE)
-    roles = yaml.safe_dump_all(rbac.namespaced([scoped_ns], service_account=SCOPED_ACCOUNT))
+    who = rbac.Grantee(service_account=SCOPED_ACCOUNT, namespace=NAMESPACE, name=SCOPED_ACCOUNT)
+    roles = yaml.safe_dump_all(rbac.for_install([scoped_ns], who))
     own.kubectl("apply", "--server-side", "-f", "-", input=roles)
     scoped_user = f"system:serviceaccount:{NAMESPACE}:{SCOPED_ACCOUNT}"
     assert can_i(own, scoped_user, "get", "secrets", "-n", scoped_ns)

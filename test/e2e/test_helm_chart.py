@@ -1,7 +1,8 @@
 """The Helm chart (charts/slurmctl) installs what config/ does: with default values `helm template` gives
-config/default's objects, every field equal (the Namespace excepted); `rbac.namespaced` gives exactly what `slurmctl
-rbac` prints; `metrics.serviceMonitor.enabled` adds config/prometheus's ServiceMonitor; `helm lint --strict` passes;
-and the API server accepts the render (server-side dry run) over a config/default install without a conflict.
+config/default's objects, every field equal (the Namespace excepted); `watchNamespaces` gives exactly what `slurmctl
+rbac` prints; the admin's opt-ins `rbac.namespaced=false` and `rbac.nodeCordon` give config/cluster-wide and the
+node-cordon component; `metrics.serviceMonitor.enabled` adds config/prometheus's ServiceMonitor; `helm lint --strict`
+passes; and the API server accepts the render (server-side dry run) over a config/default install without a conflict.
 
 Helm is the client hack/helm.sh pins and hack/setup.sh caches, never one on PATH; kubectl is the control plane's own
 (test/conftest.py puts it first in PATH).
@@ -10,9 +11,11 @@ Helm is the client hack/helm.sh pins and hack/setup.sh caches, never one on PATH
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +26,9 @@ from test.e2e.harness import CHART, REPO, ControlPlane, Helm
 pytestmark = pytest.mark.e2e
 RELEASE = "slurmctl"
 NAMESPACE = "slurmctl-system"
-NAMESPACED = ("--set", "rbac.namespaced=true", "--set", "watchNamespaces={team-a,team-b}")
+TEAMS = ("--set", "watchNamespaces={team-a,team-b}")
+CLUSTER_WIDE = ("--set", "rbac.namespaced=false", "--set-json", "watchNamespaces=[]")
+NODE_CORDON = ("--set", "rbac.nodeCordon=true")
 Key = tuple[str, str, str, str]
 
 
@@ -57,7 +62,7 @@ def by_key(objects: Iterable[Any]) -> dict[Key, dict[str, Any]]:
     return found
 
 
-def kustomize(directory: str) -> list[dict[str, Any]]:
+def kustomize(directory: str | Path) -> list[dict[str, Any]]:
     done = subprocess.run(
         ["kubectl", "kustomize", str(REPO / "config" / directory)],
         capture_output=True,
@@ -69,6 +74,10 @@ def kustomize(directory: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
+def without_namespace(objects: Iterable[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
+    return by_key(o for o in objects if o["kind"] != "Namespace")
+
+
 def test_default_values_render_config_default_but_its_namespace(helm: ChartHelm) -> None:
     config = kustomize("default")
     # A chart does not own its release's namespace: `helm install -n X --create-namespace` creates it (unlabelled),
@@ -77,7 +86,7 @@ def test_default_values_render_config_default_but_its_namespace(helm: ChartHelm)
     (namespace,) = [o for o in config if o["kind"] == "Namespace"]
     assert namespace["metadata"]["name"] == NAMESPACE
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    assert helm.render() == by_key(o for o in config if o["kind"] != "Namespace")
+    assert helm.render() == without_namespace(config)
 
 
 def test_the_crd_is_kept_at_uninstall_unless_the_values_say_otherwise(helm: ChartHelm) -> None:
@@ -89,12 +98,12 @@ def test_the_crd_is_kept_at_uninstall_unless_the_values_say_otherwise(helm: Char
     assert crd not in helm.render("--set", "crds.install=false")
 
 
-def test_the_namespaced_mode_grants_what_slurmctl_rbac_prints_and_the_operator_watches_those_namespaces(
+def test_watch_namespaces_get_exactly_what_slurmctl_rbac_prints_and_the_operator_watches_them(
     helm: ChartHelm,
 ) -> None:
     release_ns = "hpc-operator"  # not the default: the ServiceAccount's namespace must follow the release
     default = helm.render(namespace=release_ns)
-    namespaced = helm.render(*NAMESPACED, namespace=release_ns)
+    teams = helm.render(*TEAMS, namespace=release_ns)
     printed = subprocess.run(
         [sys.executable, "-m", "slurmctl.cli", "rbac", "--watch-namespace", "team-a,team-b",
          "--service-account", "slurmctl-operator", "--service-account-namespace", release_ns],
@@ -102,25 +111,52 @@ def test_the_namespaced_mode_grants_what_slurmctl_rbac_prints_and_the_operator_w
     ).stdout  # fmt: skip
     rbac = by_key(yaml.safe_load_all(printed))
     assert {k[1:] for k in rbac} >= {("Role", "team-a", "slurmctl-operator"), ("Role", "team-b", "slurmctl-operator")}
-    # Instead of the cluster-wide ClusterRole and its binding: nothing else changes but the Deployment's flag.
-    cluster_wide = {k for k in default if k[1] in ("ClusterRole", "ClusterRoleBinding") and k[3] == "slurmctl-operator"}
-    assert len(cluster_wide) == 2
-    assert set(namespaced) == (set(default) - cluster_wide) | set(rbac)
-    assert {k: namespaced[k] for k in rbac} == rbac
+    assert {k: teams[k] for k in rbac} == rbac
+    # Instead of the Role in `default`: nothing else changes but the Deployment's flag.
+    in_default = {k for k in default if k[2] == "default"}
+    assert {k[1] for k in in_default} == {"Role", "RoleBinding"}
+    assert set(teams) == (set(default) - in_default) | set(rbac)
     assert not [
-        o
-        for o in namespaced.values()
-        if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == "slurmctl-operator"
+        o for o in teams.values() if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == "slurmctl-operator"
     ]
     deployment = ("apps/v1", "Deployment", release_ns, "slurmctl-operator")
     expected = copy.deepcopy(default[deployment])
-    expected["spec"]["template"]["spec"]["containers"][0]["args"].append("--watch-namespace=team-a,team-b")
-    assert namespaced[deployment] == expected
-    assert all(namespaced[k] == default[k] for k in set(default) - cluster_wide - {deployment})
+    args = expected["spec"]["template"]["spec"]["containers"][0]["args"]
+    args[args.index("--watch-namespace=default")] = "--watch-namespace=team-a,team-b"
+    assert teams[deployment] == expected
+    assert all(teams[k] == default[k] for k in set(default) - in_default - {deployment})
+
+
+def test_the_cluster_wide_opt_in_renders_config_cluster_wide(helm: ChartHelm) -> None:
+    cluster_wide = helm.render(*CLUSTER_WIDE)
+    assert cluster_wide == without_namespace(kustomize("cluster-wide"))
+    role = cluster_wide[("rbac.authorization.k8s.io/v1", "ClusterRole", "", "slurmctl-operator")]
+    assert {"secrets"} in [set(rule["resources"]) for rule in role["rules"]], "what the admin opts into"
+    assert not [k for k in cluster_wide if k[1] == "Role" and k[3] == "slurmctl-operator"]
+
+
+def test_the_node_cordon_opt_in_renders_the_node_cordon_component(helm: ChartHelm, tmp_path: Path) -> None:
+    """A kustomization of the admin's own, config/default with config/components/node-cordon, is the chart's
+    rbac.nodeCordon: a ClusterRole that may patch Nodes, and --allow-node-cordon."""
+    config = Path(os.path.relpath(REPO / "config", tmp_path))
+    (tmp_path / "kustomization.yaml").write_text(
+        f"resources: [{config / 'default'}]\ncomponents: [{config / 'components' / 'node-cordon'}]\n"
+    )
+    cordon = helm.render(*NODE_CORDON)
+    assert cordon == without_namespace(kustomize(tmp_path))
+    added = set(cordon) - set(helm.render())
+    assert {k[1:] for k in added} == {("ClusterRole", "", "slurmctl-operator-node-cordon"),
+                                      ("ClusterRoleBinding", "", "slurmctl-operator-node-cordon")}  # fmt: skip
+    role = cordon[("rbac.authorization.k8s.io/v1", "ClusterRole", "", "slurmctl-operator-node-cordon")]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]
+    (container,) = cordon[("apps/v1", "Deployment", NAMESPACE, "slurmctl-operator")]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "--allow-node-cordon" in container["args"]
 
 
 def test_the_namespaced_mode_without_namespaces_fails_saying_why(helm: ChartHelm) -> None:
-    done = helm.run("template", RELEASE, str(CHART), "--set", "rbac.namespaced=true")
+    done = helm.run("template", RELEASE, str(CHART), "--set-json", "watchNamespaces=[]")
     assert done.returncode != 0
     assert "rbac.namespaced=true grants the operator Roles only in watchNamespaces" in done.stderr
 
@@ -154,7 +190,9 @@ def test_a_misspelt_value_is_refused(helm: ChartHelm) -> None:
     assert "replica" in done.stderr
 
 
-@pytest.mark.parametrize("values", [(), NAMESPACED], ids=["default", "namespaced"])
+@pytest.mark.parametrize(
+    "values", [(), TEAMS, CLUSTER_WIDE, NODE_CORDON], ids=["default", "teams", "cluster-wide", "node-cordon"]
+)
 def test_helm_lint_strict_passes(helm: ChartHelm, values: tuple[str, ...]) -> None:
     done = helm.run("lint", "--strict", str(CHART), *values)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -182,9 +220,9 @@ def test_the_api_server_accepts_the_default_render_over_a_config_default_install
 async def test_the_api_server_accepts_the_namespaced_render(
     installed: ControlPlane, helm: ChartHelm, namespace: str
 ) -> None:
-    """The Roles of a namespaced install in a namespace that exists (`namespace`); --force-conflicts: the Deployment's
+    """The Roles of an install watching a namespace that exists (`namespace`); --force-conflicts: the Deployment's
     args differ from config/default's, which is an update, not an error."""
-    text = helm.template("--set", "rbac.namespaced=true", "--set", f"watchNamespaces={{{namespace}}}")
+    text = helm.template("--set", f"watchNamespaces={{{namespace}}}")
     lines = server_dry_run(installed, text, "--force-conflicts")
     assert "role.rbac.authorization.k8s.io/slurmctl-operator serverside-applied (server dry run)" in lines, lines
     assert len(lines) == len(by_key(yaml.safe_load_all(text))), lines

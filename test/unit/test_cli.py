@@ -164,6 +164,17 @@ def test_watch_namespace_takes_a_list_and_the_namespaced_rbac_matches_it(capsys:
         ("ClusterRole", None),  # reading Nodes, which no Role can grant
         ("ClusterRoleBinding", None),
     ]
+    # The admin's opt-ins: every namespace (--watch-namespace=) and cordoning nodes.
+    assert main(["rbac", "--watch-namespace=", "--allow-node-cordon"]) == 0
+    objects = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("ClusterRole", "slurmctl-operator"),
+        ("ClusterRoleBinding", "slurmctl-operator"),
+        ("ClusterRole", "slurmctl-operator-cluster-scoped"),
+        ("ClusterRoleBinding", "slurmctl-operator-cluster-scoped"),
+        ("ClusterRole", "slurmctl-operator-node-cordon"),
+        ("ClusterRoleBinding", "slurmctl-operator-node-cordon"),
+    ]
     with pytest.raises(SystemExit):
         _parser().parse_args(["run", "--watch-namespace", "Not_A_Namespace"])
 

@@ -1,16 +1,19 @@
-"""The operator's permissions, declared once: the ClusterRole of `config/rbac/role.yaml` (written by `make manifests`)
-and the per-namespace Roles of the namespaced mode (`slurmctl rbac --watch-namespace a,b`) are both rendered from
-`RULES`, so the two modes cannot drift apart.
+"""The operator's permissions, declared once: every install (config/default and its opt-ins, the Helm chart, `slurmctl
+rbac`) renders them from `RULES` and `NODE_CORDON` here, so they cannot drift apart.
+
+Restricted by default: the operator gets the namespaced rules as a Role in each namespace it watches
+(`--watch-namespace`; config/default watches `default`), so it reads no Secret and creates no pod anywhere else.
+Granting them cluster-wide (a ClusterRole, `config/cluster-wide`, the chart's `rbac.namespaced: false`) is the cluster
+admin's opt-in. Nodes are cluster-scoped, which no Role can grant: reading them is a small ClusterRole of its own in
+every mode, and patching them (to cordon the node of an unhealthy worker) is a second one, granted only with the
+admin's node-cordon opt-in (`config/components/node-cordon`, the chart's `rbac.nodeCordon`, which also pass the
+operator `--allow-node-cordon`).
 
 Every rule is used by a reconciler; nothing is granted with `*`. Notably absent: `update` (every write is a
 server-side apply, a PATCH; only the leader Lease is PUT, and that Role is separate), PersistentVolumeClaims (nothing
 reads them), CustomResourceDefinitions (optional kinds are found through discovery, which every
 authenticated client may read). Secrets need list/watch because the operator watches its own (label-selected: the
 API server sends no other Secret, but RBAC cannot express a selector) and get for the user's password Secret.
-
-Nodes are cluster-scoped: a Role cannot grant them. The namespaced mode therefore renders the `cluster_scoped` rules
-(Nodes: read, and patched only to cordon the node of an unhealthy worker) as one small ClusterRole and its binding
-beside the Roles; nothing namespaced is granted there.
 """
 
 from __future__ import annotations
@@ -19,7 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-OPERATOR_LABELS: Final = {"app.kubernetes.io/name": "slurmctl", "app.kubernetes.io/component": "operator"}
+# The operator's own labels and the part-of label every install object carries (config/default's kustomize `labels`,
+# the chart's commonLabels), so that `slurmctl rbac`, config/ and the chart render the same objects.
+OPERATOR_LABELS: Final = {
+    "app.kubernetes.io/name": "slurmctl",
+    "app.kubernetes.io/component": "operator",
+    "app.kubernetes.io/part-of": "slurmctl",
+}
 READ = ("get", "list", "watch")
 WRITE = ("create", "patch", "delete")
 
@@ -69,12 +78,20 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("Accounting through mariadb-operator, when its CRD is installed.", ("k8s.mariadb.com",), ("mariadbs",),
          READ + WRITE),
     Rule("Nodes: read, as a worker pod's Kubernetes node being cordoned (spec.unschedulable) or lost (NotReady "
-         "past --node-lost-after) drains its Slurm node; patched only to cordon (spec.unschedulable, the "
-         "slurm.slurmctl.io/unhealthy label and its reason annotation) the node of a worker that slurmctl's GPU or "
-         "NCCL health check drained, in a group with replaceUnhealthy: never uncordoned, never another field. "
-         "Cluster-scoped: the namespaced mode grants it with a ClusterRole of its own.", ("",), ("nodes",),
-         (*READ, "patch"), cluster_scoped=True),
+         "past --node-lost-after) drains its Slurm node. Cluster-scoped: a ClusterRole of its own in every mode.",
+         ("",), ("nodes",), READ, cluster_scoped=True),
 )  # fmt: skip
+
+# Only with the cluster admin's node-cordon opt-in (the operator's --allow-node-cordon): a ClusterRole of its own.
+NODE_CORDON: Final = Rule(
+    "Nodes: patched only to cordon (spec.unschedulable, the slurm.slurmctl.io/unhealthy label and its reason "
+    "annotation) the node of a worker that slurmctl's GPU or NCCL health check drained, in a group with "
+    "replaceUnhealthy: never a control-plane node, never uncordoned, never another field.",
+    ("",),
+    ("nodes",),
+    ("patch",),
+    cluster_scoped=True,
+)
 
 
 def _metadata(name: str, namespace: str | None = None) -> dict[str, Any]:
@@ -85,78 +102,96 @@ def _metadata(name: str, namespace: str | None = None) -> dict[str, Any]:
     return md
 
 
-def cluster_role(name: str = "operator") -> dict[str, Any]:
-    """The ClusterRole of the default, cluster-wide mode (kustomize adds the `slurmctl-` prefix)."""
+@dataclass(frozen=True)
+class Grantee:
+    """Whom the bindings name and how the objects are called. `namespace` None leaves the subject's namespace to
+    kustomize (config/default's namespace transformer), which also prefixes `name`."""
+
+    service_account: str = "slurmctl-operator"
+    namespace: str | None = "slurmctl-system"
+    name: str = "slurmctl-operator"
+
+    def subject(self) -> dict[str, Any]:
+        subject = {"kind": "ServiceAccount", "name": self.service_account}
+        return subject if self.namespace is None else {**subject, "namespace": self.namespace}
+
+
+def _role(kind: str, name: str, rules: Sequence[Rule], namespace: str | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": _metadata(name),
-        "rules": [rule.manifest() for rule in RULES],
+        "kind": kind,
+        "metadata": _metadata(name, namespace),
+        "rules": [rule.manifest() for rule in rules],
     }
 
 
-def namespaced(
-    namespaces: Sequence[str],
-    *,
-    service_account: str = "slurmctl-operator",
-    service_account_namespace: str = "slurmctl-system",
-    name: str = "slurmctl-operator",
-) -> list[dict[str, Any]]:
-    """A Role and a RoleBinding in each watched namespace, granting the operator's ServiceAccount the namespaced
-    `RULES` there and nowhere else (for `slurmctl run --watch-namespace` with the same list), and a ClusterRole
-    `<name>-cluster-scoped` with its ClusterRoleBinding for the cluster-scoped rules (reading Nodes, cordoning an
-    unhealthy worker's), which no Role can grant."""
+def _binding(kind: str, role: dict[str, Any], who: Grantee) -> dict[str, Any]:
+    namespace = role["metadata"].get("namespace")
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": _metadata(role["metadata"]["name"], namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role["kind"], "name": role["metadata"]["name"]},
+        "subjects": [who.subject()],
+    }
+
+
+NAMESPACED_RULES: Final = tuple(rule for rule in RULES if not rule.cluster_scoped)
+CLUSTER_SCOPED_RULES: Final = tuple(rule for rule in RULES if rule.cluster_scoped)
+
+
+def namespaced(namespaces: Sequence[str], who: Grantee = Grantee()) -> list[dict[str, Any]]:
+    """The default: a Role and a RoleBinding in each watched namespace, granting the namespaced `RULES` there and
+    nowhere else (for `slurmctl run --watch-namespace` with the same list)."""
     objects: list[dict[str, Any]] = []
-    subject = {"kind": "ServiceAccount", "name": service_account, "namespace": service_account_namespace}
     for namespace in namespaces:
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": _metadata(name, namespace),
-                "rules": [rule.manifest() for rule in RULES if not rule.cluster_scoped],
-            }
-        )
-        objects.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": _metadata(name, namespace),
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                "subjects": [subject],
-            }
-        )
-    cluster_wide = f"{name}-cluster-scoped"
-    objects.append(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": _metadata(cluster_wide),
-            "rules": [rule.manifest() for rule in RULES if rule.cluster_scoped],
-        }
-    )
-    objects.append(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": _metadata(cluster_wide),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_wide},
-            "subjects": [subject],
-        }
-    )
+        role = _role("Role", who.name, NAMESPACED_RULES, namespace)
+        objects += [role, _binding("RoleBinding", role, who)]
     return objects
 
 
-def cluster_role_yaml(dump: Any) -> str:
-    """role.yaml as `make manifests` writes it: each rule preceded by why it is there. `dump` is yaml.safe_dump
-    (passed in: the renderers do not import a YAML library)."""
-    role = cluster_role()
-    head = {k: v for k, v in role.items() if k != "rules"}
-    text = str(dump(head, sort_keys=False)) + "rules:\n"
-    for rule in RULES:
-        text += "".join(f"# {line}\n" for line in _wrap(rule.why))
-        text += str(dump([rule.manifest()], sort_keys=False, default_flow_style=None))
-    return text
+def cluster_wide(who: Grantee = Grantee()) -> list[dict[str, Any]]:
+    """The cluster admin's opt-in instead of `namespaced`: the namespaced `RULES` in every namespace (a ClusterRole
+    and its ClusterRoleBinding), for an operator that watches them all."""
+    role = _role("ClusterRole", who.name, NAMESPACED_RULES)
+    return [role, _binding("ClusterRoleBinding", role, who)]
+
+
+def cluster_scoped(who: Grantee = Grantee()) -> list[dict[str, Any]]:
+    """In every mode: reading Nodes (`<name>-cluster-scoped`), which no Role can grant."""
+    role = _role("ClusterRole", f"{who.name}-cluster-scoped", CLUSTER_SCOPED_RULES)
+    return [role, _binding("ClusterRoleBinding", role, who)]
+
+
+def node_cordon(who: Grantee = Grantee()) -> list[dict[str, Any]]:
+    """The cluster admin's node-cordon opt-in (`<name>-node-cordon`): patching Nodes, to cordon an unhealthy
+    worker's (the operator also needs --allow-node-cordon)."""
+    role = _role("ClusterRole", f"{who.name}-node-cordon", (NODE_CORDON,))
+    return [role, _binding("ClusterRoleBinding", role, who)]
+
+
+def for_install(namespaces: Sequence[str], who: Grantee = Grantee(), *, cordon: bool = False) -> list[dict[str, Any]]:
+    """Everything the operator needs for `slurmctl run --watch-namespace <namespaces>` (all namespaces when empty:
+    the cluster-wide opt-in) and, with `cordon`, `--allow-node-cordon`: what `slurmctl rbac` prints."""
+    objects = namespaced(namespaces, who) if namespaces else cluster_wide(who)
+    return objects + cluster_scoped(who) + (node_cordon(who) if cordon else [])
+
+
+def manifests_yaml(objects: Sequence[dict[str, Any]], dump: Any) -> str:
+    """Objects as a YAML stream, each rule preceded by why it is there (the checked-in manifests). `dump` is
+    yaml.safe_dump (passed in: the renderers do not import a YAML library)."""
+    why = {repr(rule.manifest()): rule.why for rule in (*RULES, NODE_CORDON)}
+    docs = []
+    for obj in objects:
+        head = {k: v for k, v in obj.items() if k != "rules"}
+        text = str(dump(head, sort_keys=False))
+        if "rules" in obj:
+            text += "rules:\n"
+            for manifest in obj["rules"]:
+                text += "".join(f"# {line}\n" for line in _wrap(why[repr(manifest)]))
+                text += str(dump([manifest], sort_keys=False, default_flow_style=None))
+        docs.append(text)
+    return "---\n".join(docs)
 
 
 def _wrap(text: str, width: int = 116) -> list[str]:

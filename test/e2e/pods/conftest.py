@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from test.e2e.harness import REPO, Node, node_script
-from test.e2e.operator import service_account_kubeconfig
+from test.e2e.operator import e2e_operator_kubeconfig
 from test.e2e.pods.machine import Share, SharedCluster, Turn, prepare, run_root
 from test.e2e.pods.slurm import Kube, OperatorProcess, operator_process, slurm_image
 from test.waiting import until
@@ -124,16 +124,16 @@ def operator_process_of_module(
     node: Node, namespace_of_module: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[OperatorProcess]:
     """CRD and RBAC as config/default installs them (minus the operator Deployment: the module runs the operator as
-    `slurmctl run`, with its ServiceAccount's token, watching the module's namespace, with the module's
-    OPERATOR_ARGS); the running operator, which tests of operator faults may kill and start again. It must be running
-    when the module ends."""
+    `slurmctl run`, with the tests' ServiceAccount's token (test/e2e/operator.py), watching the module's namespace,
+    with the module's OPERATOR_ARGS); the running operator, which tests of operator faults may kill and start again.
+    It must be running when the module ends."""
     require_images(node, SLURM_IMAGES)
     manifests = node.kubectl("kustomize", str(REPO / "config" / "default")).stdout
     docs = [d for d in yaml.safe_load_all(manifests) if d and d.get("kind") != "Deployment"]
     node.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(docs))
     node.kubectl("wait", "--for=condition=Established", "crd/slurmclusters.slurm.slurmctl.io", "--timeout=60s")
     work = tmp_path_factory.mktemp("operator")
-    kubeconfig = service_account_kubeconfig(node, work / "kubeconfig")
+    kubeconfig = e2e_operator_kubeconfig(node, work / "kubeconfig")
     args = ("--watch-namespace", namespace_of_module, *getattr(request.module, "OPERATOR_ARGS", ()))
     with operator_process(kubeconfig, work / "operator.log", args) as proc:
         yield proc

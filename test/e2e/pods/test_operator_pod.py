@@ -63,19 +63,28 @@ def kustomize(node: Node, directory: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-def install(node: Node, helm: Helm) -> str:
+def install(node: Node, helm: Helm, watched: str) -> str:
     """The release namespace as config/default makes it (labelled restricted: the chart does not own its namespace),
-    then `helm install` with default values; the operator image it runs. `--take-ownership`: the other pods modules
+    then `helm install` with default values but the namespace to watch (`watchNamespaces`: the operator gets a Role
+    there and nothing in any other namespace); the operator image it runs. `--take-ownership`: the other pods modules
     applied config/default's CRD, RBAC and ServiceAccount before this one (the same objects), which Helm adopts; on a
     cluster without them it changes nothing. The image and pull policy stay as the chart has them: the tag was
     imported by `make images` and `IfNotPresent` never pulls a tag the node has."""
     (namespace,) = [d for d in kustomize(node, "default") if d["kind"] == "Namespace"]
     node.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(namespace))
-    rendered = [d for d in yaml.safe_load_all(helm.check("template", RELEASE, str(CHART), "-n", NAMESPACE)) if d]
+    values = ("--set", f"watchNamespaces={{{watched}}}")
+    rendered = [
+        d for d in yaml.safe_load_all(helm.check("template", RELEASE, str(CHART), "-n", NAMESPACE, *values)) if d
+    ]
     (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
     assert deployment["spec"]["replicas"] == REPLICAS, "the chart runs two replicas, with leader election"
     assert [d["metadata"]["name"] for d in rendered if d["kind"] == "Service"] == [METRICS_SERVICE]
-    helm.check("install", RELEASE, str(CHART), "-n", NAMESPACE, "--take-ownership")
+    assert {
+        (d["kind"], d["metadata"].get("namespace"))
+        for d in rendered
+        if d["kind"] in ("Role", "ClusterRole") and d["metadata"]["name"] == "slurmctl-operator"
+    } == {("Role", watched)}
+    helm.check("install", RELEASE, str(CHART), "-n", NAMESPACE, "--take-ownership", *values)
     image: str = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     return image
 
@@ -162,12 +171,20 @@ def helm(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Helm:
 
 
 @pytest.fixture(scope="module")
-def operator_pods(node: Node, helm: Helm) -> Iterator[OperatorPods]:
+def watched(node: Node) -> str:
+    """The module's namespace, made before the install (the chart's Role goes there); `kube` deletes it."""
+    ns = f"slurm-{uuid.uuid4().hex[:6]}"
+    node.kubectl("create", "namespace", ns)
+    return ns
+
+
+@pytest.fixture(scope="module")
+def operator_pods(node: Node, helm: Helm, watched: str) -> Iterator[OperatorPods]:
     """The Helm install with two replicas, both Ready; uninstalled at the end (by the last test, or here), waited for
     (a later module runs the operator on the host, which must not find a second one reconciling)."""
     ops = OperatorPods(node)
     t0 = time.monotonic()
-    image = install(node, helm)
+    image = install(node, helm, watched)
     require_images(node, [*SLURM_IMAGES, image, TEST_IMAGE])
     try:
         until(
@@ -192,10 +209,9 @@ def operator_pods(node: Node, helm: Helm) -> Iterator[OperatorPods]:
 
 
 @pytest.fixture(scope="module")
-def kube(node: Node, operator_pods: OperatorPods) -> Iterator[Kube]:
+def kube(node: Node, watched: str, operator_pods: OperatorPods) -> Iterator[Kube]:
     """The module's namespace (deleted while the operator pods still run, waited for)."""
-    ns = f"slurm-{uuid.uuid4().hex[:6]}"
-    node.kubectl("create", "namespace", ns)
+    ns = watched
     kube = Kube(node, ns)
     yield kube
     node.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -37,8 +37,10 @@ def test_default_renders_the_expected_objects() -> None:
         ("Namespace", "slurmctl-system", None),
         ("CustomResourceDefinition", "slurmclusters.slurm.slurmctl.io", None),
         ("ServiceAccount", "slurmctl-operator", "slurmctl-system"),
-        ("ClusterRole", "slurmctl-operator", None),
-        ("ClusterRoleBinding", "slurmctl-operator", None),
+        ("Role", "slurmctl-operator", "default"),
+        ("RoleBinding", "slurmctl-operator", "default"),
+        ("ClusterRole", "slurmctl-operator-cluster-scoped", None),
+        ("ClusterRoleBinding", "slurmctl-operator-cluster-scoped", None),
         ("Role", "slurmctl-leader-election", "slurmctl-system"),
         ("RoleBinding", "slurmctl-leader-election", "slurmctl-system"),
         ("ClusterRole", "slurmctl-slurmcluster-editor", None),
@@ -86,7 +88,7 @@ def test_strict_validation_would_catch_a_typo() -> None:
 
 def test_rbac_has_no_wildcards() -> None:
     roles = [obj for obj in kustomize("default") if obj["kind"] in ("ClusterRole", "Role")]
-    assert len(roles) == 4
+    assert len(roles) == 5
     for role in roles:
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
@@ -104,9 +106,16 @@ def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
     }
 
 
+def named(objects: tuple[dict[str, Any], ...], kind: str, name: str) -> dict[str, Any]:
+    (obj,) = [o for o in by_kind(objects, kind) if o["metadata"]["name"] == name]
+    return obj
+
+
 def test_operator_role_grants_what_the_reconcilers_need_and_nothing_else() -> None:
-    role = next(r for r in by_kind(kustomize("default"), "ClusterRole") if r["metadata"]["name"] == "slurmctl-operator")
-    grants = _grants(role)
+    objects = kustomize("default")
+    grants = _grants(named(objects, "Role", "slurmctl-operator")) | _grants(
+        named(objects, "ClusterRole", "slurmctl-operator-cluster-scoped")
+    )
     crud = {"get", "list", "watch", "create", "patch", "delete"}  # every write is a server-side apply: no update
     for group, resource in [("", "configmaps"), ("", "secrets"), ("", "services"), ("apps", "statefulsets")]:
         assert {verb for g, r, verb in grants if (g, r) == (group, resource)} == crud
@@ -115,9 +124,8 @@ def test_operator_role_grants_what_the_reconcilers_need_and_nothing_else() -> No
     assert {verb for g, r, verb in grants if (g, r) == ("policy", "poddisruptionbudgets")} == crud - {"delete"}
     unused = ("persistentvolumeclaims", "customresourcedefinitions", "namespaces")
     assert not [(g, r, v) for g, r, v in grants if r in unused], "claims hold user data; nothing reads CRDs"
-    # Nodes are read (a cordon drains the Slurm node) and patched only to cordon an unhealthy worker's: no create,
-    # no delete.
-    assert {v for g, r, v in grants if r == "nodes"} == {"get", "list", "watch", "patch"}
+    # Nodes are read (a cordon drains the Slurm node); patched only with the admin's node-cordon opt-in.
+    assert {v for g, r, v in grants if r == "nodes"} == {"get", "list", "watch"}
     # Pods are read, created only for an elastic node Slurm powers up, deleted only to re-create a drained worker (or
     # when Slurm powered an elastic node down), patched (server-side apply) only for the evictable label, and only
     # their status is written (SlurmNodeState).
@@ -134,33 +142,47 @@ def test_operator_role_grants_what_the_reconcilers_need_and_nothing_else() -> No
     assert {v for g, r, v in grants if (g, r) == ("k8s.mariadb.com", "mariadbs")} == crud
 
 
-def test_the_namespaced_mode_grants_the_cluster_roles_rules_in_each_watched_namespace_only() -> None:
-    objects = rbac.namespaced(["team-a", "team-b"])
+def test_the_default_install_grants_the_operator_nothing_outside_the_namespace_it_watches_but_reading_nodes() -> None:
+    """Restricted by default: no Secret, pod or workload of another namespace (kube-system's included) is the
+    operator's. The e2e test test_the_default_install_s_operator_account_may_read_no_secret_outside_default asks the
+    API server the same (`kubectl auth can-i`)."""
+    objects = kustomize("default")
+    operator = {"kind": "ServiceAccount", "name": "slurmctl-operator", "namespace": "slurmctl-system"}
+    bound = {b["roleRef"]["name"] for b in by_kind(objects, "ClusterRoleBinding") if operator in b["subjects"]}
+    cluster_wide = set().union(*(_grants(named(objects, "ClusterRole", name)) for name in bound))
+    assert cluster_wide == {("", "nodes", v) for v in ("get", "list", "watch")}
+    (deployment,) = by_kind(objects, "Deployment")
+    assert "--watch-namespace=default" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {r["metadata"]["namespace"] for r in by_kind(objects, "Role")} == {"default", "slurmctl-system"}
+
+
+def test_every_install_grants_the_same_rules_from_rbac_py() -> None:
+    """One source of truth: config/default's Role, config/cluster-wide's ClusterRole, `slurmctl rbac`'s Roles and the
+    node-cordon component's ClusterRole are rbac.py's rules."""
+    role = named(kustomize("default"), "Role", "slurmctl-operator")
+    wide = kustomize("cluster-wide")
+    assert _grants(named(wide, "ClusterRole", "slurmctl-operator")) == _grants(role)
+    assert not [o for o in wide if o["kind"] in ("Role", "RoleBinding") and o["metadata"]["namespace"] == "default"]
+    (deployment,) = by_kind(wide, "Deployment")
+    assert not [a for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"] if "watch-namespace" in a]
+    objects = rbac.for_install(["team-a", "team-b"])
     roles = [o for o in objects if o["kind"] == "Role"]
-    bindings = [o for o in objects if o["kind"] == "RoleBinding"]
-    (nodes_role,) = [o for o in objects if o["kind"] == "ClusterRole"]
-    (nodes_binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
-    cluster_role = next(
-        r for r in by_kind(kustomize("default"), "ClusterRole") if r["metadata"]["name"] == "slurmctl-operator"
-    )
     assert [r["metadata"]["namespace"] for r in roles] == ["team-a", "team-b"]
-    cluster_scoped = _grants(nodes_role)
-    assert cluster_scoped == {("", "nodes", v) for v in ("get", "list", "watch", "patch")}, "beyond the Roles: Nodes"
-    assert all(_grants(r) | cluster_scoped == _grants(cluster_role) for r in roles), "one source of truth"
-    assert not any(_grants(r) & cluster_scoped for r in roles)
+    assert all(_grants(r) == _grants(role) for r in roles)
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRole"] == [
+        "slurmctl-operator-cluster-scoped"
+    ]
     subject = [{"kind": "ServiceAccount", "name": "slurmctl-operator", "namespace": "slurmctl-system"}]
-    assert [b["subjects"] for b in (*bindings, nodes_binding)] == [subject] * 3
-    assert all(b["roleRef"]["name"] == r["metadata"]["name"] for b, r in zip(bindings, roles, strict=True))
-    assert nodes_binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": nodes_role["metadata"]["name"],
+    assert [b["subjects"] for b in objects if b["kind"].endswith("Binding")] == [subject] * 3
+    cordon = [o for o in rbac.for_install([], cordon=True) if o["kind"] == "ClusterRole"]
+    assert {o["metadata"]["name"]: _grants(o) for o in cordon}["slurmctl-operator-node-cordon"] == {
+        ("", "nodes", "patch")
     }
 
 
 def test_leader_election_is_namespaced_and_bound_to_the_operator() -> None:
     objects = kustomize("default")
-    role = by_kind(objects, "Role")[0]
+    role = named(objects, "Role", "slurmctl-leader-election")
     assert role["metadata"]["namespace"] == "slurmctl-system"
     assert _grants(role) >= {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
     for binding in by_kind(objects, "RoleBinding") + by_kind(objects, "ClusterRoleBinding"):
@@ -182,6 +204,7 @@ def test_operator_deployment() -> None:
         "--leader-elect",
         "--metrics-bind-address=:8080",
         "--health-probe-bind-address=:8081",
+        "--watch-namespace=default",
     ]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8081}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}

@@ -37,6 +37,7 @@ def test_checked_in_crd_equals_a_fresh_generation() -> None:
     chart = REPO / "charts" / "slurmctl" / "templates"
     generated = {path for path, _ in gen_crd.outputs()}
     assert {chart / "crd.yaml", chart / "_operator_rules.tpl", chart / "rbac-namespaced.yaml"} <= generated
+    assert {REPO / "config" / "rbac" / "role.yaml", REPO / "config" / "cluster-wide" / "cluster_role.yaml"} <= generated
     assert gen_crd.main(["--check"]) == 0
 
 
