@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import re
@@ -28,6 +29,7 @@ from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.render import rbac
 from slurmctl.render.manifests import Inputs
 from slurmctl.render.meta import DEFAULT_CLUSTER_DOMAIN
+from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
 from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions, heap
 from slurmctl.runtime.logs import configure, kv
 from slurmctl.runtime.version import check_server_version
@@ -61,10 +63,19 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _default_lease_namespace() -> str:
+def _pod_namespace(outside: str) -> str:
+    """The namespace of the operator's pod; `outside` when it runs outside one (`make run`)."""
     if IN_CLUSTER_NAMESPACE.is_file():
         return IN_CLUSTER_NAMESPACE.read_text().strip()
-    return os.environ.get("POD_NAMESPACE", "default")
+    return os.environ.get("POD_NAMESPACE", outside)
+
+
+def _cidrs(text: str) -> tuple[str, ...]:
+    """A comma-separated list of IPv4/IPv6 networks (no host bits), as a NetworkPolicy's ipBlock takes them."""
+    try:
+        return tuple(str(ipaddress.ip_network(part.strip())) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -237,6 +248,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     _cluster_domain_argument(run)
     run.add_argument(
+        "--operator-namespace",
+        default=_env("operator-namespace"),
+        metavar="NS",
+        help="the namespace of the operator's pods, the only pods each cluster's NetworkPolicy lets reach its "
+        "slurmrestd (default: the pod's namespace; outside a pod, slurmctl-system)",
+    )
+    run.add_argument(
+        "--login-ssh-from",
+        type=_cidrs,
+        default=_cidrs(_env("login-ssh-from") or ""),
+        metavar="CIDR[,CIDR...]",
+        help="where the login pods' sshd may be reached from, by their NetworkPolicy (default: anywhere)",
+    )
+    run.add_argument(
         "--slurm-max-answer-size",
         type=_size,
         default=_env("slurm-max-answer-size") or str(DEFAULT_MAX_ANSWER_BYTES),
@@ -311,7 +336,7 @@ def manager_options(args: argparse.Namespace) -> ManagerOptions:
     election = None
     if args.leader_elect:
         election = LeaderElectionConfig(
-            namespace=args.leader_election_namespace or _default_lease_namespace(), name=args.leader_election_id
+            namespace=args.leader_election_namespace or _pod_namespace("default"), name=args.leader_election_id
         )
     namespaces: tuple[str, ...] = args.namespace
     return ManagerOptions(
@@ -361,6 +386,10 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
                 node_lost_after=args.node_lost_after,
                 cluster_domain=args.cluster_domain,
                 slurm_max_answer_bytes=args.slurm_max_answer_size,
+                network=NetworkSettings(
+                    operator_namespace=args.operator_namespace or _pod_namespace(DEFAULT_NETWORK.operator_namespace),
+                    ssh_from=args.login_ssh_from,
+                ),
             )
         else:
             await register(manager)

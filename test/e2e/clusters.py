@@ -135,6 +135,7 @@ class Cluster:
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.batch = client.BatchV1Api(api)
+        self.networking = client.NetworkingV1Api(api)
 
     async def create(self, body_spec: dict[str, Any]) -> None:
         body = {
@@ -243,6 +244,7 @@ class Cluster:
             ("StatefulSet", self.apps.list_namespaced_stateful_set),
             ("Deployment", self.apps.list_namespaced_deployment),
             ("Job", self.batch.list_namespaced_job),
+            ("NetworkPolicy", self.networking.list_namespaced_network_policy),
         ):
             for item in (await lister(self.ns, label_selector=selector, _request_timeout=T)).items:
                 found[(kind, item.metadata.name)] = item

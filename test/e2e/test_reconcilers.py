@@ -58,6 +58,9 @@ EXPECTED_CHILDREN = {
     ("StatefulSet", "c1-login"),
     ("Deployment", "c1-rest"),
     ("Job", "c1-populate-jail"),
+    ("NetworkPolicy", "c1-slurm"),
+    ("NetworkPolicy", "c1-slurmrestd"),
+    ("NetworkPolicy", "c1-login-ssh"),
 }
 
 

@@ -148,6 +148,14 @@ def test_render_reports_every_invalid_field_and_prints_nothing(
     assert captured.out.strip() in ("", "[]")
 
 
+def test_login_ssh_from_takes_networks_and_refuses_host_bits() -> None:
+    assert _parser().parse_args(["run"]).login_ssh_from == ()
+    parsed = _parser().parse_args(["run", "--login-ssh-from", "10.1.0.0/16, fd00::/8"])
+    assert parsed.login_ssh_from == ("10.1.0.0/16", "fd00::/8")
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", "--login-ssh-from", "10.1.2.3/16"])  # host bits: a typo, not a network
+
+
 def test_watch_namespace_takes_a_list_and_the_namespaced_rbac_matches_it(capsys: pytest.CaptureFixture[str]) -> None:
     args = _parser().parse_args(["run", "--watch-namespace", "team-a,team-b"])
     opts = manager_options(args)

@@ -38,6 +38,10 @@ The operator's namespaced rules, for the cluster-wide opt-in (config/cluster-wid
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch]
+# Each SlurmCluster's NetworkPolicies (render/network_policy.py): who may connect to its pods.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch, create, patch, delete]
 # Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition and its evictable label (server-side
 # apply); a worker pod deleted (once its node is drained) to re-create it from a new template or a new StatefulSet, or
 # force-deleted (grace period 0, uid precondition) when its Kubernetes node is lost and Slurm cannot reach its slurmd;

@@ -36,6 +36,7 @@ from slurmctl.reconcilers.status import StatusWriter
 from slurmctl.render import meta
 from slurmctl.render.kinds import SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
+from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
 from slurmctl.runtime import WARNING, ApiError, Conflict, Event, Manager, Request, Result
@@ -220,6 +221,7 @@ class Context:
     host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
     node_lost_after: float = DEFAULT_NODE_LOST_AFTER  # seconds NotReady before a node is lost (0: never)
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the DNS domain Services are named in (--cluster-domain)
+    network: NetworkSettings = DEFAULT_NETWORK  # what the clusters' NetworkPolicies admit (render/network_policy)
     slurm_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES  # --slurm-max-answer-size, in bytes
     slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
     status: StatusWriter = field(init=False)  # every component's status goes through it
@@ -329,6 +331,7 @@ class ComponentReconciler:
             cluster=loaded.cluster,
             configs=loaded.configs,
             cluster_domain=self.ctx.cluster_domain,
+            network=self.ctx.network,
             **known,
         )
 

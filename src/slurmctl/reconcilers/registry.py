@@ -46,6 +46,7 @@ from slurmctl.render.kinds import (
     CRONJOB,
     DEPLOYMENT,
     JOB,
+    NETWORK_POLICY,
     NODE,
     PDB,
     POD,
@@ -55,6 +56,7 @@ from slurmctl.render.kinds import (
     STATEFULSET,
     Kind,
 )
+from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES, HOST_KEY_TYPES
 from slurmctl.render.workers import FORMER_COMPONENTS
 from slurmctl.runtime import Event, Manager, all_of, any_of, generation_changed
@@ -75,7 +77,7 @@ def _rest_enabled(cluster: SlurmCluster) -> bool:
 # fmt: off
 COMPONENTS: Final[tuple[Component, ...]] = (
     Component("cluster", SPEC_VALID, reconciler=ClusterReconciler, render=manifests.cluster_objects,
-              owns=(CONFIGMAP, SECRET), required=never),
+              owns=(CONFIGMAP, SECRET, NETWORK_POLICY), required=never),
     Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler,
               render=manifests.populate_jail_objects, owns=(JOB,), image="populate-jail"),
     Component("controller", CONTROLLER_READY, reconciler=ControllerReconciler, render=manifests.controller_objects,
@@ -127,6 +129,7 @@ async def register(
     node_lost_after: float = DEFAULT_NODE_LOST_AFTER,
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
     slurm_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    network: NetworkSettings = DEFAULT_NETWORK,
 ) -> Context:
     """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
     manager's informers. `allow_host_path` is the operator's policy on hostPath volumes in specs (`policy`, when given,
@@ -134,7 +137,8 @@ async def register(
     new clusters get an RSA SSH host key besides ed25519 and ECDSA; `node_lost_after`: seconds a Kubernetes node
     stays NotReady before its workers are handled as lost (reconcilers/lost_nodes.py; 0: never); `cluster_domain`:
     the kubelets' clusterDomain, in the DNS names Slurm pods search (meta.workers_domain); `slurm_max_answer_bytes`:
-    the cap on each slurmrestd answer (slurm/answer.py)."""
+    the cap on each slurmrestd answer (slurm/answer.py); `network`: what the clusters' NetworkPolicies admit
+    (render/network_policy.py)."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
     select_owned(manager, {kind for c in components for kind in c.owns})
@@ -149,6 +153,7 @@ async def register(
         node_lost_after=node_lost_after,
         cluster_domain=cluster_domain,
         slurm_max_answer_bytes=slurm_max_answer_bytes,
+        network=network,
     )
     for component in components:
         reconciler = ctx.reconcilers[component.name] = component.reconciler(ctx, component)

@@ -28,5 +28,6 @@ DEPLOYMENT: Final = Kind("apps/v1", "Deployment")
 JOB: Final = Kind("batch/v1", "Job")
 CRONJOB: Final = Kind("batch/v1", "CronJob")
 PDB: Final = Kind("policy/v1", "PodDisruptionBudget")
+NETWORK_POLICY: Final = Kind("networking.k8s.io/v1", "NetworkPolicy")
 # mariadb-operator's database; its CRD may be installed after the operator starts, so it is never watched.
 MARIADB: Final = Kind("k8s.mariadb.com/v1alpha1", "MariaDB")

@@ -25,6 +25,7 @@ from slurmctl.render.cluster import render_slurm_configs_map
 from slurmctl.render.controller import render_controller
 from slurmctl.render.disruption import render_workers_disruption_budget
 from slurmctl.render.login import render_login
+from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings, render_network_policies
 from slurmctl.render.populate_jail import render_populate_jail_job
 from slurmctl.render.rest import render_rest
 from slurmctl.render.slurm_conf import render_slurm_configs
@@ -52,6 +53,7 @@ class Inputs:
     # Slurm node -> labels of the Kubernetes node its ready pod runs on (spec.topology); offline: none is ready.
     placement: Placement = field(default_factory=dict)
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the operator's --cluster-domain
+    network: NetworkSettings = DEFAULT_NETWORK  # the operator's --operator-namespace and --login-ssh-from
 
     @classmethod
     def offline(cls, cluster: SlurmCluster, **known: Any) -> Inputs:
@@ -68,12 +70,12 @@ Renderer = Callable[[Inputs], list[Obj]]
 def cluster_objects(i: Inputs) -> list[Obj]:
     """The Slurm configs ConfigMap (the key Secrets are created once by the reconciler, never rendered), with
     topology.conf from where the workers run: it changes when pods move, the spec's configs do not (and so neither
-    does any config hash: the daemons take a new topology with a reconfigure)."""
+    does any config hash: the daemons take a new topology with a reconfigure); and the cluster's NetworkPolicies."""
     configs = dict(i.configs)
     topology = render_topology_conf(i.cluster, i.placement)
     if topology is not None:
         configs[TOPOLOGY_CONF] = topology
-    return [render_slurm_configs_map(i.cluster, configs=configs)]
+    return [render_slurm_configs_map(i.cluster, configs=configs), *render_network_policies(i.cluster, i.network)]
 
 
 def populate_jail_objects(i: Inputs) -> list[Obj]:

@@ -145,6 +145,11 @@ def mariadb_passwords(c: str) -> str:
     return f"{c}-mariadb-passwords"
 
 
+def network_policy(c: str, what: str) -> str:
+    """The cluster's NetworkPolicies (render/network_policy.py): `slurm`, `slurmrestd`, `login-ssh`."""
+    return f"{c}-{what}"
+
+
 def nccl_benchmark(c: str) -> str:
     return f"{c}-nccl-benchmark"
 

@@ -62,6 +62,8 @@ RULES: Final[tuple[Rule, ...]] = (
          READ + WRITE),
     Rule("The workers' PodDisruptionBudget (policy/v1): evictions wait for jobs. Always rendered, so never deleted "
          "(it goes with its SlurmCluster).", ("policy",), ("poddisruptionbudgets",), (*READ, "create", "patch")),
+    Rule("Each SlurmCluster's NetworkPolicies (render/network_policy.py): who may connect to its pods.",
+         ("networking.k8s.io",), ("networkpolicies",), READ + WRITE),
     Rule("Pods: the slurmrestd pod's address; each worker pod's SlurmNodeState condition and its evictable label "
          "(server-side apply); a worker pod deleted (once its node is drained) to re-create it from a new template or "
          "a new StatefulSet, or force-deleted (grace period 0, uid precondition) when its Kubernetes node is lost "

@@ -100,6 +100,7 @@ KNOWN: dict[tuple[str, str], Resource] = dict(
         _known("batch/v1", "Job", "jobs"),
         _known("batch/v1", "CronJob", "cronjobs"),
         _known("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+        _known("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
         _known("coordination.k8s.io/v1", "Lease", "leases"),
         _known("events.k8s.io/v1", "Event", "events"),
         _known("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False),

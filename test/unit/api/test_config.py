@@ -140,6 +140,7 @@ def test_operator_role_grants_what_the_reconcilers_need_and_nothing_else() -> No
         ("events.k8s.io", "patch"),
     }
     assert {v for g, r, v in grants if (g, r) == ("k8s.mariadb.com", "mariadbs")} == crud
+    assert {v for g, r, v in grants if (g, r) == ("networking.k8s.io", "networkpolicies")} == crud
 
 
 def test_the_default_install_grants_the_operator_nothing_outside_the_namespace_it_watches_but_reading_nodes() -> None:

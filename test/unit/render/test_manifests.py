@@ -16,6 +16,9 @@ def _names(variant: str) -> list[str]:
 def test_minimal_sample() -> None:
     assert _names("minimal") == [
         "ConfigMap/minimal-slurm-configs",
+        "NetworkPolicy/minimal-slurm",
+        "NetworkPolicy/minimal-slurmrestd",
+        "NetworkPolicy/minimal-login-ssh",
         "Job/minimal-populate-jail",
         "Service/minimal-controller",
         "StatefulSet/minimal-controller",

@@ -38,7 +38,7 @@ def body(text: str | None) -> list[str]:
 
 
 def configmap_data(c: SlurmCluster, placement: dict[str, dict[str, str]]) -> dict[str, str]:
-    (configmap,) = cluster_objects(Inputs.offline(c, placement=placement))
+    (configmap,) = [o for o in cluster_objects(Inputs.offline(c, placement=placement)) if o["kind"] == "ConfigMap"]
     data: dict[str, str] = configmap["data"]
     return data
 
