@@ -6,7 +6,6 @@ handing its one condition (and its summary) to the status writer (`status.Status
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -29,6 +28,7 @@ from slurmctl.api.v1 import (
 )
 from slurmctl.api.v1 import Component as Image
 from slurmctl.reconcilers.admission import Admission
+from slurmctl.reconcilers.events import Events
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.observed import uid
 from slurmctl.reconcilers.slurm_access import SlurmAccess
@@ -38,14 +38,11 @@ from slurmctl.render.kinds import SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs, Renderer
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
-from slurmctl.runtime import WARNING, ApiError, Conflict, Event, Manager, Request, Result
+from slurmctl.runtime import ApiError, Cache, Conflict, Event, Manager, Request, Result
 from slurmctl.runtime.errors import rejection
 from slurmctl.runtime.handlers import Predicate
-from slurmctl.runtime.logs import kv
 from slurmctl.runtime.manager import ControllerBuilder
 from slurmctl.slurm import DEFAULT_MAX_ANSWER_BYTES
-
-log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -277,6 +274,7 @@ class ComponentReconciler:
         self.condition_type = component.condition
         self.manager = ctx.manager
         self.cache = ctx.manager.cache
+        self.events = Events(ctx.manager, component.name)
         # The rejection last reported per cluster (namespace/name): the cached condition can lag the one just
         # written while another worker reconciles the same cluster again, and that must not repeat the Event.
         self._reported: dict[tuple[str, str], str] = {}
@@ -392,16 +390,7 @@ class ComponentReconciler:
 
     def owned(self, loaded: Loaded, kind: Kind) -> list[Obj]:
         """This cluster's children of a kind that carry this component's label (or a label it had before)."""
-        found: dict[str, Obj] = {}
-        for label in self.decl.labels:
-            for child in self.cache.list(
-                *kind,
-                namespace=loaded.namespace,
-                labels=meta.selector(loaded.name, label),
-                owner_uid=loaded.cluster.metadata.uid,
-            ):
-                found[child["metadata"]["name"]] = child
-        return [found[name] for name in sorted(found)]
+        return owned(self.cache, loaded, kind, self.decl.labels)
 
     async def create_once(self, loaded: Loaded, name: str, render: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         """Key material is created, never applied: POST fails on an existing Secret (409, which means "it
@@ -414,23 +403,10 @@ class ComponentReconciler:
             return
 
     def event(self, loaded: Loaded | Invalid, type_: str, reason: str, message: str) -> None:
-        md = loaded.obj.get("metadata") or {}
-        log.log(
-            logging.WARNING if type_ == WARNING else logging.INFO,
-            "event %s",
-            kv(
-                controller=self.component,
-                namespace=md.get("namespace", ""),
-                name=md.get("name", ""),
-                type=type_,
-                reason=reason,
-                message=message,
-            ),
-        )
-        self.manager.recorder.record(loaded.obj, type_, reason, message)
+        self.events.record(loaded.obj, type_, reason, message)
 
     def warn(self, loaded: Loaded | Invalid, reason: str, message: str) -> None:
-        self.event(loaded, WARNING, reason, message)
+        self.events.warn(loaded.obj, reason, message)
 
     # ---- status -----------------------------------------------------------------------------------------------
     def condition(
@@ -504,6 +480,18 @@ class ComponentReconciler:
         "waiting" condition that the cluster's first pass makes stale a few milliseconds later."""
         valid = loaded.condition(SPEC_VALID)
         return valid is not None and valid.observed_generation == loaded.generation
+
+
+def owned(cache: Cache, loaded: Loaded, kind: Kind, labels: Iterable[str]) -> list[Obj]:
+    """A cluster's children of a kind (owned by it) that carry one of these component labels, by name."""
+    found: dict[str, Obj] = {}
+    for label in labels:
+        selector = meta.selector(loaded.name, label)
+        for child in cache.list(
+            *kind, namespace=loaded.namespace, labels=selector, owner_uid=loaded.cluster.metadata.uid
+        ):
+            found[child["metadata"]["name"]] = child
+    return [found[name] for name in sorted(found)]
 
 
 def component_is(*components: str) -> Predicate:

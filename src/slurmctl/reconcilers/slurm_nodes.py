@@ -34,9 +34,10 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
 from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_part
-from slurmctl.reconcilers.drain import Upkeep, evictable, jobs_by_node, lost_reason, upkeep
+from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Upkeep, evictable, jobs_by_node, lost_reason, upkeep
+from slurmctl.reconcilers.events import Events
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost, slurmd_unreachable
-from slurmctl.reconcilers.observed import WorkerPod, clusters_on, node_ready, ready_since, unschedulable
+from slurmctl.reconcilers.observed import WorkerPod, deleting, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE
 from slurmctl.reconcilers.unhealthy import (
@@ -47,7 +48,7 @@ from slurmctl.reconcilers.unhealthy import (
     judge_unhealthy,
     still_remembered,
 )
-from slurmctl.reconcilers.workers import DRAIN_POLL_SECONDS, WorkersReconciler
+from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
 from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
 from slurmctl.runtime import ApiError, Conflict, Event, EventType, NotFound, Request, Result
@@ -63,7 +64,7 @@ FIELD_MANAGER = "slurmctl-slurm-nodes"
 # The evictable label is applied to the pod itself, not /status: a field manager of its own, so that neither apply
 # drops the other's fields (API servers before 1.22 do not tell a manager's /status fields from its others).
 EVICTABLE_FIELD_MANAGER = "slurmctl-evictable"
-WORKERS = "workers"
+NAME = "slurm-nodes"  # the controller's
 _USABLE = frozenset({"Idle", "Allocated", "Mixed"})
 
 
@@ -130,9 +131,12 @@ def worker_pod_changed(event: Event) -> bool:
 class SlurmNodesReconciler:
     """Keyed by SlurmCluster; each pass decides on one snapshot and requeues itself (Slurm sends no events)."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, *, worker_labels: tuple[str, ...]) -> None:
+        """`worker_labels`: the component labels worker pods carry (the workers component's `Component.labels`)."""
         self.ctx = ctx
         self.cache = ctx.manager.cache
+        self.workers = WorkerPods(self.cache, worker_labels)
+        self.events = Events(ctx.manager, NAME)
         self._warned: dict[tuple[str, str], str] = {}
         self.not_ready = NotReadyClock(ctx.manager.clock)
         # By cluster (namespace, name): the uids of pods force-deleted for a lost node (the cache may still show them
@@ -144,15 +148,9 @@ class SlurmNodesReconciler:
         # By cluster: the unhealthy workers replaced, by pod name (never twice for one drain: reconcilers/unhealthy.py).
         self._replaced: dict[tuple[str, str], dict[str, Replacement]] = {}
 
-    @property
-    def workers(self) -> WorkersReconciler:
-        workers = self.ctx.reconcilers[WORKERS]
-        assert isinstance(workers, WorkersReconciler)
-        return workers
-
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
-        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if obj is None or deleting(obj):
             self.ctx.slurm.forget(req.name, req.namespace)
             self._warned.pop((req.namespace, req.name), None)
             for memory in (self._force_deleted, self._kept):
@@ -201,7 +199,7 @@ class SlurmNodesReconciler:
             await self._evictable(req.namespace, pods, set())
             return Result(requeue_after=POLL_SECONDS)
         if gone:
-            pods = [pod for pod in pods if (pod.get("metadata") or {}).get("name") not in gone]
+            pods = [pod for pod in pods if pod["metadata"]["name"] not in gone]
             workers = [worker for worker in workers if worker.name not in gone]
         await self._pod_conditions(loaded, pods, mine)
         # From this snapshot; a node drained or resumed just now is judged again on the next pass.
@@ -224,8 +222,7 @@ class SlurmNodesReconciler:
 
     def clusters_on(self, node: Mapping[str, Any]) -> list[Request]:
         """The clusters with a worker pod on a Kubernetes node (from the pod cache): those a cordon concerns."""
-        labels = self.workers.decl.labels
-        return clusters_on(node, (p for lb in labels for p in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: lb})))
+        return self.workers.clusters_on(node)
 
     def _cordoned(self, pod: WorkerPod) -> bool:
         return bool(pod.node_name) and not pod.terminating and unschedulable(self.cache.get(*NODE, pod.node_name))
@@ -235,13 +232,13 @@ class SlurmNodesReconciler:
             self.ctx.slurm.changed(loaded.name, loaded.namespace)
         for reason, names in plan.drain.items():
             await api.drain(names, reason=reason)
-            self.workers.event(loaded, "Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
+            self.events.record(loaded.obj, "Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
         if plan.resume:
             await api.resume(plan.resume)
             for name in plan.resume:
                 why = nodes[name].reason.removeprefix("slurmctl:").strip()
                 message = f"resumed {name} in Slurm: its drain ({why}) no longer holds"
-                self.workers.event(loaded, "Normal", "Resumed", message)
+                self.events.record(loaded.obj, "Normal", "Resumed", message)
 
     def _standby(self, loaded: Loaded) -> list[WorkerPod]:
         """The standby slurmctld's pod (spec.controller.standby), when there is one: a lost node concerns it too."""
@@ -323,7 +320,7 @@ class SlurmNodesReconciler:
                     f"set {worker.name} DOWN in Slurm ({reason}): Kubernetes node {host} has been NotReady for "
                     f"{seconds}s and slurmctld cannot reach its slurmd; Slurm requeues or ends its jobs"
                 )
-                self.workers.warn(loaded, "NodeDown", message)
+                self.events.warn(loaded.obj, "NodeDown", message)
             if node is not None:
                 try:
                     await api.delete_node(worker.name)
@@ -334,7 +331,7 @@ class SlurmNodesReconciler:
                     )
                 else:
                     message = f"deleted {worker.name} from Slurm ({reason}): its new pod registers it anew"
-                    self.workers.event(loaded, "Normal", "SlurmNodeDeleted", message)
+                    self.events.record(loaded.obj, "Normal", "SlurmNodeDeleted", message)
             if await self._force_delete(loaded, worker, host, seconds, why="Slurm cannot reach its slurmd"):
                 gone.add(worker.name)
         return gone
@@ -363,7 +360,9 @@ class SlurmNodesReconciler:
         """A pod on a lost node that Slurm still reaches stays: one Warning `NodeLost` per pod (its uid) saying why."""
         kept = self._kept.setdefault((loaded.namespace, loaded.name), set())
         if pod.uid not in kept:
-            self.workers.warn(loaded, "NodeLost", f"Kubernetes node {host} has been NotReady for {seconds}s but {why}")
+            self.events.warn(
+                loaded.obj, "NodeLost", f"Kubernetes node {host} has been NotReady for {seconds}s but {why}"
+            )
             kept.add(pod.uid)
 
     async def _force_delete(self, loaded: Loaded, worker: WorkerPod, host: str, seconds: int, *, why: str) -> bool:
@@ -391,7 +390,7 @@ class SlurmNodesReconciler:
             f"force-deleted Pod {worker.name} (uid {worker.uid}): Kubernetes node {host} has been NotReady for "
             f"{seconds}s and {why}; its StatefulSet re-creates it on a Ready node"
         )
-        self.workers.event(loaded, "Normal", "Deleted", message)
+        self.events.record(loaded.obj, "Normal", "Deleted", message)
         return True
 
     async def _replace_unhealthy(
@@ -450,7 +449,7 @@ class SlurmNodesReconciler:
             f"cordoned Kubernetes node {r.k8s_node} ({LABEL_UNHEALTHY}={r.check}; uncordon it once repaired) and "
             "deleted the pod, which its StatefulSet re-creates on another node"
         )
-        self.workers.warn(loaded, "Replacing", message)
+        self.events.warn(loaded.obj, "Replacing", message)
         return True
 
     async def _pod_conditions(
