@@ -23,7 +23,8 @@ last is older than NODE_LOOP_MAX_AGE (another reader, the drain gate, may have t
   slurmctl's health checks (`slurmctl-gpu:`, `slurmctl-nccl:`) has its Kubernetes node cordoned and labelled, and its
   pod deleted so that its StatefulSet re-creates it on another node; one pod of a group at a time.
 
-Draining the nodes that must go is the workers reconciler's (the drain gate).
+Draining the nodes that must go is the workers reconciler's (the drain gate); which they are, the loop reads from
+reconcilers/worker_pods.py, as the drain gate does, and never asks the workers reconciler.
 """
 
 from __future__ import annotations
