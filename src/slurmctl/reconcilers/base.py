@@ -30,7 +30,7 @@ from slurmctl.api.v1 import Component as Image
 from slurmctl.reconcilers.admission import Admission
 from slurmctl.reconcilers.events import Events
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
-from slurmctl.reconcilers.observed import uid
+from slurmctl.reconcilers.observed import condition_of, deleting, generation_of, labels_of, resource_version, uid
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.reconcilers.status import StatusWriter
 from slurmctl.render import meta
@@ -134,8 +134,8 @@ class Loader:
         known = self._memo.get(key) if key[1] else None
         if known is not None:
             self._memo.move_to_end(key)
-            rv = (known.obj.get("metadata") or {}).get("resourceVersion")
-            if known.obj is obj or (rv and rv == md.get("resourceVersion")):
+            rv = resource_version(known.obj)
+            if known.obj is obj or (rv and rv == resource_version(obj)):
                 return known
             renewed = _renewed(known, obj)
             if renewed is not None:
@@ -242,14 +242,13 @@ def make_condition(obj: Mapping[str, Any], type_: str, *, ok: bool, reason: Reas
     """A condition for the live object `obj`; lastTransitionTime is kept verbatim while the status does not flip,
     so an unchanged condition renders an identical intent and its apply is skipped."""
     status = "True" if ok else "False"
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    previous = next((c for c in conditions if c.get("type") == type_), None)
+    previous = condition_of(obj, type_)
     since = previous.get("lastTransitionTime") if previous and previous.get("status") == status else None
     return Condition.model_validate(
         {
             "type": type_,
             "status": status,
-            "observedGeneration": (obj.get("metadata") or {}).get("generation", 0),
+            "observedGeneration": generation_of(obj),
             "lastTransitionTime": since or now(),
             "reason": reason.value,
             "message": message,
@@ -284,7 +283,7 @@ class ComponentReconciler:
 
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
-        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if obj is None or deleting(obj):
             self.ctx.status.forget(req.namespace, req.name)
             return None  # gone, or being deleted: the garbage collector's turn
         loaded = self.ctx.loader.load(obj)
@@ -414,7 +413,7 @@ class ComponentReconciler:
     ) -> Condition:
         """This component's condition (or another it owns, `type_`), its transition time kept from the status as the
         writer will leave it (the cache can lag a write that is pending or just made)."""
-        current = {"metadata": loaded.obj.get("metadata") or {}, "status": self.ctx.status.view(loaded.obj)}
+        current = {**loaded.obj, "status": self.ctx.status.view(loaded.obj)}
         return make_condition(current, type_ or self.condition_type, ok=ok, reason=reason, message=message)
 
     async def write_status(self, loaded: Loaded | Invalid, status: SlurmClusterStatus) -> None:
@@ -431,8 +430,7 @@ class ComponentReconciler:
         """Whether this component's condition (or another it owns, `type_`) would say something new, compared with
         the status as the writer will leave it (the cache can lag a write just made, and a child's events come one
         right after another): what decides that a Warning Event is due, once per finding, not once per reconcile."""
-        conditions = self.ctx.status.view(loaded.obj).get("conditions") or []
-        said = next((c for c in conditions if c.get("type") == (type_ or self.condition_type)), None)
+        said = condition_of({"status": self.ctx.status.view(loaded.obj)}, type_ or self.condition_type)
         return said is None or said.get("reason") != reason.value or said.get("message") != message
 
     async def pods_refused(self, loaded: Loaded, *workloads: Obj | None) -> Condition | None:
@@ -498,7 +496,6 @@ def component_is(*components: str) -> Predicate:
     """Only children carrying one of these component labels (a worker StatefulSet does not wake the login)."""
 
     def predicate(event: Event) -> bool:
-        labels = (event.obj.get("metadata") or {}).get("labels") or {}
-        return labels.get(meta.LABEL_COMPONENT) in components
+        return labels_of(event.obj).get(meta.LABEL_COMPONENT) in components
 
     return predicate

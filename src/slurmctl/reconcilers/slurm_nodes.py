@@ -38,7 +38,7 @@ from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_part
 from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Upkeep, evictable, jobs_by_node, lost_reason, upkeep
 from slurmctl.reconcilers.events import Events
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost, slurmd_unreachable
-from slurmctl.reconcilers.observed import WorkerPod, deleting, node_ready, ready_since, unschedulable
+from slurmctl.reconcilers.observed import WorkerPod, condition_of, deleting, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE
 from slurmctl.reconcilers.unhealthy import (
@@ -457,19 +457,17 @@ class SlurmNodesReconciler:
         self, loaded: Loaded, pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node]
     ) -> None:
         for pod in pods:
-            md = pod.get("metadata") or {}
-            if md.get("deletionTimestamp") or not (pod.get("status") or {}).get("podIP"):
+            worker = WorkerPod.of(pod)
+            if worker.terminating or not worker.has_address:
                 continue
-            live = next(
-                (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION), None
-            )
-            cond = node_condition(nodes.get(md["name"]), live)
+            live = condition_of(pod, CONDITION)
+            cond = node_condition(nodes.get(worker.name), live)
             if live is not None and all((live.get(k) or "") == v for k, v in cond.items()):
                 continue
             body = {
                 "apiVersion": POD.api_version,
                 "kind": POD.kind,
-                "metadata": {"name": md["name"], "namespace": loaded.namespace},
+                "metadata": {"name": worker.name, "namespace": loaded.namespace},
                 "status": {"conditions": [cond]},
             }
             await self.ctx.manager.apply_status(body, field_manager=FIELD_MANAGER)
