@@ -1,174 +1,28 @@
-"""What every component reconciler shares: the component declaration it is built from, reading its SlurmCluster once
-per change (`Loader`), applying the objects its renderer produces, pruning the children it no longer wants, and
-handing its one condition (and its summary) to the status writer (`status.StatusWriter`).
+"""What every component reconciler does, built from its declaration (reconcilers/component.py) on the cluster as
+loaded (reconcilers/loading.py): applying the objects its renderer produces, pruning the children it no longer wants,
+sending its Events, and handing its one condition (and its summary) to the status writer (`status.StatusWriter`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any
 
-from pydantic import ValidationError
-
-from slurmctl.api.v1 import (
-    SPEC_VALID,
-    Condition,
-    ObjectMeta,
-    Policy,
-    Reason,
-    SlurmCluster,
-    SlurmClusterStatus,
-    check_cluster,
-)
-from slurmctl.api.v1 import Component as Image
-from slurmctl.reconcilers.admission import Admission
+from slurmctl.api.v1 import SPEC_VALID, Condition, Reason, SlurmClusterStatus
+from slurmctl.reconcilers.component import Component, Obj, owned
+from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.events import Events
-from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
-from slurmctl.reconcilers.observed import condition_of, deleting, generation_of, labels_of, resource_version, uid
-from slurmctl.reconcilers.slurm_access import SlurmAccess
-from slurmctl.reconcilers.status import StatusWriter
+from slurmctl.reconcilers.loading import Invalid, Loaded
+from slurmctl.reconcilers.observed import condition_of, deleting, generation_of, uid
 from slurmctl.render import meta
 from slurmctl.render.kinds import SECRET, SLURM_CLUSTER, Kind
-from slurmctl.render.manifests import Inputs, Renderer
-from slurmctl.render.slurm_conf import render_slurm_configs
-from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
-from slurmctl.runtime import ApiError, Cache, Conflict, Event, Manager, Request, Result
+from slurmctl.render.manifests import Inputs
+from slurmctl.runtime import ApiError, Conflict, Request, Result
 from slurmctl.runtime.errors import rejection
-from slurmctl.runtime.handlers import Predicate
 from slurmctl.runtime.manager import ControllerBuilder
-from slurmctl.slurm import DEFAULT_MAX_ANSWER_BYTES
-
-Obj = dict[str, Any]
-
-
-def always(cluster: SlurmCluster) -> bool:
-    return True
-
-
-def never(cluster: SlurmCluster) -> bool:
-    return False
-
-
-@dataclass(frozen=True)
-class Component:
-    """One component, declared once: everything registration, `slurmctl render` and the phase need to know about it.
-
-    `name` is the controller's name and the value of the component label on every child alike.
-    """
-
-    name: str
-    condition: str  # the one status condition this component owns
-    _: KW_ONLY
-    reconciler: type[ComponentReconciler]
-    render: Renderer  # the objects it applies, from the same inputs online and offline
-    owns: tuple[Kind, ...] = ()  # kinds of its children, found and watched by its component label
-    image: Image | None = None  # the default image its pods run (`<registry>/<image>:<tag>`)
-    required: Callable[[SlurmCluster], bool] = always  # whether its condition must be True for Available
-    after: tuple[str, ...] = ()  # components whose children's events wake it (keys, the jail gate)
-    watch_status: bool = False  # wake on every change of the SlurmCluster, status included (the phase)
-    former_names: tuple[str, ...] = ()  # labels older releases put on its children, still recognised
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        return (self.name, *self.former_names)
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """A valid SlurmCluster as read from the cache: the live object (for status and events), its parsed model and its
-    Slurm config set, rendered once and shared by every config hash."""
-
-    obj: Mapping[str, Any]
-    cluster: SlurmCluster
-    configs: Mapping[str, str]
-
-    @property
-    def name(self) -> str:
-        return meta.cluster_name(self.cluster)
-
-    @property
-    def namespace(self) -> str:
-        return self.cluster.metadata.namespace or ""
-
-    @property
-    def generation(self) -> int:
-        return self.cluster.metadata.generation or 0
-
-    @property
-    def status(self) -> SlurmClusterStatus:
-        return self.cluster.status or SlurmClusterStatus()
-
-    def condition(self, type_: str) -> Condition | None:
-        return self.status.condition(type_)
-
-
-@dataclass(frozen=True)
-class Invalid:
-    """A SlurmCluster whose spec cannot be used, and why (each problem names its field)."""
-
-    obj: Mapping[str, Any]
-    problems: tuple[str, ...]
-
-
-class Loader:
-    """Parses, validates and renders the configs of a SlurmCluster once per spec (uid, generation): every component
-    controller reconciles the same object after each change, and they share this work. A new resourceVersion of the
-    same generation (a status write, a label) costs only its metadata and status, and shares the rest."""
-
-    def __init__(self, maxsize: int = 1024, *, allow_host_path: bool = False, policy: Policy | None = None) -> None:
-        self._maxsize = maxsize
-        # The operator's policy (its flags); `allow_host_path` alone when no whole policy is given.
-        self.policy = policy or Policy(allow_host_path=allow_host_path)
-        self._memo: OrderedDict[tuple[str, str], Loaded | Invalid] = OrderedDict()
-        self.parsed = 0  # how many times an object was actually parsed (tests check the memo works)
-
-    def load(self, obj: Mapping[str, Any]) -> Loaded | Invalid:
-        md = obj.get("metadata") or {}
-        key = (str(md.get("uid", "")), str(md.get("generation", "")))
-        known = self._memo.get(key) if key[1] else None
-        if known is not None:
-            self._memo.move_to_end(key)
-            rv = resource_version(known.obj)
-            if known.obj is obj or (rv and rv == resource_version(obj)):
-                return known
-            renewed = _renewed(known, obj)
-            if renewed is not None:
-                self._memo[key] = renewed
-                return renewed
-        self.parsed += 1
-        cluster, problems = check_cluster(obj, policy=self.policy)
-        result: Loaded | Invalid
-        if cluster is None or problems:
-            result = Invalid(obj, tuple(str(p) for p in problems) or ("the spec could not be read",))
-        else:
-            result = Loaded(obj, cluster, MappingProxyType(render_slurm_configs(cluster)))
-        if key[1]:
-            self._memo[key] = result
-            while len(self._memo) > self._maxsize:
-                self._memo.popitem(last=False)
-        return result
-
-
-def _renewed(known: Loaded | Invalid, obj: Mapping[str, Any]) -> Loaded | Invalid | None:
-    """`known` for a newer resourceVersion of the same spec: its metadata and status read anew, the parsed spec and
-    its configs shared. None when they do not parse (the whole object is checked again then)."""
-    if isinstance(known, Invalid):
-        return Invalid(obj, known.problems)
-    try:
-        update = {
-            "metadata": ObjectMeta.model_validate(obj.get("metadata") or {}),
-            "status": SlurmClusterStatus.model_validate(obj["status"]) if obj.get("status") is not None else None,
-        }
-    except ValidationError:
-        return None
-    return Loaded(obj, known.cluster.model_copy(update=update), known.configs)
-
 
 # Kept short in conditions and Events: the API server's messages can quote large parts of the object.
 MAX_REJECTION_MESSAGE = 1024
@@ -203,35 +57,6 @@ class ApplyRejected(Exception):  # noqa: N818 - named after the condition reason
         message += hint
         super().__init__(message)
         self.message = message
-
-
-@dataclass
-class Context:
-    """What the component reconcilers of one manager share: the registry they were built from and the loader."""
-
-    manager: Manager
-    components: tuple[Component, ...]
-    loader: Loader = field(default_factory=Loader)
-    reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
-    loops: dict[str, Callable[[Request], Awaitable[Result | None]]] = field(default_factory=dict)  # the others
-    host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
-    node_lost_after: float = DEFAULT_NODE_LOST_AFTER  # seconds NotReady before a node is lost (0: never)
-    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the DNS domain Services are named in (--cluster-domain)
-    slurm_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES  # --slurm-max-answer-size, in bytes
-    slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
-    status: StatusWriter = field(init=False)  # every component's status goes through it
-    admission: Admission = field(init=False)  # whether the API server admits a workload's pods
-
-    def __post_init__(self) -> None:
-        self.slurm = SlurmAccess(
-            self.manager.cache,
-            max_answer_bytes=self.slurm_max_answer_bytes,
-            clock=self.manager.clock,
-            registry=self.manager.metrics.registry,
-        )
-        self.admission = Admission(self.manager.client, self.manager.clock)
-        self.status = StatusWriter(self.manager)
-        self.manager.add_runnable("status-writer", self.status.run)
 
 
 def now() -> datetime:
@@ -478,24 +303,3 @@ class ComponentReconciler:
         "waiting" condition that the cluster's first pass makes stale a few milliseconds later."""
         valid = loaded.condition(SPEC_VALID)
         return valid is not None and valid.observed_generation == loaded.generation
-
-
-def owned(cache: Cache, loaded: Loaded, kind: Kind, labels: Iterable[str]) -> list[Obj]:
-    """A cluster's children of a kind (owned by it) that carry one of these component labels, by name."""
-    found: dict[str, Obj] = {}
-    for label in labels:
-        selector = meta.selector(loaded.name, label)
-        for child in cache.list(
-            *kind, namespace=loaded.namespace, labels=selector, owner_uid=loaded.cluster.metadata.uid
-        ):
-            found[child["metadata"]["name"]] = child
-    return [found[name] for name in sorted(found)]
-
-
-def component_is(*components: str) -> Predicate:
-    """Only children carrying one of these component labels (a worker StatefulSet does not wake the login)."""
-
-    def predicate(event: Event) -> bool:
-        return labels_of(event.obj).get(meta.LABEL_COMPONENT) in components
-
-    return predicate

@@ -4,7 +4,7 @@ Job and owns JailPopulated; the workers and login components read the gate here,
 from __future__ import annotations
 
 from slurmctl.api.v1 import JAIL_POPULATED
-from slurmctl.reconcilers.base import Loaded
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import JobState
 from slurmctl.render import meta
 from slurmctl.render.kinds import JOB

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from slurmctl.api.v1 import Reason, SlurmClusterStatus, ready_summary
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded
+from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.jail_gate import jail_gate_open
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import data_keys, ready_replicas
 from slurmctl.render import meta
 from slurmctl.render.kinds import SECRET, SERVICE, STATEFULSET

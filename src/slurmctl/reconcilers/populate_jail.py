@@ -15,7 +15,9 @@ fix, with one Warning Event; the fix is a spec change, which re-runs the Job at 
 from __future__ import annotations
 
 from slurmctl.api.v1 import Reason, SlurmClusterStatus
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded, Obj, component_is
+from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.component import Obj, component_is
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import JobState, cluster_of_pod, uid
 from slurmctl.render import meta
 from slurmctl.render.kinds import JOB, POD

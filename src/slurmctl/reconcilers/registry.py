@@ -28,10 +28,12 @@ from slurmctl.api.v1 import (
     SlurmCluster,
 )
 from slurmctl.reconcilers.accounting import AccountingReconciler
-from slurmctl.reconcilers.base import Component, Context, Loader, component_is, never
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
+from slurmctl.reconcilers.component import Component, component_is, never
+from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.controller import ControllerReconciler
+from slurmctl.reconcilers.loading import Loader
 from slurmctl.reconcilers.login import LoginReconciler
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.observed import cluster_of_pod, trimmed_node

@@ -34,9 +34,11 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
-from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_part
+from slurmctl.reconcilers.base import now, status_part
+from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Upkeep, evictable, jobs_by_node, lost_reason, upkeep
 from slurmctl.reconcilers.events import Events
+from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost, slurmd_unreachable
 from slurmctl.reconcilers.observed import WorkerPod, condition_of, deleting, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_access import SlurmApi

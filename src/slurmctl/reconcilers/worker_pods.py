@@ -13,9 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from slurmctl.reconcilers.base import Loaded, Obj, owned
+from slurmctl.reconcilers.component import Obj, owned
 from slurmctl.reconcilers.drain import Leaving, leaving_nodes, statefulset_of
 from slurmctl.reconcilers.elastic import is_elastic_pod, stray_elastic_pods
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import (
     Live,
     clusters_on,

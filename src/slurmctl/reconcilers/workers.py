@@ -34,7 +34,9 @@ from slurmctl.api.v1 import (
     parse_duration,
     ready_summary,
 )
-from slurmctl.reconcilers.base import Component, ComponentReconciler, Context, Loaded, Obj, component_is, now
+from slurmctl.reconcilers.base import ComponentReconciler, now
+from slurmctl.reconcilers.component import Component, Obj, component_is
+from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import (
     DRAIN_POLL_SECONDS,
     Leaving,
@@ -46,6 +48,7 @@ from slurmctl.reconcilers.drain import (
 )
 from slurmctl.reconcilers.elastic import ElasticPlan, plan_elastic
 from slurmctl.reconcilers.jail_gate import jail_gate_open
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import cluster_of_pod, deleting, match_labels, ready_replicas, worker_replicas
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE
 from slurmctl.reconcilers.worker_pods import WorkerPods

@@ -3,8 +3,8 @@ JailPopulated after the Job is gone."""
 
 from __future__ import annotations
 
-from slurmctl.reconcilers.base import Loaded
 from slurmctl.reconcilers.jail_gate import jail_gate_open
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.render.kinds import JOB
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurmctl.reconcilers.base import Loaded
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.worker_pods import WorkerPods, ordinal
 from slurmctl.render import meta
 from slurmctl.render.kinds import STATEFULSET
