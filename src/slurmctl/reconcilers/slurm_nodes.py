@@ -8,7 +8,8 @@ last is older than NODE_LOOP_MAX_AGE (another reader, the drain gate, may have t
 - each worker pod's evictable label (`slurm.slurmctl.io/evictable=true`), set while Slurm says no job can run on its
   node (drain.evictable) and taken off otherwise; the workers' PodDisruptionBudget protects every pod without it
   from evictions. When Slurm cannot be asked (slurmrestd disabled, not ready or failing), every such label is taken
-  off: a stale "evictable" could let an eviction kill a job. Written only when it changes;
+  off: a stale "evictable" could let an eviction kill a job. Written only when it changes (both writes:
+  reconcilers/slurm_marks.py);
 - the node counts in the cluster status (the IDLE, ALLOC and DRAIN columns), written only when they change;
 - the `slurm_*` metrics (reconcilers/slurm_metrics.py), set by every snapshot;
 - slurmctl's drains outside the drain gate (drain.upkeep): a worker whose Kubernetes node is cordoned is drained
@@ -30,18 +31,19 @@ reconcilers/worker_pods.py, as the drain gate does, and never asks the workers r
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
-from slurmctl.reconcilers.base import now, status_part
+from slurmctl.reconcilers.base import status_part
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Upkeep, evictable, jobs_by_node, lost_reason, upkeep
 from slurmctl.reconcilers.events import Events
 from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost, slurmd_unreachable
-from slurmctl.reconcilers.observed import WorkerPod, condition_of, deleting, node_ready, ready_since, unschedulable
+from slurmctl.reconcilers.observed import WorkerPod, deleting, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_access import SlurmApi
+from slurmctl.reconcilers.slurm_marks import write_conditions, write_evictable
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE
 from slurmctl.reconcilers.unhealthy import (
     ANNOTATION_UNHEALTHY_REASON,
@@ -55,39 +57,13 @@ from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
 from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
 from slurmctl.runtime import ApiError, Conflict, Event, EventType, NotFound, Request, Result
-from slurmctl.runtime.errors import Invalid as InvalidObject
 from slurmctl.runtime.logs import kv
 from slurmctl.slurm import Node, SlurmApiError, SlurmError
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 15.0
-CONDITION = "SlurmNodeState"
-FIELD_MANAGER = "slurmctl-slurm-nodes"
-# The evictable label is applied to the pod itself, not /status: a field manager of its own, so that neither apply
-# drops the other's fields (API servers before 1.22 do not tell a manager's /status fields from its others).
-EVICTABLE_FIELD_MANAGER = "slurmctl-evictable"
 NAME = "slurm-nodes"  # the controller's
-_USABLE = frozenset({"Idle", "Allocated", "Mixed"})
-
-
-def node_condition(node: Node | None, live: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The pod condition for a Slurm node; lastTransitionTime is kept while the status does not flip, so an unchanged
-    state renders an identical intent (and no write)."""
-    if node is None:
-        status, reason, message = "False", "NotRegistered", "slurmd has not registered this node with slurmctld"
-    else:
-        status = "True" if node.display in _USABLE else "False"
-        reason = node.display  # CamelCase letters: a valid condition reason
-        message = node.reason
-    since = live.get("lastTransitionTime") if live and live.get("status") == status else None
-    return {
-        "type": CONDITION,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since or now().isoformat().replace("+00:00", "Z"),
-    }
 
 
 def node_counts(nodes: list[Node]) -> SlurmNodeCounts:
@@ -164,7 +140,9 @@ class SlurmNodesReconciler:
         pods = self.workers.pods(req.name, req.namespace)
         loaded = self.ctx.loader.load(obj)
         if isinstance(loaded, Invalid):
-            await self._evictable(req.namespace, pods, set())  # Slurm was not asked: nothing is evictable
+            await write_evictable(
+                self.ctx.manager, req.namespace, pods, set()
+            )  # Slurm was not asked: nothing is evictable
             return None
         c, ns = loaded.name, loaded.namespace
         if not loaded.cluster.spec.rest.enabled or self.ctx.slurm.address(c, ns) is None:
@@ -172,7 +150,7 @@ class SlurmNodesReconciler:
             # event); both wake this loop. Every reader sees the outage.
             why = "spec.rest.enabled is false" if not loaded.cluster.spec.rest.enabled else "no ready slurmrestd pod"
             self.ctx.slurm.unreachable(c, ns, why)
-            await self._evictable(req.namespace, pods, set())
+            await write_evictable(self.ctx.manager, req.namespace, pods, set())
             return None
         workers = [WorkerPod.of(pod) for pod in pods]
         standby = self._standby(loaded)
@@ -199,16 +177,16 @@ class SlurmNodesReconciler:
             if self._warned.get((req.namespace, req.name)) != str(exc):
                 log.warning("cannot read Slurm %s", kv(namespace=req.namespace, name=req.name, error=exc))
             self._warned[(req.namespace, req.name)] = str(exc)
-            await self._evictable(req.namespace, pods, set())
+            await write_evictable(self.ctx.manager, req.namespace, pods, set())
             return Result(requeue_after=POLL_SECONDS)
         if gone:
             pods = [pod for pod in pods if pod["metadata"]["name"] not in gone]
             workers = [worker for worker in workers if worker.name not in gone]
-        await self._pod_conditions(loaded, pods, mine)
+        await write_conditions(self.ctx.manager, loaded.namespace, pods, mine)
         # From this snapshot; a node drained or resumed just now is judged again on the next pass.
         changed = {*plan.resume, *(name for names in plan.drain.values() for name in names)}
         may_go = {w.name for w in workers if w.name not in changed and evictable(w, mine.get(w.name), running)}
-        await self._evictable(req.namespace, pods, may_go)
+        await write_evictable(self.ctx.manager, req.namespace, pods, may_go)
         # Through the one status writer (it owns the whole status; it writes only a change).
         counts = node_counts(list(mine.values()))
         self.ctx.status.submit(loaded.obj, status_part(SlurmClusterStatus(slurm_nodes=counts)))
@@ -454,47 +432,3 @@ class SlurmNodesReconciler:
         )
         self.events.warn(loaded.obj, "Replacing", message)
         return True
-
-    async def _pod_conditions(
-        self, loaded: Loaded, pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node]
-    ) -> None:
-        for pod in pods:
-            worker = WorkerPod.of(pod)
-            if worker.terminating or not worker.has_address:
-                continue
-            live = condition_of(pod, CONDITION)
-            cond = node_condition(nodes.get(worker.name), live)
-            if live is not None and all((live.get(k) or "") == v for k, v in cond.items()):
-                continue
-            body = {
-                "apiVersion": POD.api_version,
-                "kind": POD.kind,
-                "metadata": {"name": worker.name, "namespace": loaded.namespace},
-                "status": {"conditions": [cond]},
-            }
-            await self.ctx.manager.apply_status(body, field_manager=FIELD_MANAGER)
-
-    async def _evictable(self, namespace: str, pods: Iterable[Mapping[str, Any]], may_go: Collection[str]) -> None:
-        """Label the pods in `may_go` evictable and take the label off every other one, writing only a change. A pod
-        without an address (not started: an eviction does not wait for a pending pod) is not labelled; a pod being
-        deleted is left as it is (it is going: an eviction changes nothing)."""
-        for pod in pods:
-            worker = WorkerPod.of(pod)
-            wanted = worker.name in may_go and worker.has_address
-            if worker.terminating or wanted == worker.evictable:
-                continue
-            labels = {meta.LABEL_EVICTABLE: "true"} if wanted else {}
-            body: dict[str, Any] = {
-                "apiVersion": POD.api_version,
-                "kind": POD.kind,
-                "metadata": {"name": worker.name, "namespace": namespace, **({"labels": labels} if labels else {})},
-            }
-            try:
-                await self.ctx.manager.apply(body, field_manager=EVICTABLE_FIELD_MANAGER)
-            except (NotFound, InvalidObject) as exc:
-                # Gone since the cache saw it (an apply to a missing pod is refused: it has no spec).
-                log.debug(
-                    "pod gone before its label was written %s", kv(namespace=namespace, pod=worker.name, error=exc)
-                )
-                continue
-            log.info("pod evictability %s", kv(namespace=namespace, pod=worker.name, evictable=wanted))
