@@ -26,7 +26,7 @@ from typing import Any
 from test.unit.reconcilers.env import Env, spec
 
 from bench import goal
-from slurmctl.reconcilers.base import Loaded
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render.manifests import Inputs
 

@@ -24,7 +24,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from slurmctl import __version__, reconcilers
 from slurmctl.api.v1 import KIND, Policy, check_cluster, parse_quantity
-from slurmctl.reconcilers.base import Context
+from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.render import rbac
 from slurmctl.render.manifests import Inputs

@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
-from slurmctl.reconcilers.slurm_nodes import EVICTABLE_FIELD_MANAGER, FIELD_MANAGER
+from slurmctl.reconcilers.slurm_marks import EVICTABLE_FIELD_MANAGER, FIELD_MANAGER
 from slurmctl.render import meta
 from slurmctl.runtime import Applier, Client
 from test.e2e.clusters import NAME, Cluster, T, absent_on_404, spec

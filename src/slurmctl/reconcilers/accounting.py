@@ -14,8 +14,11 @@ import secrets
 from typing import Any
 
 from slurmctl.api.v1 import LIMITS_APPLIED, Condition, Reason, SlurmClusterStatus
-from slurmctl.reconcilers.base import Component, ComponentReconciler, Context, Loaded, component_is
+from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.component import Component, component_is
+from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.limits import LimitsRefusedError, apply_limits
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import available_replicas, cluster_of_pod, resource_version
 from slurmctl.reconcilers.slurm_access import REST_COMPONENT
 from slurmctl.render import meta

@@ -1,178 +1,28 @@
-"""What every component reconciler shares: the component declaration it is built from, reading its SlurmCluster once
-per change (`Loader`), applying the objects its renderer produces, pruning the children it no longer wants, and
-handing its one condition (and its summary) to the status writer (`status.StatusWriter`).
+"""What every component reconciler does, built from its declaration (reconcilers/component.py) on the cluster as
+loaded (reconcilers/loading.py): applying the objects its renderer produces, pruning the children it no longer wants,
+sending its Events, and handing its one condition (and its summary) to the status writer (`status.StatusWriter`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any
 
-from pydantic import ValidationError
-
-from slurmctl.api.v1 import (
-    SPEC_VALID,
-    Condition,
-    ObjectMeta,
-    Policy,
-    Reason,
-    SlurmCluster,
-    SlurmClusterStatus,
-    check_cluster,
-)
-from slurmctl.api.v1 import Component as Image
-from slurmctl.reconcilers.admission import Admission
-from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
-from slurmctl.reconcilers.observed import uid
-from slurmctl.reconcilers.slurm_access import SlurmAccess
-from slurmctl.reconcilers.status import StatusWriter
+from slurmctl.api.v1 import SPEC_VALID, Condition, Reason, SlurmClusterStatus
+from slurmctl.reconcilers.component import Component, Obj, owned
+from slurmctl.reconcilers.context import Context
+from slurmctl.reconcilers.events import Events
+from slurmctl.reconcilers.loading import Invalid, Loaded
+from slurmctl.reconcilers.observed import condition_of, deleting, generation_of, uid
 from slurmctl.render import meta
 from slurmctl.render.kinds import SECRET, SLURM_CLUSTER, Kind
-from slurmctl.render.manifests import Inputs, Renderer
-from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
-from slurmctl.render.slurm_conf import render_slurm_configs
-from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
-from slurmctl.runtime import WARNING, ApiError, Conflict, Event, Manager, Request, Result
+from slurmctl.render.manifests import Inputs
+from slurmctl.runtime import ApiError, Conflict, Request, Result
 from slurmctl.runtime.errors import rejection
-from slurmctl.runtime.handlers import Predicate
-from slurmctl.runtime.logs import kv
 from slurmctl.runtime.manager import ControllerBuilder
-from slurmctl.slurm import DEFAULT_MAX_ANSWER_BYTES
-
-log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
-
-
-def always(cluster: SlurmCluster) -> bool:
-    return True
-
-
-def never(cluster: SlurmCluster) -> bool:
-    return False
-
-
-@dataclass(frozen=True)
-class Component:
-    """One component, declared once: everything registration, `slurmctl render` and the phase need to know about it.
-
-    `name` is the controller's name and the value of the component label on every child alike.
-    """
-
-    name: str
-    condition: str  # the one status condition this component owns
-    _: KW_ONLY
-    reconciler: type[ComponentReconciler]
-    render: Renderer  # the objects it applies, from the same inputs online and offline
-    owns: tuple[Kind, ...] = ()  # kinds of its children, found and watched by its component label
-    image: Image | None = None  # the default image its pods run (`<registry>/<image>:<tag>`)
-    required: Callable[[SlurmCluster], bool] = always  # whether its condition must be True for Available
-    after: tuple[str, ...] = ()  # components whose children's events wake it (keys, the jail gate)
-    watch_status: bool = False  # wake on every change of the SlurmCluster, status included (the phase)
-    former_names: tuple[str, ...] = ()  # labels older releases put on its children, still recognised
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        return (self.name, *self.former_names)
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """A valid SlurmCluster as read from the cache: the live object (for status and events), its parsed model and its
-    Slurm config set, rendered once and shared by every config hash."""
-
-    obj: Mapping[str, Any]
-    cluster: SlurmCluster
-    configs: Mapping[str, str]
-
-    @property
-    def name(self) -> str:
-        return meta.cluster_name(self.cluster)
-
-    @property
-    def namespace(self) -> str:
-        return self.cluster.metadata.namespace or ""
-
-    @property
-    def generation(self) -> int:
-        return self.cluster.metadata.generation or 0
-
-    @property
-    def status(self) -> SlurmClusterStatus:
-        return self.cluster.status or SlurmClusterStatus()
-
-    def condition(self, type_: str) -> Condition | None:
-        return self.status.condition(type_)
-
-
-@dataclass(frozen=True)
-class Invalid:
-    """A SlurmCluster whose spec cannot be used, and why (each problem names its field)."""
-
-    obj: Mapping[str, Any]
-    problems: tuple[str, ...]
-
-
-class Loader:
-    """Parses, validates and renders the configs of a SlurmCluster once per spec (uid, generation): every component
-    controller reconciles the same object after each change, and they share this work. A new resourceVersion of the
-    same generation (a status write, a label) costs only its metadata and status, and shares the rest."""
-
-    def __init__(self, maxsize: int = 1024, *, allow_host_path: bool = False, policy: Policy | None = None) -> None:
-        self._maxsize = maxsize
-        # The operator's policy (its flags); `allow_host_path` alone when no whole policy is given.
-        self.policy = policy or Policy(allow_host_path=allow_host_path)
-        self._memo: OrderedDict[tuple[str, str], Loaded | Invalid] = OrderedDict()
-        self.parsed = 0  # how many times an object was actually parsed (tests check the memo works)
-
-    def load(self, obj: Mapping[str, Any]) -> Loaded | Invalid:
-        md = obj.get("metadata") or {}
-        key = (str(md.get("uid", "")), str(md.get("generation", "")))
-        known = self._memo.get(key) if key[1] else None
-        if known is not None:
-            self._memo.move_to_end(key)
-            rv = (known.obj.get("metadata") or {}).get("resourceVersion")
-            if known.obj is obj or (rv and rv == md.get("resourceVersion")):
-                return known
-            renewed = _renewed(known, obj)
-            if renewed is not None:
-                self._memo[key] = renewed
-                return renewed
-        self.parsed += 1
-        cluster, problems = check_cluster(obj, policy=self.policy)
-        result: Loaded | Invalid
-        if cluster is None or problems:
-            result = Invalid(obj, tuple(str(p) for p in problems) or ("the spec could not be read",))
-        else:
-            result = Loaded(obj, cluster, MappingProxyType(render_slurm_configs(cluster)))
-        if key[1]:
-            self._memo[key] = result
-            while len(self._memo) > self._maxsize:
-                self._memo.popitem(last=False)
-        return result
-
-
-def _renewed(known: Loaded | Invalid, obj: Mapping[str, Any]) -> Loaded | Invalid | None:
-    """`known` for a newer resourceVersion of the same spec: its metadata and status read anew, the parsed spec and
-    its configs shared. None when they do not parse (the whole object is checked again then)."""
-    if isinstance(known, Invalid):
-        return Invalid(obj, known.problems)
-    try:
-        update = {
-            "metadata": ObjectMeta.model_validate(obj.get("metadata") or {}),
-            "status": SlurmClusterStatus.model_validate(obj["status"]) if obj.get("status") is not None else None,
-        }
-    except ValidationError:
-        return None
-    return Loaded(obj, known.cluster.model_copy(update=update), known.configs)
-
 
 # Kept short in conditions and Events: the API server's messages can quote large parts of the object.
 MAX_REJECTION_MESSAGE = 1024
@@ -209,36 +59,6 @@ class ApplyRejected(Exception):  # noqa: N818 - named after the condition reason
         self.message = message
 
 
-@dataclass
-class Context:
-    """What the component reconcilers of one manager share: the registry they were built from and the loader."""
-
-    manager: Manager
-    components: tuple[Component, ...]
-    loader: Loader = field(default_factory=Loader)
-    reconcilers: dict[str, ComponentReconciler] = field(default_factory=dict)  # by component name
-    loops: dict[str, Callable[[Request], Awaitable[Result | None]]] = field(default_factory=dict)  # the others
-    host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
-    node_lost_after: float = DEFAULT_NODE_LOST_AFTER  # seconds NotReady before a node is lost (0: never)
-    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the DNS domain Services are named in (--cluster-domain)
-    network: NetworkSettings = DEFAULT_NETWORK  # what the clusters' NetworkPolicies admit (render/network_policy)
-    slurm_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES  # --slurm-max-answer-size, in bytes
-    slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
-    status: StatusWriter = field(init=False)  # every component's status goes through it
-    admission: Admission = field(init=False)  # whether the API server admits a workload's pods
-
-    def __post_init__(self) -> None:
-        self.slurm = SlurmAccess(
-            self.manager.cache,
-            max_answer_bytes=self.slurm_max_answer_bytes,
-            clock=self.manager.clock,
-            registry=self.manager.metrics.registry,
-        )
-        self.admission = Admission(self.manager.client, self.manager.clock)
-        self.status = StatusWriter(self.manager)
-        self.manager.add_runnable("status-writer", self.status.run)
-
-
 def now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
@@ -247,14 +67,13 @@ def make_condition(obj: Mapping[str, Any], type_: str, *, ok: bool, reason: Reas
     """A condition for the live object `obj`; lastTransitionTime is kept verbatim while the status does not flip,
     so an unchanged condition renders an identical intent and its apply is skipped."""
     status = "True" if ok else "False"
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    previous = next((c for c in conditions if c.get("type") == type_), None)
+    previous = condition_of(obj, type_)
     since = previous.get("lastTransitionTime") if previous and previous.get("status") == status else None
     return Condition.model_validate(
         {
             "type": type_,
             "status": status,
-            "observedGeneration": (obj.get("metadata") or {}).get("generation", 0),
+            "observedGeneration": generation_of(obj),
             "lastTransitionTime": since or now(),
             "reason": reason.value,
             "message": message,
@@ -279,6 +98,7 @@ class ComponentReconciler:
         self.condition_type = component.condition
         self.manager = ctx.manager
         self.cache = ctx.manager.cache
+        self.events = Events(ctx.manager, component.name)
         # The rejection last reported per cluster (namespace/name): the cached condition can lag the one just
         # written while another worker reconciles the same cluster again, and that must not repeat the Event.
         self._reported: dict[tuple[str, str], str] = {}
@@ -288,7 +108,7 @@ class ComponentReconciler:
 
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
-        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if obj is None or deleting(obj):
             self.ctx.status.forget(req.namespace, req.name)
             return None  # gone, or being deleted: the garbage collector's turn
         loaded = self.ctx.loader.load(obj)
@@ -395,16 +215,7 @@ class ComponentReconciler:
 
     def owned(self, loaded: Loaded, kind: Kind) -> list[Obj]:
         """This cluster's children of a kind that carry this component's label (or a label it had before)."""
-        found: dict[str, Obj] = {}
-        for label in self.decl.labels:
-            for child in self.cache.list(
-                *kind,
-                namespace=loaded.namespace,
-                labels=meta.selector(loaded.name, label),
-                owner_uid=loaded.cluster.metadata.uid,
-            ):
-                found[child["metadata"]["name"]] = child
-        return [found[name] for name in sorted(found)]
+        return owned(self.cache, loaded, kind, self.decl.labels)
 
     async def create_once(self, loaded: Loaded, name: str, render: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         """Key material is created, never applied: POST fails on an existing Secret (409, which means "it
@@ -417,23 +228,10 @@ class ComponentReconciler:
             return
 
     def event(self, loaded: Loaded | Invalid, type_: str, reason: str, message: str) -> None:
-        md = loaded.obj.get("metadata") or {}
-        log.log(
-            logging.WARNING if type_ == WARNING else logging.INFO,
-            "event %s",
-            kv(
-                controller=self.component,
-                namespace=md.get("namespace", ""),
-                name=md.get("name", ""),
-                type=type_,
-                reason=reason,
-                message=message,
-            ),
-        )
-        self.manager.recorder.record(loaded.obj, type_, reason, message)
+        self.events.record(loaded.obj, type_, reason, message)
 
     def warn(self, loaded: Loaded | Invalid, reason: str, message: str) -> None:
-        self.event(loaded, WARNING, reason, message)
+        self.events.warn(loaded.obj, reason, message)
 
     # ---- status -----------------------------------------------------------------------------------------------
     def condition(
@@ -441,7 +239,7 @@ class ComponentReconciler:
     ) -> Condition:
         """This component's condition (or another it owns, `type_`), its transition time kept from the status as the
         writer will leave it (the cache can lag a write that is pending or just made)."""
-        current = {"metadata": loaded.obj.get("metadata") or {}, "status": self.ctx.status.view(loaded.obj)}
+        current = {**loaded.obj, "status": self.ctx.status.view(loaded.obj)}
         return make_condition(current, type_ or self.condition_type, ok=ok, reason=reason, message=message)
 
     async def write_status(self, loaded: Loaded | Invalid, status: SlurmClusterStatus) -> None:
@@ -458,8 +256,7 @@ class ComponentReconciler:
         """Whether this component's condition (or another it owns, `type_`) would say something new, compared with
         the status as the writer will leave it (the cache can lag a write just made, and a child's events come one
         right after another): what decides that a Warning Event is due, once per finding, not once per reconcile."""
-        conditions = self.ctx.status.view(loaded.obj).get("conditions") or []
-        said = next((c for c in conditions if c.get("type") == (type_ or self.condition_type)), None)
+        said = condition_of({"status": self.ctx.status.view(loaded.obj)}, type_ or self.condition_type)
         return said is None or said.get("reason") != reason.value or said.get("message") != message
 
     async def pods_refused(self, loaded: Loaded, *workloads: Obj | None) -> Condition | None:
@@ -507,13 +304,3 @@ class ComponentReconciler:
         "waiting" condition that the cluster's first pass makes stale a few milliseconds later."""
         valid = loaded.condition(SPEC_VALID)
         return valid is not None and valid.observed_generation == loaded.generation
-
-
-def component_is(*components: str) -> Predicate:
-    """Only children carrying one of these component labels (a worker StatefulSet does not wake the login)."""
-
-    def predicate(event: Event) -> bool:
-        labels = (event.obj.get("metadata") or {}).get("labels") or {}
-        return labels.get(meta.LABEL_COMPONENT) in components
-
-    return predicate

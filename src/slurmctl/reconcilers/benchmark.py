@@ -17,7 +17,9 @@ from typing import Any
 
 from slurmctl.api.v1 import Reason, SlurmClusterStatus
 from slurmctl.api.v1.status import BENCHMARK_PASSED
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded, component_is
+from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.component import component_is
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import BenchmarkRun, cluster_of_pod, last_benchmark_run
 from slurmctl.render import meta
 from slurmctl.render.benchmark import COMPONENT

@@ -14,17 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SPEC_VALID, Phase, Reason, SlurmCluster, SlurmClusterStatus
-from slurmctl.reconcilers.base import (
-    ApplyRejected,
-    Component,
-    ComponentReconciler,
-    Context,
-    Invalid,
-    Loaded,
-    component_is,
-    make_condition,
-)
+from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler, make_condition
+from slurmctl.reconcilers.component import Component, component_is
+from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
+from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.observed import WorkerPod, cluster_of_pod, clusters_on, node_labels, topology_placement
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret

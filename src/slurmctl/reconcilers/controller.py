@@ -4,7 +4,8 @@ ControllerReady condition."""
 from __future__ import annotations
 
 from slurmctl.api.v1 import Condition, Reason, SlurmClusterStatus, ready_summary
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded
+from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import ready_replicas
 from slurmctl.render import meta
 from slurmctl.render.controller import controller_statefulset_names

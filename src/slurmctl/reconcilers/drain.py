@@ -28,6 +28,9 @@ from slurmctl.render import meta
 from slurmctl.slurm import Job, Node
 
 DRAIN_PREFIX = "slurmctl:"
+# While nodes drain, Slurm is asked again this often (no Kubernetes event says a job ended): by the drain gate while
+# a node must go, and by the Slurm node loop after it drained a worker of a cordoned node.
+DRAIN_POLL_SECONDS = 5.0
 # Job states that still occupy a node (Slurm's base states; flags such as COMPLETING are separate).
 _ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED"})
 

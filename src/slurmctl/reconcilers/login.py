@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from slurmctl.api.v1 import Reason, SlurmClusterStatus, ready_summary
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded
-from slurmctl.reconcilers.observed import ready_replicas
-from slurmctl.reconcilers.populate_jail import jail_gate_open
+from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.jail_gate import jail_gate_open
+from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.observed import data_keys, ready_replicas
 from slurmctl.render import meta
 from slurmctl.render.kinds import SECRET, SERVICE, STATEFULSET
 from slurmctl.render.sshd import host_key_types
@@ -18,9 +19,8 @@ class LoginReconciler(ComponentReconciler):
         if ids is None:
             return
         munge_key_id, host_keys_id = ids
-        secret = self.live(SECRET, meta.ssh_host_keys_secret(c), ns) or {}
-        host_keys = host_key_types((secret.get("data") or {}).keys())
-        if not jail_gate_open(self, loaded) and not self.owned(loaded, STATEFULSET):
+        host_keys = host_key_types(data_keys(self.live(SECRET, meta.ssh_host_keys_secret(c), ns)))
+        if not jail_gate_open(self.cache, loaded) and not self.owned(loaded, STATEFULSET):
             message = "waiting for the populate-jail Job to succeed"
             await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_JAIL, message=message)
             return

@@ -26,6 +26,37 @@ def _status(obj: Live | None) -> Mapping[str, Any]:
     return (obj or {}).get("status") or {}
 
 
+def _metadata(obj: Live | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def _spec(obj: Live | None) -> Mapping[str, Any]:
+    return (obj or {}).get("spec") or {}
+
+
+def _conditions(obj: Live | None) -> list[Mapping[str, Any]]:
+    return list(_status(obj).get("conditions") or [])
+
+
+def _container_statuses(pod: Live) -> list[Mapping[str, Any]]:
+    return list(_status(pod).get("containerStatuses") or [])
+
+
+def labels_of(obj: Live | None) -> dict[str, str]:
+    """A live object's labels (a copy); empty when it has none (or does not exist)."""
+    return dict(_metadata(obj).get("labels") or {})
+
+
+def generation_of(obj: Live | None) -> int:
+    """A live object's metadata.generation; 0 when unknown."""
+    return _int(_metadata(obj).get("generation"))
+
+
+def data_keys(obj: Live | None) -> list[str]:
+    """The keys of a Secret's (or ConfigMap's) data; none when it has none (or does not exist)."""
+    return list((obj or {}).get("data") or {})
+
+
 def _int(value: Any) -> int:
     try:
         return int(value or 0)
@@ -45,12 +76,12 @@ def available_replicas(obj: Live | None) -> int:
 
 def spec_replicas(obj: Live | None) -> int | None:
     """The replicas a live workload asks for; None when it does not exist."""
-    return None if obj is None else _int((obj.get("spec") or {}).get("replicas"))
+    return None if obj is None else _int(_spec(obj).get("replicas"))
 
 
 def match_labels(obj: Live | None) -> dict[str, str]:
     """A live workload's selector (immutable once created)."""
-    return dict((((obj or {}).get("spec") or {}).get("selector") or {}).get("matchLabels") or {})
+    return dict((_spec(obj).get("selector") or {}).get("matchLabels") or {})
 
 
 def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
@@ -58,7 +89,7 @@ def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
     is not their group's, included); those being deleted are left out."""
     out: dict[str, int] = {}
     for sts in statefulsets:
-        name = (sts.get("metadata") or {}).get("name")
+        name = _metadata(sts).get("name")
         replicas = spec_replicas(sts)
         if name and replicas is not None and not deleting(sts):
             out[name] = replicas
@@ -68,7 +99,7 @@ def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
 def selects(workload: Live | None, pod: Live) -> bool:
     """Whether a live workload's selector (its matchLabels) selects the pod."""
     wanted = match_labels(workload)
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = labels_of(pod)
     return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
 
 
@@ -82,23 +113,21 @@ def outdated_pods(statefulset: Live | None, pods: Iterable[Live]) -> list[str] |
         return None
     status = _status(statefulset)
     update = status.get("updateRevision")
-    if not update or status.get("observedGeneration") != (statefulset.get("metadata") or {}).get("generation"):
+    if not update or status.get("observedGeneration") != _metadata(statefulset).get("generation"):
         return None
     names = [
-        (p.get("metadata") or {}).get("name", "")
-        for p in pods
-        if not deleting(p) and ((p.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL) != update
+        _metadata(p).get("name", "") for p in pods if not deleting(p) and labels_of(p).get(REVISION_LABEL) != update
     ]
     return sorted(names, key=lambda n: (len(n), n))
 
 
 def pod_ready(pod: Live) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in _status(pod).get("conditions") or [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in _conditions(pod))
 
 
 def unschedulable(node: Live | None) -> bool:
     """A cordoned Kubernetes node (`kubectl cordon`, the first step of `kubectl drain`): no new pod lands there."""
-    return bool(((node or {}).get("spec") or {}).get("unschedulable"))
+    return bool(_spec(node).get("unschedulable"))
 
 
 def node_ready(node: Live | None) -> bool | None:
@@ -120,14 +149,14 @@ def _ready_condition(node: Live | None) -> Mapping[str, Any] | None:
 
 def condition_of(obj: Live | None, type_: str) -> Mapping[str, Any] | None:
     """A live object's status condition of a type (a Node's Ready, a Deployment's ReplicaFailure); None without one."""
-    return next((c for c in _status(obj).get("conditions") or [] if c.get("type") == type_), None)
+    return next((c for c in _conditions(obj) if c.get("type") == type_), None)
 
 
 def trimmed_node(node: Live) -> dict[str, Any]:
     """What the operator keeps of a Node in its cache: its identity and labels, whether it is cordoned, and its Ready
     condition's status and lastTransitionTime (a Node's status, with its image list, is most of its size; the other
     conditions and the heartbeat times change often and nothing here reads them)."""
-    md = node.get("metadata") or {}
+    md = _metadata(node)
     kept: dict[str, Any] = {k: md[k] for k in ("name", "uid", "resourceVersion") if k in md}
     if md.get("labels"):
         kept["labels"] = dict(md["labels"])
@@ -139,7 +168,7 @@ def trimmed_node(node: Live) -> dict[str, Any]:
 
 
 def node_labels(node: Live | None) -> dict[str, str]:
-    return dict(((node or {}).get("metadata") or {}).get("labels") or {})
+    return labels_of(node)
 
 
 def topology_placement(pods: Iterable[Live], node: Callable[[str], Live | None]) -> dict[str, dict[str, str]]:
@@ -172,17 +201,17 @@ class WorkerPod:
 
     @classmethod
     def of(cls, pod: Live) -> WorkerPod:
-        md = pod.get("metadata") or {}
-        statuses = _status(pod).get("containerStatuses") or []
+        md = _metadata(pod)
+        statuses = _container_statuses(pod)
         slurmd: Mapping[str, Any] = next((c for c in statuses if c.get("name") == DAEMON_CONTAINER), {})
         return cls(
             name=str(md.get("name", "")),
-            node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
+            node_name=str(_spec(pod).get("nodeName") or ""),
             has_address=bool(_status(pod).get("podIP")),
             ready=pod_ready(pod),
             slurmd_running="running" in (slurmd.get("state") or {}),
             terminating=deleting(pod),
-            evictable=((md.get("labels") or {}).get(LABEL_EVICTABLE)) == "true",
+            evictable=labels_of(pod).get(LABEL_EVICTABLE) == "true",
             uid=str(md.get("uid", "")),
             created=timestamp(md.get("creationTimestamp")),
         )
@@ -198,28 +227,27 @@ def timestamp(value: Any) -> datetime | None:
 
 def cluster_of_pod(pod: Live) -> list[Request]:
     """The SlurmCluster a pod belongs to, by its instance label (pods are owned by workloads, not the cluster)."""
-    md = pod.get("metadata") or {}
-    instance = (md.get("labels") or {}).get(LABEL_INSTANCE)
-    return [Request(md.get("namespace") or "", instance)] if instance else []
+    instance = labels_of(pod).get(LABEL_INSTANCE)
+    return [Request(_metadata(pod).get("namespace") or "", instance)] if instance else []
 
 
 def clusters_on(node: Live, pods: Iterable[Live]) -> list[Request]:
     """The SlurmClusters with one of `pods` on this Kubernetes node: those its cordon or labels concern."""
-    name = (node.get("metadata") or {}).get("name")
-    on_node = (pod for pod in pods if (pod.get("spec") or {}).get("nodeName") == name)
+    name = _metadata(node).get("name")
+    on_node = (pod for pod in pods if _spec(pod).get("nodeName") == name)
     return sorted({req for pod in on_node for req in cluster_of_pod(pod)})
 
 
 def deleting(obj: Live | None) -> bool:
-    return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
+    return bool(_metadata(obj).get("deletionTimestamp"))
 
 
 def uid(obj: Live) -> str:
-    return str((obj.get("metadata") or {}).get("uid", ""))
+    return str(_metadata(obj).get("uid", ""))
 
 
 def resource_version(obj: Live) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+    return str(_metadata(obj).get("resourceVersion", ""))
 
 
 # Kept short in conditions and Events; the copier's own explanation fits well within it.
@@ -231,10 +259,10 @@ def refusal(pods: Iterable[Live]) -> str | None:
     `REFUSED_EXIT_CODE`: the volume holds someone else's files), "" when it said nothing; None when none refused."""
     said: list[tuple[str, str]] = []
     for pod in pods:
-        for container in _status(pod).get("containerStatuses") or []:
+        for container in _container_statuses(pod):
             terminated = (container.get("state") or {}).get("terminated") or {}
             if terminated.get("exitCode") == REFUSED_EXIT_CODE:
-                created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+                created = str(_metadata(pod).get("creationTimestamp") or "")
                 said.append((created, str(terminated.get("message") or "").strip()))
     if not said:
         return None
@@ -259,10 +287,10 @@ class JobState:
         it does not say why they failed."""
         status = _status(job)
         failed: Mapping[str, Any] = next(
-            (c for c in status.get("conditions") or [] if c.get("type") == "Failed" and c.get("status") == "True"),
+            (c for c in _conditions(job) if c.get("type") == "Failed" and c.get("status") == "True"),
             {},
         )
-        raw = ((job.get("metadata") or {}).get("annotations") or {}).get(GENERATION_ANNOTATION)
+        raw = (_metadata(job).get("annotations") or {}).get(GENERATION_ANNOTATION)
         try:
             generation = int(raw) if raw is not None else None
         except ValueError:
@@ -307,8 +335,8 @@ def last_benchmark_run(pods: Iterable[Live]) -> BenchmarkRun | None:
     """The run whose benchmark container ended last among the benchmark Jobs' pods; None while none has ended."""
     runs: list[tuple[str, str, BenchmarkRun]] = []
     for pod in pods:
-        md = pod.get("metadata") or {}
-        statuses = _status(pod).get("containerStatuses") or []
+        md = _metadata(pod)
+        statuses = _container_statuses(pod)
         container: Mapping[str, Any] = next((c for c in statuses if c.get("name") == BENCHMARK_CONTAINER), {})
         terminated = (container.get("state") or {}).get("terminated")
         if not terminated:
@@ -317,7 +345,7 @@ def last_benchmark_run(pods: Iterable[Live]) -> BenchmarkRun | None:
         message = str(terminated.get("message") or "").strip()
         report = _report(message)
         run = BenchmarkRun(
-            job=str(owner.get("name") or (md.get("labels") or {}).get("job-name") or md.get("name", "")),
+            job=str(owner.get("name") or labels_of(pod).get("job-name") or md.get("name", "")),
             finished=str(terminated.get("finishedAt") or ""),
             exit_code=_int(terminated.get("exitCode")),
             report=report,

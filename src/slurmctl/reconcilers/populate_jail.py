@@ -1,5 +1,5 @@
-"""The `populate-jail` component: the one-off Job that fills the jail volume, JailPopulated, and the gate that keeps
-worker and login StatefulSets from starting on an empty jail.
+"""The `populate-jail` component: the one-off Job that fills the jail volume, and JailPopulated. The gate that keeps
+worker and login StatefulSets from starting on an empty jail reads both (reconcilers/jail_gate.py).
 
 The Job runs once per cluster. Its pod template is immutable, so a live Job is never re-applied: it is deleted and
 applied anew only when `JobState.needs_recreate` says so (overwrite for a new generation, or a retry after a spec
@@ -14,24 +14,16 @@ fix, with one Warning Event; the fix is a spec change, which re-runs the Job at 
 
 from __future__ import annotations
 
-from slurmctl.api.v1 import JAIL_POPULATED, Reason, SlurmClusterStatus
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded, Obj, component_is
+from slurmctl.api.v1 import Reason, SlurmClusterStatus
+from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.component import Obj, component_is
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import JobState, cluster_of_pod, uid
 from slurmctl.render import meta
 from slurmctl.render.kinds import JOB, POD
 from slurmctl.render.populate_jail import COMPONENT, volume_description
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
-
-
-def jail_gate_open(reconciler: ComponentReconciler, loaded: Loaded) -> bool:
-    """Whether workers and login may run: the Job succeeded now or did before (the condition remembers, e.g. after
-    the Job was deleted). An overwrite in progress or a failed re-run tears nothing down: existing StatefulSets stay."""
-    job = reconciler.live(JOB, meta.populate_jail(loaded.name), loaded.namespace)
-    if job is not None and JobState.of(job).succeeded:
-        return True
-    condition = loaded.condition(JAIL_POPULATED)
-    return condition is not None and condition.status == "True"
 
 
 class PopulateJailReconciler(ComponentReconciler):

@@ -28,16 +28,19 @@ from slurmctl.api.v1 import (
     SlurmCluster,
 )
 from slurmctl.reconcilers.accounting import AccountingReconciler
-from slurmctl.reconcilers.base import Component, Context, Loader, component_is, never
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
+from slurmctl.reconcilers.component import Component, component_is, never
+from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.controller import ControllerReconciler
+from slurmctl.reconcilers.loading import Loader
 from slurmctl.reconcilers.login import LoginReconciler
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.observed import cluster_of_pod, trimmed_node
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
 from slurmctl.reconcilers.rest import RestReconciler
 from slurmctl.reconcilers.slurm_access import REST_COMPONENT
+from slurmctl.reconcilers.slurm_nodes import NAME as SLURM_NODES
 from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, ready_changed, worker_pod_changed
 from slurmctl.reconcilers.workers import WorkersReconciler
 from slurmctl.render import manifests, meta
@@ -174,11 +177,10 @@ def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
     cordoned or uncordoned or turning Ready or NotReady. Pods are listed through the owned-children selector only; of
     Nodes (read cluster-wide) only their identity and labels, whether they are cordoned and their Ready condition are
     kept."""
-    loop = ctx.loops["slurm-nodes"] = SlurmNodesReconciler(ctx)
-    builder = manager.controller(
-        "slurm-nodes", loop, for_=SLURM_CLUSTER, predicates=[any_of(generation_changed, resync)]
-    )
+    worker_labels = next(c for c in ctx.components if c.name == "workers").labels
+    loop = ctx.loops[SLURM_NODES] = SlurmNodesReconciler(ctx, worker_labels=worker_labels)
+    builder = manager.controller(SLURM_NODES, loop, for_=SLURM_CLUSTER, predicates=[any_of(generation_changed, resync)])
     builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(REST_COMPONENT)])
-    workers = component_is(*next(c for c in ctx.components if c.name == "workers").labels)
+    workers = component_is(*worker_labels)
     builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[all_of(workers, worker_pod_changed)])
     builder.watches(*NODE, enqueue_mapped(loop.clusters_on), predicates=[any_of(cordon_changed, ready_changed)])

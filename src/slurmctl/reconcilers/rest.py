@@ -7,7 +7,8 @@ nothing gates it; disabling it removes both objects (the JWT key stays: slurmctl
 from __future__ import annotations
 
 from slurmctl.api.v1 import Reason, SlurmClusterStatus
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded
+from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import available_replicas
 from slurmctl.render import meta
 from slurmctl.render.kinds import DEPLOYMENT, SERVICE

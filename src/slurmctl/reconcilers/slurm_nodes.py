@@ -8,7 +8,8 @@ last is older than NODE_LOOP_MAX_AGE (another reader, the drain gate, may have t
 - each worker pod's evictable label (`slurm.slurmctl.io/evictable=true`), set while Slurm says no job can run on its
   node (drain.evictable) and taken off otherwise; the workers' PodDisruptionBudget protects every pod without it
   from evictions. When Slurm cannot be asked (slurmrestd disabled, not ready or failing), every such label is taken
-  off: a stale "evictable" could let an eviction kill a job. Written only when it changes;
+  off: a stale "evictable" could let an eviction kill a job. Written only when it changes (both writes:
+  reconcilers/slurm_marks.py);
 - the node counts in the cluster status (the IDLE, ALLOC and DRAIN columns), written only when they change;
 - the `slurm_*` metrics (reconcilers/slurm_metrics.py), set by every snapshot;
 - slurmctl's drains outside the drain gate (drain.upkeep): a worker whose Kubernetes node is cordoned is drained
@@ -23,21 +24,26 @@ last is older than NODE_LOOP_MAX_AGE (another reader, the drain gate, may have t
   slurmctl's health checks (`slurmctl-gpu:`, `slurmctl-nccl:`) has its Kubernetes node cordoned and labelled, and its
   pod deleted so that its StatefulSet re-creates it on another node; one pod of a group at a time.
 
-Draining the nodes that must go is the workers reconciler's (the drain gate).
+Draining the nodes that must go is the workers reconciler's (the drain gate); which they are, the loop reads from
+reconcilers/worker_pods.py, as the drain gate does, and never asks the workers reconciler.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
-from slurmctl.reconcilers.base import Context, Invalid, Loaded, now, status_part
-from slurmctl.reconcilers.drain import Upkeep, evictable, jobs_by_node, lost_reason, upkeep
+from slurmctl.reconcilers.base import status_part
+from slurmctl.reconcilers.context import Context
+from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Upkeep, evictable, jobs_by_node, lost_reason, upkeep
+from slurmctl.reconcilers.events import Events
+from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost, slurmd_unreachable
-from slurmctl.reconcilers.observed import WorkerPod, clusters_on, node_ready, ready_since, unschedulable
+from slurmctl.reconcilers.observed import WorkerPod, deleting, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_access import SlurmApi
+from slurmctl.reconcilers.slurm_marks import write_conditions, write_evictable
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE
 from slurmctl.reconcilers.unhealthy import (
     ANNOTATION_UNHEALTHY_REASON,
@@ -47,43 +53,17 @@ from slurmctl.reconcilers.unhealthy import (
     judge_unhealthy,
     still_remembered,
 )
-from slurmctl.reconcilers.workers import DRAIN_POLL_SECONDS, WorkersReconciler
+from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
 from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
 from slurmctl.runtime import ApiError, Conflict, Event, EventType, NotFound, Request, Result
-from slurmctl.runtime.errors import Invalid as InvalidObject
 from slurmctl.runtime.logs import kv
 from slurmctl.slurm import Node, SlurmApiError, SlurmError
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 15.0
-CONDITION = "SlurmNodeState"
-FIELD_MANAGER = "slurmctl-slurm-nodes"
-# The evictable label is applied to the pod itself, not /status: a field manager of its own, so that neither apply
-# drops the other's fields (API servers before 1.22 do not tell a manager's /status fields from its others).
-EVICTABLE_FIELD_MANAGER = "slurmctl-evictable"
-WORKERS = "workers"
-_USABLE = frozenset({"Idle", "Allocated", "Mixed"})
-
-
-def node_condition(node: Node | None, live: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The pod condition for a Slurm node; lastTransitionTime is kept while the status does not flip, so an unchanged
-    state renders an identical intent (and no write)."""
-    if node is None:
-        status, reason, message = "False", "NotRegistered", "slurmd has not registered this node with slurmctld"
-    else:
-        status = "True" if node.display in _USABLE else "False"
-        reason = node.display  # CamelCase letters: a valid condition reason
-        message = node.reason
-    since = live.get("lastTransitionTime") if live and live.get("status") == status else None
-    return {
-        "type": CONDITION,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since or now().isoformat().replace("+00:00", "Z"),
-    }
+NAME = "slurm-nodes"  # the controller's
 
 
 def node_counts(nodes: list[Node]) -> SlurmNodeCounts:
@@ -130,9 +110,12 @@ def worker_pod_changed(event: Event) -> bool:
 class SlurmNodesReconciler:
     """Keyed by SlurmCluster; each pass decides on one snapshot and requeues itself (Slurm sends no events)."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, *, worker_labels: tuple[str, ...]) -> None:
+        """`worker_labels`: the component labels worker pods carry (the workers component's `Component.labels`)."""
         self.ctx = ctx
         self.cache = ctx.manager.cache
+        self.workers = WorkerPods(self.cache, worker_labels)
+        self.events = Events(ctx.manager, NAME)
         self._warned: dict[tuple[str, str], str] = {}
         self.not_ready = NotReadyClock(ctx.manager.clock)
         # By cluster (namespace, name): the uids of pods force-deleted for a lost node (the cache may still show them
@@ -144,15 +127,9 @@ class SlurmNodesReconciler:
         # By cluster: the unhealthy workers replaced, by pod name (never twice for one drain: reconcilers/unhealthy.py).
         self._replaced: dict[tuple[str, str], dict[str, Replacement]] = {}
 
-    @property
-    def workers(self) -> WorkersReconciler:
-        workers = self.ctx.reconcilers[WORKERS]
-        assert isinstance(workers, WorkersReconciler)
-        return workers
-
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
-        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if obj is None or deleting(obj):
             self.ctx.slurm.forget(req.name, req.namespace)
             self._warned.pop((req.namespace, req.name), None)
             for memory in (self._force_deleted, self._kept):
@@ -163,7 +140,9 @@ class SlurmNodesReconciler:
         pods = self.workers.pods(req.name, req.namespace)
         loaded = self.ctx.loader.load(obj)
         if isinstance(loaded, Invalid):
-            await self._evictable(req.namespace, pods, set())  # Slurm was not asked: nothing is evictable
+            await write_evictable(
+                self.ctx.manager, req.namespace, pods, set()
+            )  # Slurm was not asked: nothing is evictable
             return None
         c, ns = loaded.name, loaded.namespace
         if not loaded.cluster.spec.rest.enabled or self.ctx.slurm.address(c, ns) is None:
@@ -171,7 +150,7 @@ class SlurmNodesReconciler:
             # event); both wake this loop. Every reader sees the outage.
             why = "spec.rest.enabled is false" if not loaded.cluster.spec.rest.enabled else "no ready slurmrestd pod"
             self.ctx.slurm.unreachable(c, ns, why)
-            await self._evictable(req.namespace, pods, set())
+            await write_evictable(self.ctx.manager, req.namespace, pods, set())
             return None
         workers = [WorkerPod.of(pod) for pod in pods]
         standby = self._standby(loaded)
@@ -198,16 +177,16 @@ class SlurmNodesReconciler:
             if self._warned.get((req.namespace, req.name)) != str(exc):
                 log.warning("cannot read Slurm %s", kv(namespace=req.namespace, name=req.name, error=exc))
             self._warned[(req.namespace, req.name)] = str(exc)
-            await self._evictable(req.namespace, pods, set())
+            await write_evictable(self.ctx.manager, req.namespace, pods, set())
             return Result(requeue_after=POLL_SECONDS)
         if gone:
-            pods = [pod for pod in pods if (pod.get("metadata") or {}).get("name") not in gone]
+            pods = [pod for pod in pods if pod["metadata"]["name"] not in gone]
             workers = [worker for worker in workers if worker.name not in gone]
-        await self._pod_conditions(loaded, pods, mine)
+        await write_conditions(self.ctx.manager, loaded.namespace, pods, mine)
         # From this snapshot; a node drained or resumed just now is judged again on the next pass.
         changed = {*plan.resume, *(name for names in plan.drain.values() for name in names)}
         may_go = {w.name for w in workers if w.name not in changed and evictable(w, mine.get(w.name), running)}
-        await self._evictable(req.namespace, pods, may_go)
+        await write_evictable(self.ctx.manager, req.namespace, pods, may_go)
         # Through the one status writer (it owns the whole status; it writes only a change).
         counts = node_counts(list(mine.values()))
         self.ctx.status.submit(loaded.obj, status_part(SlurmClusterStatus(slurm_nodes=counts)))
@@ -224,8 +203,7 @@ class SlurmNodesReconciler:
 
     def clusters_on(self, node: Mapping[str, Any]) -> list[Request]:
         """The clusters with a worker pod on a Kubernetes node (from the pod cache): those a cordon concerns."""
-        labels = self.workers.decl.labels
-        return clusters_on(node, (p for lb in labels for p in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: lb})))
+        return self.workers.clusters_on(node)
 
     def _cordoned(self, pod: WorkerPod) -> bool:
         return bool(pod.node_name) and not pod.terminating and unschedulable(self.cache.get(*NODE, pod.node_name))
@@ -235,13 +213,13 @@ class SlurmNodesReconciler:
             self.ctx.slurm.changed(loaded.name, loaded.namespace)
         for reason, names in plan.drain.items():
             await api.drain(names, reason=reason)
-            self.workers.event(loaded, "Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
+            self.events.record(loaded.obj, "Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
         if plan.resume:
             await api.resume(plan.resume)
             for name in plan.resume:
                 why = nodes[name].reason.removeprefix("slurmctl:").strip()
                 message = f"resumed {name} in Slurm: its drain ({why}) no longer holds"
-                self.workers.event(loaded, "Normal", "Resumed", message)
+                self.events.record(loaded.obj, "Normal", "Resumed", message)
 
     def _standby(self, loaded: Loaded) -> list[WorkerPod]:
         """The standby slurmctld's pod (spec.controller.standby), when there is one: a lost node concerns it too."""
@@ -323,7 +301,7 @@ class SlurmNodesReconciler:
                     f"set {worker.name} DOWN in Slurm ({reason}): Kubernetes node {host} has been NotReady for "
                     f"{seconds}s and slurmctld cannot reach its slurmd; Slurm requeues or ends its jobs"
                 )
-                self.workers.warn(loaded, "NodeDown", message)
+                self.events.warn(loaded.obj, "NodeDown", message)
             if node is not None:
                 try:
                     await api.delete_node(worker.name)
@@ -334,7 +312,7 @@ class SlurmNodesReconciler:
                     )
                 else:
                     message = f"deleted {worker.name} from Slurm ({reason}): its new pod registers it anew"
-                    self.workers.event(loaded, "Normal", "SlurmNodeDeleted", message)
+                    self.events.record(loaded.obj, "Normal", "SlurmNodeDeleted", message)
             if await self._force_delete(loaded, worker, host, seconds, why="Slurm cannot reach its slurmd"):
                 gone.add(worker.name)
         return gone
@@ -363,7 +341,9 @@ class SlurmNodesReconciler:
         """A pod on a lost node that Slurm still reaches stays: one Warning `NodeLost` per pod (its uid) saying why."""
         kept = self._kept.setdefault((loaded.namespace, loaded.name), set())
         if pod.uid not in kept:
-            self.workers.warn(loaded, "NodeLost", f"Kubernetes node {host} has been NotReady for {seconds}s but {why}")
+            self.events.warn(
+                loaded.obj, "NodeLost", f"Kubernetes node {host} has been NotReady for {seconds}s but {why}"
+            )
             kept.add(pod.uid)
 
     async def _force_delete(self, loaded: Loaded, worker: WorkerPod, host: str, seconds: int, *, why: str) -> bool:
@@ -391,7 +371,7 @@ class SlurmNodesReconciler:
             f"force-deleted Pod {worker.name} (uid {worker.uid}): Kubernetes node {host} has been NotReady for "
             f"{seconds}s and {why}; its StatefulSet re-creates it on a Ready node"
         )
-        self.workers.event(loaded, "Normal", "Deleted", message)
+        self.events.record(loaded.obj, "Normal", "Deleted", message)
         return True
 
     async def _replace_unhealthy(
@@ -450,51 +430,5 @@ class SlurmNodesReconciler:
             f"cordoned Kubernetes node {r.k8s_node} ({LABEL_UNHEALTHY}={r.check}; uncordon it once repaired) and "
             "deleted the pod, which its StatefulSet re-creates on another node"
         )
-        self.workers.warn(loaded, "Replacing", message)
+        self.events.warn(loaded.obj, "Replacing", message)
         return True
-
-    async def _pod_conditions(
-        self, loaded: Loaded, pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node]
-    ) -> None:
-        for pod in pods:
-            md = pod.get("metadata") or {}
-            if md.get("deletionTimestamp") or not (pod.get("status") or {}).get("podIP"):
-                continue
-            live = next(
-                (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION), None
-            )
-            cond = node_condition(nodes.get(md["name"]), live)
-            if live is not None and all((live.get(k) or "") == v for k, v in cond.items()):
-                continue
-            body = {
-                "apiVersion": POD.api_version,
-                "kind": POD.kind,
-                "metadata": {"name": md["name"], "namespace": loaded.namespace},
-                "status": {"conditions": [cond]},
-            }
-            await self.ctx.manager.apply_status(body, field_manager=FIELD_MANAGER)
-
-    async def _evictable(self, namespace: str, pods: Iterable[Mapping[str, Any]], may_go: Collection[str]) -> None:
-        """Label the pods in `may_go` evictable and take the label off every other one, writing only a change. A pod
-        without an address (not started: an eviction does not wait for a pending pod) is not labelled; a pod being
-        deleted is left as it is (it is going: an eviction changes nothing)."""
-        for pod in pods:
-            worker = WorkerPod.of(pod)
-            wanted = worker.name in may_go and worker.has_address
-            if worker.terminating or wanted == worker.evictable:
-                continue
-            labels = {meta.LABEL_EVICTABLE: "true"} if wanted else {}
-            body: dict[str, Any] = {
-                "apiVersion": POD.api_version,
-                "kind": POD.kind,
-                "metadata": {"name": worker.name, "namespace": namespace, **({"labels": labels} if labels else {})},
-            }
-            try:
-                await self.ctx.manager.apply(body, field_manager=EVICTABLE_FIELD_MANAGER)
-            except (NotFound, InvalidObject) as exc:
-                # Gone since the cache saw it (an apply to a missing pod is refused: it has no spec).
-                log.debug(
-                    "pod gone before its label was written %s", kv(namespace=namespace, pod=worker.name, error=exc)
-                )
-                continue
-            log.info("pod evictability %s", kv(namespace=namespace, pod=worker.name, evictable=wanted))

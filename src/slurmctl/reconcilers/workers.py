@@ -8,7 +8,7 @@ and creating never wait for Slurm.
 Every deletion of a worker pod or StatefulSet goes through that gate: scale-in (the StatefulSet loses its highest
 ordinals only once they are released), a removed group (its StatefulSet is pruned once all its nodes are), a pod
 re-created for a new template (deleted by the operator, one node at a time), and the pods a re-created StatefulSet
-left behind (below).
+left behind (below). Which nodes must go is read from reconcilers/worker_pods.py, as the Slurm node loop reads it.
 
 A StatefulSet's selector is immutable. Releases before 0.2 labelled worker children `component: worker`; the
 component is now `workers` everywhere (controller, label, field manager). A live StatefulSet whose selector differs
@@ -34,29 +34,24 @@ from slurmctl.api.v1 import (
     parse_duration,
     ready_summary,
 )
-from slurmctl.reconcilers.base import ComponentReconciler, Loaded, Obj, component_is, now
+from slurmctl.reconcilers.base import ComponentReconciler, now
+from slurmctl.reconcilers.component import Component, Obj, component_is
+from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import (
+    DRAIN_POLL_SECONDS,
     Leaving,
     Verdict,
     jobs_by_node,
     judge,
-    leaving_nodes,
     replicas_after,
     statefulset_of,
 )
-from slurmctl.reconcilers.elastic import ElasticPlan, is_elastic_pod, plan_elastic, stray_elastic_pods
-from slurmctl.reconcilers.observed import (
-    cluster_of_pod,
-    deleting,
-    match_labels,
-    outdated_pods,
-    pod_ready,
-    ready_replicas,
-    selects,
-    worker_replicas,
-)
-from slurmctl.reconcilers.populate_jail import jail_gate_open
+from slurmctl.reconcilers.elastic import ElasticPlan, plan_elastic
+from slurmctl.reconcilers.jail_gate import jail_gate_open
+from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.observed import cluster_of_pod, deleting, match_labels, ready_replicas, worker_replicas
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE
+from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET, Kind
 from slurmctl.render.workers import render_elastic_worker_pod
@@ -68,8 +63,6 @@ from slurmctl.slurm import SlurmError
 
 log = logging.getLogger(__name__)
 
-# While nodes drain, Slurm is asked again this often (no Kubernetes event says a job ended).
-DRAIN_POLL_SECONDS = 5.0
 # With elastic groups, Slurm's power states are looked at this often while nothing is on its way (Slurm's power saving
 # itself acts about every 10 s), and every DRAIN_POLL_SECONDS while a node powers up or down.
 ELASTIC_POLL_SECONDS = 10.0
@@ -96,20 +89,24 @@ class Gate:
 
 
 class WorkersReconciler(ComponentReconciler):
+    def __init__(self, ctx: Context, component: Component) -> None:
+        super().__init__(ctx, component)
+        self.workers = WorkerPods(self.cache, component.labels)
+
     async def reconcile_valid(self, loaded: Loaded) -> Result | None:
         c = loaded.name
         ids = await self.secret_ids(loaded, meta.munge_secret(c))
         if ids is None:
             return None
         (munge_key_id,) = ids
-        if not jail_gate_open(self, loaded) and not self.owned(loaded, STATEFULSET):
+        if not jail_gate_open(self.cache, loaded) and not self.owned(loaded, STATEFULSET):
             message = "waiting for the populate-jail Job to succeed"
             await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_JAIL, message=message)
             return None
         groups = sorted(loaded.cluster.spec.workers, key=lambda g: g.name)
         fixed = [g for g in groups if g.autoscale is None]
         live = worker_replicas(self.owned(loaded, STATEFULSET))
-        leaving = self._leaving(loaded, live)
+        leaving = self.workers.leaving(loaded, live)
         gate = await self._gate(loaded, leaving)
         replicas: dict[str, int] = {}
         for group in fixed:
@@ -141,100 +138,6 @@ class WorkersReconciler(ComponentReconciler):
         if leaving or (elastic and elastic.plan and elastic.plan.in_flight):
             return Result(requeue_after=DRAIN_POLL_SECONDS)
         return Result(requeue_after=ELASTIC_POLL_SECONDS) if elastic else None
-
-    def leaving(self, loaded: Loaded) -> list[Leaving]:
-        """Every node that must go now (scale-in, removed groups, the node being re-created): what the drain gate
-        drains, and what the Slurm node loop must not resume."""
-        return self._leaving(loaded, worker_replicas(self.owned(loaded, STATEFULSET)))
-
-    def _leaving(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
-        found: dict[str, Leaving] = {}
-        spec = loaded.cluster.spec
-        strays = stray_elastic_pods(loaded.name, spec.elastic_groups, self.pods(loaded.name, loaded.namespace))
-        everything = (
-            *leaving_nodes(loaded.name, [g for g in spec.workers if g.autoscale is None], live),
-            *(
-                Leaving(pod, group, f"worker group {group} no longer has this elastic node", recreate=True)
-                for pod, group in strays
-            ),
-            *self._left_behind(loaded, live),
-            *self._roll(loaded, live),
-        )
-        for going in everything:
-            if going.node not in found or going.recreate:  # a pod no StatefulSet selects is the operator's to delete
-                found[going.node] = going
-        return list(found.values())
-
-    def pods(self, c: str, namespace: str, group: str | None = None) -> list[Obj]:
-        """A cluster's worker pods (also those labelled by releases before the component rename), of one group or
-        all, by name."""
-        extra = {meta.LABEL_WORKER_GROUP: group} if group else {}
-        found: dict[str, Obj] = {}
-        for label in self.decl.labels:
-            selector = meta.selector(c, label, **extra)
-            for pod in self.cache.list(*POD, namespace=namespace, labels=selector):
-                found[pod["metadata"]["name"]] = pod
-        return [found[name] for name in sorted(found)]
-
-    def _unselected(self, loaded: Loaded) -> dict[str, list[Obj]]:
-        """Worker pods that no live StatefulSet selects, by the StatefulSet name in theirs: left behind (orphaned)
-        when a StatefulSet whose selector changed was deleted."""
-        sets = {sts["metadata"]["name"]: sts for sts in self.owned(loaded, STATEFULSET) if not deleting(sts)}
-        out: dict[str, list[Obj]] = defaultdict(list)
-        for pod in self.pods(loaded.name, loaded.namespace):
-            owner = statefulset_of(pod["metadata"]["name"])
-            if not deleting(pod) and not is_elastic_pod(pod) and not selects(sets.get(owner), pod):
-                out[owner].append(pod)
-        return out
-
-    def _left_behind(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
-        """Left-behind pods no StatefulSet will re-create (a removed group's, or past its group's size): all leave
-        at once, as in a scale-in. Those it will re-create leave one at a time (`_roll`); none leaves while its
-        group's new StatefulSet is not there yet."""
-        sizes = {meta.worker_group(loaded.name, g.name): g.name for g in loaded.cluster.spec.workers}
-        out = []
-        for owner, pods in sorted(self._unselected(loaded).items()):
-            if owner in sizes and owner not in live:
-                continue
-            for pod in pods:
-                name = pod["metadata"]["name"]
-                if owner in sizes and _ordinal(name) < live[owner]:
-                    continue
-                group = sizes.get(owner, owner.removeprefix(meta.worker_group(loaded.name, "")))
-                why = f"left behind by the re-created StatefulSet {owner} (worker group {group})"
-                out.append(Leaving(name, group, why, recreate=True))
-        return out
-
-    def _roll(self, loaded: Loaded, live: dict[str, int]) -> list[Leaving]:
-        """The one worker to re-create next (only the operator deletes worker pods: OnDelete StatefulSets): in the
-        first group, by name, that is not shrinking and whose other pods are all ready, a pod left behind by its
-        re-created StatefulSet (which creates one of the same name once it is gone), else the highest outdated
-        ordinal (a new pod template), so at most one node of the cluster is out at a time."""
-        c, ns = loaded.name, loaded.namespace
-        unselected = self._unselected(loaded)
-        for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
-            name = meta.worker_group(c, group.name)
-            replicas = live.get(name)
-            if replicas is None or group.size < replicas:
-                continue
-            sts = self.live(STATEFULSET, name, ns)
-            pods = self.pods(c, ns, group.name)
-            behind = sorted(
-                (p["metadata"]["name"] for p in unselected.get(name, []) if _ordinal(p["metadata"]["name"]) < replicas),
-                key=_ordinal,
-            )
-            due = behind or outdated_pods(sts, [p for p in pods if selects(sts, p)])
-            if not due:
-                continue
-            others = [p for p in pods if (p.get("metadata") or {}).get("name") != due[-1]]
-            if len(others) < replicas - 1 or not all(pod_ready(p) and not deleting(p) for p in others):
-                return []  # a node is still coming back: one at a time
-            if behind:
-                why = f"left behind by the re-created StatefulSet {name}, which re-creates it"
-            else:
-                why = f"re-created for a new pod template of worker group {group.name}"
-            return [Leaving(due[-1], group.name, why, recreate=True)]
-        return []
 
     def watch(self, builder: ControllerBuilder) -> None:
         """Worker pods (owned by the StatefulSets, not the cluster): a re-created pod turning ready lets the next
@@ -282,7 +185,7 @@ class WorkersReconciler(ComponentReconciler):
             snapshot = (await self.ctx.slurm.snapshot(c, ns, max_age=NODE_LOOP_MAX_AGE)).check()
         except SlurmError as exc:
             return Elastic(None, unreachable=str(exc))
-        pods = {pod["metadata"]["name"]: pod for pod in self.pods(c, ns)}
+        pods = {pod["metadata"]["name"]: pod for pod in self.workers.pods(c, ns)}
         plan = plan_elastic(c, groups, pods, snapshot.by_name, jobs_by_node(snapshot.jobs))
         if plan.power_up:
             self.ctx.slurm.changed(c, ns)
@@ -370,9 +273,3 @@ class WorkersReconciler(ComponentReconciler):
             )
             await self.delete(loaded, STATEFULSET, name, why=why, propagation="Orphan")
         return False
-
-
-def _ordinal(pod: str) -> int:
-    """A StatefulSet pod's ordinal (the number after its last dash); -1 for a name that has none."""
-    tail = pod.rpartition("-")[2]
-    return int(tail) if tail.isdigit() else -1

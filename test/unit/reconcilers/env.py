@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from slurmctl.api.v1 import API_VERSION, KIND
-from slurmctl.reconcilers.base import Component, Context
+from slurmctl.reconcilers.component import Component
+from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.registry import register
 from slurmctl.render import meta
 from slurmctl.render.kinds import DEPLOYMENT, JOB, NODE, POD, SECRET, SLURM_CLUSTER, STATEFULSET, Kind

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from slurmctl.api.v1 import SlurmCluster
-from slurmctl.reconcilers.observed import MAX_REFUSAL_MESSAGE, JobState
+from slurmctl.reconcilers.observed import MAX_REFUSAL_MESSAGE, JobState, data_keys, generation_of, labels_of
 from slurmctl.render.populate_jail import GENERATION_ANNOTATION, REFUSED_EXIT_CODE, render_populate_jail_job
 from test.unit.render.samples import sample_doc
 
@@ -102,3 +102,19 @@ def test_a_refused_job_is_replaced_as_soon_as_the_spec_changes_even_while_it_ret
     assert not JobState.of(_job("1")).needs_recreate(_cluster(generation=3)), "a running copy is left alone"
     emptied = JobState.of({**_job("1"), "status": {"succeeded": 1}}, refused)  # a retry found the volume emptied
     assert not emptied.needs_recreate(_cluster(generation=3)), "a populated jail is never copied again"
+
+
+@pytest.mark.parametrize("obj", [None, {}, {"metadata": None}, {"metadata": {"labels": None}}, {"data": None}])
+def test_readers_of_an_object_without_the_field_say_none(obj: dict[str, Any] | None) -> None:
+    assert labels_of(obj) == {}
+    assert generation_of(obj) == 0
+    assert data_keys(obj) == []
+
+
+def test_readers_of_labels_generation_and_data_keys() -> None:
+    obj = {"metadata": {"labels": {"a": "1"}, "generation": 4}, "data": {"ssh_host_ed25519_key": "x", "k": "y"}}
+    labels = labels_of(obj)
+    labels["b"] = "2"
+    assert obj["metadata"]["labels"] == {"a": "1"}, "a copy"
+    assert generation_of(obj) == 4
+    assert data_keys(obj) == ["ssh_host_ed25519_key", "k"]

@@ -15,7 +15,9 @@ from slurmctl import cli
 from slurmctl.api.v1 import COMPONENTS as IMAGES
 from slurmctl.api.v1 import Reason, SlurmCluster, SlurmClusterStatus
 from slurmctl.reconcilers import registry
-from slurmctl.reconcilers.base import Component, ComponentReconciler, Loaded, always
+from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.component import Component, always
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.registry import COMPONENTS, desired_objects
 from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, SECRET

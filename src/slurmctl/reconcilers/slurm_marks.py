@@ -1,0 +1,98 @@
+"""What the Slurm node loop (reconcilers/slurm_nodes.py) writes on worker pods, each from one Slurm snapshot and only
+where it changes:
+
+- the `SlurmNodeState` condition (reason: the Slurm state, e.g. Idle, Allocated, Drained; message: Slurm's reason),
+  applied to pods/status;
+- the evictable label (`slurm.slurmctl.io/evictable=true`, render/disruption.py), set while Slurm says no job can
+  run on the pod's node and taken off otherwise (and whenever Slurm cannot be asked).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from slurmctl.reconcilers.base import now
+from slurmctl.reconcilers.observed import WorkerPod, condition_of
+from slurmctl.render import meta
+from slurmctl.render.kinds import POD
+from slurmctl.runtime import Manager, NotFound
+from slurmctl.runtime.errors import Invalid as InvalidObject
+from slurmctl.runtime.logs import kv
+from slurmctl.slurm import Node
+
+log = logging.getLogger(__name__)
+
+CONDITION = "SlurmNodeState"
+FIELD_MANAGER = "slurmctl-slurm-nodes"
+# The evictable label is applied to the pod itself, not /status: a field manager of its own, so that neither apply
+# drops the other's fields (API servers before 1.22 do not tell a manager's /status fields from its others).
+EVICTABLE_FIELD_MANAGER = "slurmctl-evictable"
+_USABLE = frozenset({"Idle", "Allocated", "Mixed"})
+
+
+def node_condition(node: Node | None, live: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The pod condition for a Slurm node; lastTransitionTime is kept while the status does not flip, so an unchanged
+    state renders an identical intent (and no write)."""
+    if node is None:
+        status, reason, message = "False", "NotRegistered", "slurmd has not registered this node with slurmctld"
+    else:
+        status = "True" if node.display in _USABLE else "False"
+        reason = node.display  # CamelCase letters: a valid condition reason
+        message = node.reason
+    since = live.get("lastTransitionTime") if live and live.get("status") == status else None
+    return {
+        "type": CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since or now().isoformat().replace("+00:00", "Z"),
+    }
+
+
+async def write_conditions(
+    manager: Manager, namespace: str, pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node]
+) -> None:
+    """Each started pod's SlurmNodeState condition, from its Slurm node in `nodes` (by the pod's name)."""
+    for pod in pods:
+        worker = WorkerPod.of(pod)
+        if worker.terminating or not worker.has_address:
+            continue
+        live = condition_of(pod, CONDITION)
+        cond = node_condition(nodes.get(worker.name), live)
+        if live is not None and all((live.get(k) or "") == v for k, v in cond.items()):
+            continue
+        body = {
+            "apiVersion": POD.api_version,
+            "kind": POD.kind,
+            "metadata": {"name": worker.name, "namespace": namespace},
+            "status": {"conditions": [cond]},
+        }
+        await manager.apply_status(body, field_manager=FIELD_MANAGER)
+
+
+async def write_evictable(
+    manager: Manager, namespace: str, pods: Iterable[Mapping[str, Any]], may_go: Collection[str]
+) -> None:
+    """Label the pods in `may_go` evictable and take the label off every other one, writing only a change. A pod
+    without an address (not started: an eviction does not wait for a pending pod) is not labelled; a pod being
+    deleted is left as it is (it is going: an eviction changes nothing)."""
+    for pod in pods:
+        worker = WorkerPod.of(pod)
+        wanted = worker.name in may_go and worker.has_address
+        if worker.terminating or wanted == worker.evictable:
+            continue
+        labels = {meta.LABEL_EVICTABLE: "true"} if wanted else {}
+        body: dict[str, Any] = {
+            "apiVersion": POD.api_version,
+            "kind": POD.kind,
+            "metadata": {"name": worker.name, "namespace": namespace, **({"labels": labels} if labels else {})},
+        }
+        try:
+            await manager.apply(body, field_manager=EVICTABLE_FIELD_MANAGER)
+        except (NotFound, InvalidObject) as exc:
+            # Gone since the cache saw it (an apply to a missing pod is refused: it has no spec).
+            log.debug("pod gone before its label was written %s", kv(namespace=namespace, pod=worker.name, error=exc))
+            continue
+        log.info("pod evictability %s", kv(namespace=namespace, pod=worker.name, evictable=wanted))

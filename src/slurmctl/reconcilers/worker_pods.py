@@ -1,0 +1,148 @@
+"""A cluster's worker pods and StatefulSets as the informer cache holds them, and the nodes that must leave Slurm now:
+what the workers component acts on (the drain gate, the roll) and what the Slurm node loop must know of them (whose
+pods to watch and label, which drained nodes not to resume). Both read them here; neither asks the other.
+
+Every node that must go (`WorkerPods.leaving`) is one of: a shrinking group's nodes above its new size, a removed
+group's nodes (drain.leaving_nodes), an elastic node whose group is gone, a pod left behind by a re-created
+StatefulSet (its selector changed), or the one pod of the cluster re-created next for a new pod template (the roll).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from slurmctl.reconcilers.component import Obj, owned
+from slurmctl.reconcilers.drain import Leaving, leaving_nodes, statefulset_of
+from slurmctl.reconcilers.elastic import is_elastic_pod, stray_elastic_pods
+from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.observed import (
+    Live,
+    clusters_on,
+    deleting,
+    outdated_pods,
+    pod_ready,
+    selects,
+    worker_replicas,
+)
+from slurmctl.render import meta
+from slurmctl.render.kinds import POD, STATEFULSET
+from slurmctl.runtime import Cache, Request
+
+
+@dataclass(frozen=True)
+class WorkerPods:
+    """The worker children in `cache`: `labels` are the workers component's label and those older releases put on its
+    children (`Component.labels`), all recognised."""
+
+    cache: Cache
+    labels: tuple[str, ...]
+
+    def pods(self, c: str, namespace: str, group: str | None = None) -> list[Obj]:
+        """A cluster's worker pods (also those labelled by releases before the component rename), of one group or
+        all, by name."""
+        extra = {meta.LABEL_WORKER_GROUP: group} if group else {}
+        found: dict[str, Obj] = {}
+        for label in self.labels:
+            for pod in self.cache.list(*POD, namespace=namespace, labels=meta.selector(c, label, **extra)):
+                found[pod["metadata"]["name"]] = pod
+        return [found[name] for name in sorted(found)]
+
+    def statefulsets(self, loaded: Loaded) -> list[Obj]:
+        """The cluster's worker StatefulSets (its own: owned by it), by name."""
+        return owned(self.cache, loaded, STATEFULSET, self.labels)
+
+    def clusters_on(self, node: Live) -> list[Request]:
+        """The clusters with a worker pod on a Kubernetes node (any namespace): those its cordon concerns."""
+        pods = (p for label in self.labels for p in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: label}))
+        return clusters_on(node, pods)
+
+    def leaving(self, loaded: Loaded, live: Mapping[str, int] | None = None) -> list[Leaving]:
+        """Every node that must go now (scale-in, removed groups, the node being re-created): what the drain gate
+        drains, and what the Slurm node loop must not resume. `live`: each live worker StatefulSet's replicas by
+        name, when the caller has read them already."""
+        live = worker_replicas(self.statefulsets(loaded)) if live is None else live
+        spec = loaded.cluster.spec
+        strays = stray_elastic_pods(loaded.name, spec.elastic_groups, self.pods(loaded.name, loaded.namespace))
+        everything = (
+            *leaving_nodes(loaded.name, [g for g in spec.workers if g.autoscale is None], live),
+            *(
+                Leaving(pod, group, f"worker group {group} no longer has this elastic node", recreate=True)
+                for pod, group in strays
+            ),
+            *self._left_behind(loaded, live),
+            *self._roll(loaded, live),
+        )
+        found: dict[str, Leaving] = {}
+        for going in everything:
+            if going.node not in found or going.recreate:  # a pod no StatefulSet selects is the operator's to delete
+                found[going.node] = going
+        return list(found.values())
+
+    def _unselected(self, loaded: Loaded) -> dict[str, list[Obj]]:
+        """Worker pods that no live StatefulSet selects, by the StatefulSet name in theirs: left behind (orphaned)
+        when a StatefulSet whose selector changed was deleted."""
+        sets = {sts["metadata"]["name"]: sts for sts in self.statefulsets(loaded) if not deleting(sts)}
+        out: dict[str, list[Obj]] = defaultdict(list)
+        for pod in self.pods(loaded.name, loaded.namespace):
+            owner = statefulset_of(pod["metadata"]["name"])
+            if not deleting(pod) and not is_elastic_pod(pod) and not selects(sets.get(owner), pod):
+                out[owner].append(pod)
+        return out
+
+    def _left_behind(self, loaded: Loaded, live: Mapping[str, int]) -> list[Leaving]:
+        """Left-behind pods no StatefulSet will re-create (a removed group's, or past its group's size): all leave
+        at once, as in a scale-in. Those it will re-create leave one at a time (`_roll`); none leaves while its
+        group's new StatefulSet is not there yet."""
+        sizes = {meta.worker_group(loaded.name, g.name): g.name for g in loaded.cluster.spec.workers}
+        out = []
+        for owner, pods in sorted(self._unselected(loaded).items()):
+            if owner in sizes and owner not in live:
+                continue
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                if owner in sizes and ordinal(name) < live[owner]:
+                    continue
+                group = sizes.get(owner, owner.removeprefix(meta.worker_group(loaded.name, "")))
+                why = f"left behind by the re-created StatefulSet {owner} (worker group {group})"
+                out.append(Leaving(name, group, why, recreate=True))
+        return out
+
+    def _roll(self, loaded: Loaded, live: Mapping[str, int]) -> list[Leaving]:
+        """The one worker to re-create next (only the operator deletes worker pods: OnDelete StatefulSets): in the
+        first group, by name, that is not shrinking and whose other pods are all ready, a pod left behind by its
+        re-created StatefulSet (which creates one of the same name once it is gone), else the highest outdated
+        ordinal (a new pod template), so at most one node of the cluster is out at a time."""
+        c, ns = loaded.name, loaded.namespace
+        unselected = self._unselected(loaded)
+        for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
+            name = meta.worker_group(c, group.name)
+            replicas = live.get(name)
+            if replicas is None or group.size < replicas:
+                continue
+            sts = self.cache.get(*STATEFULSET, name, namespace=ns)
+            pods = self.pods(c, ns, group.name)
+            behind = sorted((pod for pod in _names(unselected.get(name, [])) if ordinal(pod) < replicas), key=ordinal)
+            due = behind or outdated_pods(sts, [p for p in pods if selects(sts, p)])
+            if not due:
+                continue
+            others = [p for p in pods if p["metadata"]["name"] != due[-1]]
+            if len(others) < replicas - 1 or not all(pod_ready(p) and not deleting(p) for p in others):
+                return []  # a node is still coming back: one at a time
+            if behind:
+                why = f"left behind by the re-created StatefulSet {name}, which re-creates it"
+            else:
+                why = f"re-created for a new pod template of worker group {group.name}"
+            return [Leaving(due[-1], group.name, why, recreate=True)]
+        return []
+
+
+def _names(objs: Iterable[Obj]) -> list[str]:
+    return [obj["metadata"]["name"] for obj in objs]
+
+
+def ordinal(pod: str) -> int:
+    """A StatefulSet pod's ordinal (the number after its last dash); -1 for a name that has none."""
+    tail = pod.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else -1

@@ -1,0 +1,110 @@
+"""The worker children as the cache holds them (reconcilers/worker_pods.py): a cluster's worker pods, which nodes must
+leave, and the clusters on a Kubernetes node. What the workers component and the Slurm node loop both read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.worker_pods import WorkerPods, ordinal
+from slurmctl.render import meta
+from slurmctl.render.kinds import STATEFULSET
+from slurmctl.runtime import Request
+from test.unit.reconcilers.env import NAME, NS, Env, spec
+
+CPU = f"{NAME}-worker-cpu"
+LABELS = ("workers", "worker")  # the workers component's label and the one releases before 0.2 put on its children
+
+
+async def with_pods(env: Env, body: dict[str, Any] | None = None) -> list[str]:
+    """A cluster with a populated jail and its worker pods running on node-a; their names."""
+    env.create(body or spec())
+    await env.converge()
+    env.job_succeeds()
+    await env.converge()
+    return env.worker_pods()
+
+
+def loaded(env: Env) -> Loaded:
+    found = env.ctx.loader.load(env.cluster())
+    assert isinstance(found, Loaded)
+    return found
+
+
+def view(env: Env) -> WorkerPods:
+    return WorkerPods(env.manager.cache, LABELS)
+
+
+def pod(env: Env, name: str, labels: dict[str, str]) -> None:
+    env.fake.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS, "labels": labels}})
+
+
+async def test_pods_are_the_clusters_worker_pods_by_name_also_under_a_former_label() -> None:
+    async with Env() as env:
+        assert await with_pods(env) == [f"{CPU}-0", f"{CPU}-1"]
+        pod(env, f"{NAME}-worker-old-0", meta.labels(NAME, "worker", **{meta.LABEL_WORKER_GROUP: "old"}))
+        pod(env, "other-worker-cpu-0", meta.labels("other", "workers", **{meta.LABEL_WORKER_GROUP: "cpu"}))
+        names = [p["metadata"]["name"] for p in view(env).pods(NAME, NS)]
+        assert names == [f"{CPU}-0", f"{CPU}-1", f"{NAME}-worker-old-0"]
+        assert [p["metadata"]["name"] for p in view(env).pods(NAME, NS, "old")] == [f"{NAME}-worker-old-0"]
+        assert view(env).pods(NAME, "elsewhere") == []
+
+
+async def test_statefulsets_are_the_clusters_own() -> None:
+    async with Env() as env:
+        await with_pods(env)
+        labels = meta.labels(NAME, "workers", **{meta.LABEL_WORKER_GROUP: "gpu"})
+        metadata = {"name": f"{NAME}-worker-gpu", "namespace": NS, "labels": labels}  # someone else's: no owner
+        env.fake.put({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata, "spec": {"replicas": 1}})
+        assert [s["metadata"]["name"] for s in view(env).statefulsets(loaded(env))] == [CPU]
+        assert [s["metadata"]["name"] for s in WorkerPods(env.manager.cache, ("login",)).statefulsets(loaded(env))] == [
+            f"{NAME}-login"
+        ]
+
+
+async def test_nothing_leaves_a_cluster_at_its_size() -> None:
+    async with Env() as env:
+        await with_pods(env)
+        assert view(env).leaving(loaded(env)) == []
+
+
+async def test_a_shrinking_group_leaves_above_its_new_size_before_the_statefulset_shrinks() -> None:
+    async with Env() as env:
+        await with_pods(env, spec(size=3))
+        env.edit(lambda s: s["workers"][0].update(size=1))
+        going = view(env).leaving(loaded(env))
+        assert [(g.node, g.group, g.recreate) for g in going] == [
+            (f"{CPU}-1", "cpu", False),
+            (f"{CPU}-2", "cpu", False),
+        ]
+        # What the caller read already is taken as it is: a StatefulSet at size 1 has nothing above it.
+        assert view(env).leaving(loaded(env), {CPU: 1}) == []
+
+
+async def test_a_new_template_re_creates_the_highest_outdated_pod_once_the_others_are_ready() -> None:
+    async with Env() as env:
+        await with_pods(env)
+        sts = env.get(STATEFULSET, CPU)
+        assert sts is not None
+        status = {"observedGeneration": sts["metadata"]["generation"], "updateRevision": "rev-2", "readyReplicas": 2}
+        env.fake.set_status(*STATEFULSET, CPU, status, namespace=NS)
+        (going,) = view(env).leaving(loaded(env))
+        assert (going.node, going.group, going.recreate) == (f"{CPU}-1", "cpu", True)
+        assert going.why == "re-created for a new pod template of worker group cpu"
+        env.pod_runs(f"{CPU}-0", ready=False)
+        assert view(env).leaving(loaded(env)) == [], "a node is still coming back: one at a time"
+
+
+async def test_clusters_on_a_kubernetes_node_are_those_with_a_worker_pod_there() -> None:
+    async with Env() as env:
+        await with_pods(env)
+        node_a = {"metadata": {"name": "node-a"}}
+        assert view(env).clusters_on(node_a) == [Request(NS, NAME)]
+        assert view(env).clusters_on({"metadata": {"name": "node-b"}}) == []
+        assert WorkerPods(env.manager.cache, ("login",)).clusters_on(node_a) == []
+
+
+def test_ordinal_is_the_number_after_the_last_dash() -> None:
+    assert ordinal(f"{CPU}-12") == 12
+    assert ordinal(CPU) == -1
+    assert ordinal("c-worker-cpu-x") == -1
