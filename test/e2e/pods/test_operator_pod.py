@@ -58,6 +58,9 @@ END = "--end-of-answer--"
 SERVICE_CHAIN = "SLURMCTL-SVC-slurmctl0"  # hack/node.sh's nat chain for ClusterIPs
 
 
+ROOT_JOBS = ("--set", "policy.allowRootJobs=true")
+
+
 def kustomize(node: Node, directory: str) -> list[dict[str, Any]]:
     out = node.kubectl("kustomize", str(REPO / "config" / directory)).stdout
     return [d for d in yaml.safe_load_all(out) if d]
@@ -65,17 +68,19 @@ def kustomize(node: Node, directory: str) -> list[dict[str, Any]]:
 
 def install(node: Node, helm: Helm) -> str:
     """The release namespace as config/default makes it (labelled restricted: the chart does not own its namespace),
-    then `helm install` with default values; the operator image it runs. `--take-ownership`: the other pods modules
-    applied config/default's CRD, RBAC and ServiceAccount before this one (the same objects), which Helm adopts; on a
-    cluster without them it changes nothing. The image and pull policy stay as the chart has them: the tag was
-    imported by `make images` and `IfNotPresent` never pulls a tag the node has."""
+    then `helm install` with default values but ROOT_JOBS; the operator image it runs. `--take-ownership`: the other
+    pods modules applied config/default's CRD, RBAC and ServiceAccount before this one (the same objects), which Helm
+    adopts; on a cluster without them it changes nothing. The image and pull policy stay as the chart has them: the
+    tag was imported by `make images` and `IfNotPresent` never pulls a tag the node has."""
     (namespace,) = [d for d in kustomize(node, "default") if d["kind"] == "Namespace"]
     node.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(namespace))
     rendered = [d for d in yaml.safe_load_all(helm.check("template", RELEASE, str(CHART), "-n", NAMESPACE)) if d]
     (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
     assert deployment["spec"]["replicas"] == REPLICAS, "the chart runs two replicas, with leader election"
     assert [d["metadata"]["name"] for d in rendered if d["kind"] == "Service"] == [METRICS_SERVICE]
-    helm.check("install", RELEASE, str(CHART), "-n", NAMESPACE, "--take-ownership")
+    # The test's job is root's (`kubectl exec` into the login container): the install opts in (policy.allowRootJobs),
+    # as an admin whose users may run jobs as root would.
+    helm.check("install", RELEASE, str(CHART), "-n", NAMESPACE, "--take-ownership", *ROOT_JOBS)
     image: str = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     return image
 
