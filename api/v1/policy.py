@@ -294,7 +294,7 @@ def volume_problems(spec: SlurmClusterSpec, policy: Policy, path: str = "spec") 
             if name == HOST_PATH:
                 message = (
                     "hostPath volumes are refused by this operator's policy (privileged pods with a host directory "
-                    "are root on the node); use a PersistentVolumeClaim or a network volume, or start the operator "
+                    "are root on the node); use a PersistentVolumeClaim instead, or start the operator "
                     "with --allow-host-path"
                 )
             else:
