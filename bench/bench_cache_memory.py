@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from bench import goal
-from slurmctl.api.v1 import API_VERSION, KIND, check_cluster
+from slurmctl.api.v1 import API_VERSION, KIND, OPEN_POLICY, check_cluster
 from slurmctl.reconcilers import registry
 from slurmctl.reconcilers.registry import desired_objects, register
 from slurmctl.render.manifests import Inputs
@@ -145,7 +145,7 @@ def _own_cluster() -> list[dict[str, Any]]:
         "spec": {"jail": {"volume": {"claimName": "jail"}}, "workers": groups, "rest": {"enabled": True},
                  "login": {"sshRootPublicKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyForBench bench@example"]}},
     }  # fmt: skip
-    cluster, problems = check_cluster(doc)
+    cluster, problems = check_cluster(doc, policy=OPEN_POLICY)
     if cluster is None or problems:
         raise RuntimeError(f"the bench cluster is not valid: {problems}")
     return [doc, *desired_objects(Inputs.offline(cluster))]

@@ -129,8 +129,10 @@ class Operator:
     def __init__(self, kubeconfig: Path, log: IO[bytes], *, resync: float | None = None) -> None:
         self.port = _free_port()
         self.log = log
+        # --allow-root-logins: the clusters log in as root, the one opt-in of the operator's policy they need.
         command = [str(Path(sys.executable).with_name("slurmctl")), "run", "--kubeconfig", str(kubeconfig),
-                   "--metrics-bind-address", "0", "--health-probe-bind-address", f"127.0.0.1:{self.port}"]  # fmt: skip
+                   "--metrics-bind-address", "0", "--health-probe-bind-address", f"127.0.0.1:{self.port}",
+                   "--allow-root-logins"]  # fmt: skip
         env = {**os.environ, **({"SLURMCTL_RESYNC_PERIOD": str(resync)} if resync else {})}
         self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 

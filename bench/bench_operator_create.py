@@ -32,7 +32,7 @@ import yaml
 from kubernetes_asyncio import config
 
 from bench import goal, versus
-from slurmctl.api.v1 import API_VERSION, KIND, check_cluster
+from slurmctl.api.v1 import API_VERSION, KIND, OPEN_POLICY, check_cluster
 from slurmctl.cli import default_workers
 from slurmctl.reconcilers import desired_objects, register
 from slurmctl.reconcilers.keys import new_munge_key, new_ssh_host_keys
@@ -194,7 +194,7 @@ def _children(doc: Mapping[str, Any], *, munge: bytes, host_keys: Mapping[str, b
     ownerReferences need a uid."""
     body = copy.deepcopy(dict(doc))
     body["metadata"]["uid"] = "00000000-0000-0000-0000-000000000001"
-    cluster, problems = check_cluster(body)
+    cluster, problems = check_cluster(body, policy=OPEN_POLICY)
     if cluster is None or problems:
         raise RuntimeError(f"the sample is not valid: {problems}")
     objects = [
@@ -294,7 +294,7 @@ async def _measure(kubeconfig: Path) -> list[Figure]:
     observed = Observed()
     tasks: list[asyncio.Task[None]] = []
     try:
-        await register(operator, allow_host_path=True)  # the sample mounts a host directory
+        await register(operator, policy=OPEN_POLICY)  # the research sample mounts hostPath and NFS, logs in as root
         objects = _children(sample, munge=munge, host_keys=host_keys)
         register_readiness(driver)
         for api_version, kind in {(o["apiVersion"], o["kind"]) for o in objects}:

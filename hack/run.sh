@@ -12,6 +12,9 @@ AVAILABLE_TIMEOUT=${SLURMCTL_AVAILABLE_TIMEOUT:-900}
 HEALTH=${SLURMCTL_HEALTH_PROBE_BIND_ADDRESS:-127.0.0.1:8081}
 export SLURMCTL_HEALTH_PROBE_BIND_ADDRESS=$HEALTH
 export SLURMCTL_METRICS_BIND_ADDRESS=${SLURMCTL_METRICS_BIND_ADDRESS:-127.0.0.1:8080}
+# The developer's own cluster: the hint at the end runs jobs as root in the jail (`kubectl exec ... chroot`), which
+# the operator's default policy refuses (DisableRootJobs=YES). SLURMCTL_ALLOW_ROOT_JOBS=false runs the default.
+export SLURMCTL_ALLOW_ROOT_JOBS=${SLURMCTL_ALLOW_ROOT_JOBS:-true}
 LOG_PREFIX=run
 # shellcheck source=hack/lib.sh
 . "$ROOT/hack/lib.sh"

@@ -28,6 +28,8 @@ from .defaults import (
     Component,
     default_image,
 )
+from .policy import DEFAULT_VOLUME_SOURCES, OPEN_POLICY, PYXIS_KEY, Policy, image_prefix_problem
+from .problems import Problem
 from .schema import crd
 from .spec import (
     AccountingSpec,
@@ -89,7 +91,7 @@ from .types import (
     parse_duration,
     parse_quantity,
 )
-from .validation import Policy, Problem, check_cluster, validate_spec
+from .validation import check_cluster, validate_spec
 
 __all__ = [
     "ACCOUNTING_READY",
@@ -99,6 +101,7 @@ __all__ = [
     "CONTROLLER_READY",
     "CRD_NAME",
     "DEFAULT_PARTITION",
+    "DEFAULT_VOLUME_SOURCES",
     "GROUP",
     "IMAGE_REGISTRY",
     "IMAGE_TAG",
@@ -110,8 +113,10 @@ __all__ = [
     "MAX_GROUP_NAME_LENGTH",
     "MAX_GROUP_SIZE",
     "MAX_TOTAL_WORKERS",
+    "OPEN_POLICY",
     "PHASES",
     "PLURAL",
+    "PYXIS_KEY",
     "REST_READY",
     "SHORT_NAMES",
     "SINGULAR",
@@ -167,6 +172,7 @@ __all__ = [
     "check_cluster",
     "crd",
     "default_image",
+    "image_prefix_problem",
     "parse_duration",
     "parse_quantity",
     "ready_summary",

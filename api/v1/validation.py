@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -28,11 +27,13 @@ from .defaults import (
     OPERATOR_OWNED_SLURM_KEYS,
     POWER_SAVE_SLURM_KEYS,
     TOPOLOGY_SLURM_KEYS,
-    Component,
 )
 from .limits import TRES_PATTERN
 from .passthrough import check_passthrough
+from .policy import Policy, policy_problems
+from .problems import Problem, problems_from_error
 from .sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound
+from .slurm_conf import slurm_conf_keys
 from .spec import SlurmClusterSpec
 from .types import DNS_LABEL_PATTERN, VolumeRef, parse_duration, parse_quantity
 
@@ -57,146 +58,16 @@ _RECORD_KEYWORDS = frozenset(
 RESERVED_JAIL_PATHS = ("/proc", "/dev", "/sys", "/etc/slurm", "/run/munge", "/usr/lib/slurmctl")
 
 
-@dataclass(frozen=True, order=True)
-class Problem:
-    """One thing wrong with a SlurmCluster: the field path (`spec.workers[0].name`) and what is wrong there."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-def format_path(location: Iterable[str | int]) -> str:
-    """('spec', 'workers', 0, 'name') -> 'spec.workers[0].name'."""
-    text = ""
-    for part in location:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def problems_from_error(error: ValidationError, *, prefix: Sequence[str | int] = ()) -> list[Problem]:
-    """pydantic's errors as problems, with camelCase paths as the user wrote them."""
-    problems = []
-    for item in error.errors(include_url=False, include_input=False):
-        message = item["msg"]
-        problems.append(Problem(format_path([*prefix, *item["loc"]]) or "<root>", message[:1].lower() + message[1:]))
-    return sorted(set(problems), key=lambda p: (p.path, p.message))
-
-
 # Where the operator never creates anything, whatever its RBAC allows (a ClusterRole cannot exclude a namespace).
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
 
-# slurm.conf keys (outside what slurmctl owns) that name a program or plugin Slurm runs as root or SlurmUser: whoever
-# sets one runs code on every node. The operator's --allowed-slurm-programs policy limits them.
-PROGRAM_SLURM_KEYS: Final = (
-    "BurstBufferType",
-    "Epilog",
-    "EpilogSlurmctld",
-    "HealthCheckProgram",
-    "JobCompLoc",
-    "JobSubmitPlugins",
-    "MailProg",
-    "PluginDir",
-    "Prolog",
-    "PrologSlurmctld",
-    "RebootProgram",
-    "ResumeFailProgram",
-    "ResumeProgram",
-    "ResvEpilog",
-    "ResvProlog",
-    "SlurmctldPrimaryOffProg",
-    "SlurmctldPrimaryOnProg",
-    "SrunEpilog",
-    "SrunProlog",
-    "SuspendProgram",
-    "TaskEpilog",
-    "TaskProlog",
-    "UnkillableStepProgram",
-)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """What the operator lets a SlurmCluster ask for, beyond the schema (its flags). Worker and login pods are
-    privileged, so whoever may edit a SlurmCluster is root on the nodes its pods run on; a cluster administrator who
-    lets others create SlurmClusters narrows that here.
-
-    - `allow_host_path` (--allow-host-path): hostPath volumes in the jail.
-    - `allowed_images` (--allowed-images): prefixes every image the cluster runs must start with (the images a
-      component names, and the defaults spec.slurm.imageRegistry/imageTag make); empty: any image.
-    - `allowed_slurm_programs` (--allowed-slurm-programs): the program-running slurm.conf keys (PROGRAM_SLURM_KEYS)
-      extraConfig and partition options may set, and whether containers.pyxis may load a plugin ("PyxisPath"); None:
-      any.
-    """
-
-    allow_host_path: bool = True
-    allowed_images: tuple[str, ...] = ()
-    allowed_slurm_programs: frozenset[str] | None = None
-
-
-def policy_problems(spec: SlurmClusterSpec, policy: Policy, path: str = "spec") -> list[Problem]:
-    problems = [] if policy.allow_host_path else host_path_problems(spec, path)
-    if policy.allowed_images:
-        allowed = ", ".join(policy.allowed_images)
-        for where, image in _images(spec, path):
-            if not image.startswith(policy.allowed_images):
-                problems.append(Problem(where, f'image "{image}" is not allowed by the operator (allowed: {allowed})'))
-    if policy.allowed_slurm_programs is None:
-        return problems
-    allowed_keys = {k.lower() for k in policy.allowed_slurm_programs}
-    refused = {k.lower(): k for k in PROGRAM_SLURM_KEYS if k.lower() not in allowed_keys}
-    why = "not allowed by the operator: it runs a program on the cluster's nodes (see --allowed-slurm-programs)"
-    for number, key in slurm_conf_keys(spec.slurm.extra_config or ""):
-        if key.lower() in refused:
-            problems.append(Problem(f"{path}.slurm.extraConfig", f"line {number}: {refused[key.lower()]} is {why}"))
-    for index, partition in enumerate(spec.partitions):
-        problems += [
-            Problem(f"{path}.partitions[{index}].options.{key}", why)
-            for key in partition.options
-            if key.lower() in refused
-        ]
-    if spec.containers.pyxis.enabled and "pyxispath" not in allowed_keys:
-        problems.append(
-            Problem(f"{path}.containers.pyxis", f"{why}: pyxis is a plugin slurmstepd loads as root (PyxisPath)")
-        )
-    return problems
-
-
-def _images(spec: SlurmClusterSpec, path: str) -> list[tuple[str, str]]:
-    """(field, image) of every image the cluster runs: the component's own field when set, else the default (named
-    by spec.slurm.imageRegistry)."""
-    named: list[tuple[str, Component, str | None]] = [
-        (f"{path}.jail.image", "jail", spec.jail.image),
-        (f"{path}.populateJail.image", "populate-jail", spec.populate_jail.image),
-        (f"{path}.controller.image", "controller", spec.controller.image),
-        (f"{path}.login.image", "login", spec.login.image),
-        (f"{path}.accounting.image", "accounting", spec.accounting.image),
-        (f"{path}.rest.image", "rest", spec.rest.image),
-        (f"{path}.healthChecks.ncclBenchmark.image", "nccl-benchmark", spec.health_checks.nccl_benchmark.image),
-        *((f"{path}.workers[{i}].image", "worker", g.image) for i, g in enumerate(spec.workers)),
-    ]
-    out = [
-        (where if own else f"{path}.slurm.imageRegistry", spec.image_for(component, own))
-        for where, component, own in named
-    ]
-    if spec.accounting.mariadb is not None and spec.accounting.mariadb.image:
-        out.append((f"{path}.accounting.mariadb.image", spec.accounting.mariadb.image))
-    return out
-
-
-def check_cluster(
-    obj: Any, *, allow_host_path: bool = True, policy: Policy | None = None
-) -> tuple[SlurmCluster | None, list[Problem]]:
+def check_cluster(obj: Any, *, policy: Policy | None = None) -> tuple[SlurmCluster | None, list[Problem]]:
     """Parse a SlurmCluster (a live object or a manifest) and validate it; never raises.
 
     Returns the model (None when it does not parse) and every problem found: schema problems when it does not
-    parse, else the name and the semantic checks. `allow_host_path=False` is the operator's policy (its
-    `--allow-host-path` flag unset): worker pods are privileged, so a hostPath volume in the jail makes whoever may
-    edit a SlurmCluster root on the node. `policy`, when given, is the operator's whole policy (it replaces
-    `allow_host_path`).
+    parse, else the name, the semantic checks and what the operator's `policy` refuses (its flags; default: the
+    default flags, which refuse whatever would make an editor root on a node).
     """
     if not isinstance(obj, Mapping):
         return None, [Problem("<root>", f"expected an object, got {type(obj).__name__}")]
@@ -215,24 +86,8 @@ def check_cluster(
         )
     problems += _nul_bytes(obj.get("spec"), "spec")
     problems += validate_spec(cluster.spec)
-    problems += policy_problems(cluster.spec, policy or Policy(allow_host_path=allow_host_path))
+    problems += policy_problems(cluster.spec, policy or Policy())
     return cluster, problems
-
-
-def host_path_problems(spec: SlurmClusterSpec, path: str = "spec") -> list[Problem]:
-    """Every hostPath volume in the spec (the jail, its sub-mounts), for an operator that does not allow them."""
-    volumes = [(f"{path}.jail.volume", spec.jail.volume)]
-    volumes += [(f"{path}.jail.subMounts[{i}].volume", m.volume) for i, m in enumerate(spec.jail.sub_mounts)]
-    return [
-        Problem(
-            f"{where}.source.hostPath",
-            "hostPath volumes are refused by this operator's policy (privileged pods with a host directory are root "
-            "on the node); use a PersistentVolumeClaim or a network volume, or start the operator with "
-            "--allow-host-path",
-        )
-        for where, volume in volumes
-        if volume.source is not None and "hostPath" in volume.source
-    ]
 
 
 def _nul_bytes(value: Any, path: str) -> list[Problem]:
@@ -387,58 +242,6 @@ def _check_partitions(spec: SlurmClusterSpec, path: str) -> list[Problem]:
             Problem(f"{base}[{index}].default", f"more than one default partition (also {base}[{defaults[0]}])")
         )
     return problems
-
-
-# `Key=` anywhere on a line (Slurm allows spaces around `=`, and `+=`, `-=`, `*=`, `/=`); `Include file` is the one
-# keyword without `=`.
-_CONF_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)\s*[-+*/]?=")
-_CONF_INCLUDE = re.compile(r"^\s*include\s", re.IGNORECASE)
-_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
-_C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale: what Slurm skips after a continuation's backslash
-
-
-def _strip_comment(line: str) -> str:
-    """The line up to its comment: a `#` after an even number of backslashes (none included) starts one."""
-    run = 0
-    for index, char in enumerate(line):
-        if char == "#" and run % 2 == 0:
-            return line[:index]
-        run = run + 1 if char == "\\" else 0
-    return line
-
-
-def slurm_conf_lines(text: str) -> list[tuple[int, str]]:
-    """(first line number, logical line) as Slurm's parser reads slurm.conf (parse_config.c, _get_next_line).
-
-    Lines end at newlines only. On each line the comment goes first; then an odd number of backslashes at its end
-    (trailing blanks aside) joins the next line to it, without the last backslash and without a space; then every
-    escape (`\\x`) becomes its character, across the joined line. A comment therefore never continues, and `Plug\\`
-    followed by `StackConfig=...` is `PlugStackConfig=...`."""
-    lines: list[tuple[int, str]] = []
-    logical, start, continuing = "", 0, False
-    for number, raw in enumerate(text.split("\n"), start=1):
-        if not continuing:
-            logical, start = "", number
-        line = _strip_comment(raw)
-        body = line.rstrip(_C_SPACE)
-        continuing = (len(body) - len(body.rstrip("\\"))) % 2 == 1
-        if continuing:
-            logical += body[:-1]
-            continue
-        lines.append((start, _ESCAPE.sub(r"\1", logical + line)))
-    if continuing:
-        lines.append((start, _ESCAPE.sub(r"\1", logical)))
-    return lines
-
-
-def slurm_conf_keys(text: str) -> list[tuple[int, str]]:
-    """(line number, key) of every key slurm.conf text sets, as Slurm's parser reads it (`slurm_conf_lines`)."""
-    found: list[tuple[int, str]] = []
-    for start, line in slurm_conf_lines(text):
-        if _CONF_INCLUDE.match(line):
-            found.append((start, "Include"))
-        found += [(start, key) for key in _CONF_KEY.findall(line)]
-    return found
 
 
 def operator_owned_keys(spec: SlurmClusterSpec) -> tuple[str, ...]:

@@ -85,11 +85,20 @@ sync_images() {
     done < <(ctr_at "$CTR_SOCK" images ls | tail -n +2)
     [ ${#missing[@]} -gt 0 ] || return 0
     local start=$SECONDS
-    # One stream for every missing image: a new node's first copy is gigabytes (over a minute on a busy machine).
-    CTR_TIMEOUT=900s ctr_at "$CTR_SOCK" images export - "${missing[@]}" |
-        CTR_TIMEOUT=900s ctr_at "$XSOCK" images import --snapshotter overlayfs - >/dev/null ||
-        die "copying images to node $XNAME failed: ${missing[*]}"
+    # Once more when the stream breaks: a CI run (stop 51) saw node 3's import end on "short read: expected 46368596
+    # bytes but got 46325760: unexpected EOF" for the freshly built operator image, which node 2 had just taken from
+    # the same store; the cause is not known. The import is idempotent (blobs by digest), so a second stream is safe.
+    copy_images "${missing[@]}" || {
+        log "node $XNAME: copying ${missing[*]} from node 1 failed (ctr's error above); copying once more"
+        copy_images "${missing[@]}" || die "copying images to node $XNAME failed: ${missing[*]}"
+    }
     log "node $XNAME: ${#missing[@]} image(s) copied from node 1 in $((SECONDS - start))s"
+}
+
+# One stream for every image named: a new node's first copy is gigabytes (over a minute on a busy machine).
+copy_images() {
+    CTR_TIMEOUT=900s ctr_at "$CTR_SOCK" images export - "$@" |
+        CTR_TIMEOUT=900s ctr_at "$XSOCK" images import --snapshotter overlayfs - >/dev/null
 }
 
 # Node K's containerd, in its mount namespace (unless it runs), answering on its socket.

@@ -24,6 +24,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from slurmctl import __version__, reconcilers
 from slurmctl.api.v1 import KIND, Policy, check_cluster, parse_quantity
+from slurmctl.flags import boolean, env, env_bool, policy_arguments, policy_of
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.render import rbac
@@ -39,28 +40,6 @@ log = logging.getLogger(__name__)
 
 Register = Callable[[Manager], Awaitable[None]]
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-def _env(flag: str, default: str | None = None) -> str | None:
-    return os.environ.get("SLURMCTL_" + flag.upper().replace("-", "_"), default)
-
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
-
-
-def _env_bool(flag: str) -> bool:
-    return (_env(flag) or "").lower() in _TRUE
-
-
-def _bool(text: str) -> bool:
-    """A flag's boolean value as Go's flag package reads `--flag=false` (controller-runtime operators' spelling)."""
-    value = text.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _pod_namespace(outside: str) -> str:
@@ -122,7 +101,7 @@ def _cluster_domain_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster-domain",
         type=_dns_domain,
-        default=_env("cluster-domain") or DEFAULT_CLUSTER_DOMAIN,
+        default=env("cluster-domain") or DEFAULT_CLUSTER_DOMAIN,
         metavar="DOMAIN",
         help="the kubelets' clusterDomain: Slurm pods search <cluster>-workers.<namespace>.svc.DOMAIN, so that "
         f"a worker's Slurm node name resolves in jobs and on login nodes (default: {DEFAULT_CLUSTER_DOMAIN})",
@@ -142,25 +121,25 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the operator in the foreground")
     run.add_argument(
         "--kubeconfig",
-        default=_env("kubeconfig", os.environ.get("KUBECONFIG")),
+        default=env("kubeconfig", os.environ.get("KUBECONFIG")),
         help="kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)",
     )
     run.add_argument(
         "--metrics-bind-address",
-        default=_env("metrics-bind-address", ":8080"),
+        default=env("metrics-bind-address", ":8080"),
         help='address of /metrics, e.g. ":8080" or "127.0.0.1:8080"; "0" disables',
     )
     run.add_argument(
         "--health-probe-bind-address",
-        default=_env("health-probe-bind-address", ":8081"),
+        default=env("health-probe-bind-address", ":8081"),
         help='address of /healthz and /readyz; "0" disables',
     )
     run.add_argument(
         "--leader-elect",
         nargs="?",
         const=True,
-        type=_bool,
-        default=_env_bool("leader-elect"),
+        type=boolean,
+        default=env_bool("leader-elect"),
         metavar="BOOL",
         help="run controllers only while holding the leader lease (for more than one replica); "
         "--leader-elect alone means true, --leader-elect=false switches it off",
@@ -169,20 +148,20 @@ def _parser() -> argparse.ArgumentParser:
         "--ssh-rsa-host-keys",
         nargs="?",
         const=True,
-        type=_bool,
-        default=_env_bool("ssh-rsa-host-keys"),
+        type=boolean,
+        default=env_bool("ssh-rsa-host-keys"),
         metavar="BOOL",
         help="give new clusters' login nodes an RSA-3072 SSH host key besides ed25519 and ECDSA (for clients that "
         "know no other type; costs ~0.2 s of CPU per cluster); clusters created with one keep it either way",
     )
     run.add_argument(
         "--leader-election-namespace",
-        default=_env("leader-election-namespace"),
+        default=env("leader-election-namespace"),
         help="namespace of the Lease (default: the pod's namespace)",
     )
     run.add_argument(
         "--leader-election-id",
-        default=_env("leader-election-id", "slurmctl.slurm.slurmctl.io"),
+        default=env("leader-election-id", "slurmctl.slurm.slurmctl.io"),
         help="name of the Lease",
     )
     run.add_argument(
@@ -190,49 +169,22 @@ def _parser() -> argparse.ArgumentParser:
         "--namespace",
         dest="namespace",
         type=_namespaces,
-        default=_namespaces(_env("watch-namespace") or _env("namespace") or ""),
+        default=_namespaces(env("watch-namespace") or env("namespace") or ""),
         metavar="NS[,NS...]",
         help="watch only these namespaces (comma-separated; default: all). Grant the operator Roles there "
         "(`slurmctl rbac --watch-namespace` with the same list) instead of the ClusterRole",
     )
-    run.add_argument(
-        "--allow-host-path",
-        nargs="?",
-        const=True,
-        type=_bool,
-        default=_env_bool("allow-host-path"),
-        metavar="BOOL",
-        help="accept hostPath volumes in SlurmClusters (jail, sub-mounts). Off by default: worker pods are "
-        "privileged, so a hostPath volume makes whoever may edit a SlurmCluster root on the node",
-    )
-    run.add_argument(
-        "--allowed-images",
-        type=_list,
-        default=_list(_env("allowed-images") or ""),
-        metavar="PREFIX[,PREFIX...]",
-        help="refuse SlurmClusters that run an image not starting with one of these prefixes (e.g. "
-        "registry.example.com/slurm/): the images components name and the defaults spec.slurm.imageRegistry makes "
-        "(default: any image)",
-    )
-    run.add_argument(
-        "--allowed-slurm-programs",
-        type=_list,
-        default=None if (programs := _env("allowed-slurm-programs")) is None else _list(programs),
-        metavar="KEY[,KEY...]",
-        help="refuse slurm.conf keys that run a program on the nodes (Prolog, Epilog, TaskProlog, PluginDir, "
-        "MailProg, ...) in extraConfig and partition options unless listed here, and pyxis unless PyxisPath is; "
-        "'' allows none (default: any)",
-    )
+    policy_arguments(run, from_env=True)
     run.add_argument(
         "--max-concurrent-reconciles",
         type=_positive_int,
-        default=_env("max-concurrent-reconciles") or str(default_workers()),
+        default=env("max-concurrent-reconciles") or str(default_workers()),
         help="workers per controller (default: twice the CPUs this process may use, between 2 and 8)",
     )
     run.add_argument(
         "--resync-period",
         type=float,
-        default=float(_env("resync-period") or 0) or None,
+        default=float(env("resync-period") or 0) or None,
         metavar="SECONDS",
         help="re-deliver every cached object to the controllers this often (a converged cluster costs no writes; "
         "default: never, watch events alone)",
@@ -240,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--node-lost-after",
         type=_seconds,
-        default=_env("node-lost-after") or str(DEFAULT_NODE_LOST_AFTER),
+        default=env("node-lost-after") or str(DEFAULT_NODE_LOST_AFTER),
         metavar="SECONDS",
         help="a Kubernetes node NotReady this long (by the operator's clock) is lost: its workers are drained in "
         "Slurm, and those whose slurmd Slurm cannot reach either are set DOWN, leave Slurm and have their pods "
@@ -249,7 +201,7 @@ def _parser() -> argparse.ArgumentParser:
     _cluster_domain_argument(run)
     run.add_argument(
         "--operator-namespace",
-        default=_env("operator-namespace"),
+        default=env("operator-namespace"),
         metavar="NS",
         help="the namespace of the operator's pods, the only pods each cluster's NetworkPolicy lets reach its "
         "slurmrestd (default: the pod's namespace; outside a pod, slurmctl-system)",
@@ -257,14 +209,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--login-ssh-from",
         type=_cidrs,
-        default=_cidrs(_env("login-ssh-from") or ""),
+        default=_cidrs(env("login-ssh-from") or ""),
         metavar="CIDR[,CIDR...]",
         help="where the login pods' sshd may be reached from, by their NetworkPolicy (default: anywhere)",
     )
     run.add_argument(
         "--slurm-max-answer-size",
         type=_size,
-        default=_env("slurm-max-answer-size") or str(DEFAULT_MAX_ANSWER_BYTES),
+        default=env("slurm-max-answer-size") or str(DEFAULT_MAX_ANSWER_BYTES),
         metavar="SIZE",
         help="the largest answer the operator reads from a cluster's slurmrestd (e.g. 512Mi); a larger one fails "
         "that cluster's request, as an unreachable slurmrestd would, instead of filling the operator's memory. "
@@ -274,25 +226,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--graceful-shutdown-timeout",
         type=float,
-        default=float(_env("graceful-shutdown-timeout", "30") or "30"),
+        default=float(env("graceful-shutdown-timeout", "30") or "30"),
         help="seconds to let reconciles finish after SIGTERM",
     )
     run.add_argument(
-        "--log-level", default=_env("log-level", "info"), choices=["debug", "info", "warning", "error"], type=str.lower
+        "--log-level", default=env("log-level", "info"), choices=["debug", "info", "warning", "error"], type=str.lower
     )
-    run.add_argument("--log-format", default=_env("log-format", "text"), choices=["text", "json"])
+    run.add_argument("--log-format", default=env("log-format", "text"), choices=["text", "json"])
     render = sub.add_parser("render", help="print the manifests the operator would apply for SlurmClusters in a file")
     render.add_argument("-f", "--filename", required=True, help="YAML file with SlurmCluster objects ('-': stdin)")
     render.add_argument("-n", "--namespace", default="default", help="namespace for objects that name none")
-    render.add_argument(
-        "--allow-host-path",
-        nargs="?",
-        const=True,
-        type=_bool,
-        default=False,
-        metavar="BOOL",
-        help="render as an operator started with --allow-host-path would (default: hostPath volumes are refused)",
-    )
+    policy_arguments(render, from_env=False)
     _cluster_domain_argument(render)
     rbac = sub.add_parser(
         "rbac", help="print the RBAC objects an operator started with the same flags needs (to apply as an admin)"
@@ -325,11 +269,6 @@ def _namespaces(text: str) -> tuple[str, ...]:
 
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-
-
-def _list(text: str) -> tuple[str, ...]:
-    """A comma-separated list, blanks dropped ('' is the empty list)."""
-    return tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
 
 
 def manager_options(args: argparse.Namespace) -> ManagerOptions:
@@ -375,13 +314,7 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
         if register is None:
             ctx = await reconcilers.register(
                 manager,
-                policy=Policy(
-                    allow_host_path=args.allow_host_path,
-                    allowed_images=tuple(args.allowed_images),
-                    allowed_slurm_programs=(
-                        None if args.allowed_slurm_programs is None else frozenset(args.allowed_slurm_programs)
-                    ),
-                ),
+                policy=policy_of(args),
                 rsa_host_keys=args.ssh_rsa_host_keys,
                 node_lost_after=args.node_lost_after,
                 cluster_domain=args.cluster_domain,
@@ -406,13 +339,15 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
 
 
 def render_command(
-    filename: str, *, namespace: str, allow_host_path: bool = False, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    filename: str, *, namespace: str, policy: Policy | None = None, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
 ) -> int:
     """`slurmctl render`: what the operator would apply, without a cluster (for reviews and GitOps diffs). It runs
     the reconcilers' own renderers over the component registry, with inputs a cluster would add left empty.
 
-    Invalid clusters are reported on stderr with every problem's field path, and nothing is printed for them.
+    Invalid clusters, and those the operator's `policy` refuses (default: the default flags), are reported on
+    stderr with every problem's field path, and nothing is printed for them.
     """
+    policy = policy or Policy()
     text = sys.stdin.read() if filename == "-" else Path(filename).read_text()
     try:
         documents = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
@@ -425,14 +360,18 @@ def render_command(
         if doc.get("kind") != KIND:
             continue
         doc.setdefault("metadata", {}).setdefault("namespace", namespace)
-        cluster, problems = check_cluster(doc, allow_host_path=allow_host_path)
+        cluster, problems = check_cluster(doc, policy=policy)
         if cluster is None or problems:
             failed = True
             name = doc["metadata"].get("name", "?")
             for problem in [str(p) for p in problems] or ["the object could not be read"]:
                 sys.stderr.write(f"{filename}: SlurmCluster {name}: {problem}\n")
             continue
-        rendered.extend(reconcilers.desired_objects(Inputs.offline(cluster, cluster_domain=cluster_domain)))
+        rendered.extend(
+            reconcilers.desired_objects(
+                Inputs.offline(cluster, root_jobs=policy.allow_root_jobs, cluster_domain=cluster_domain)
+            )
+        )
     sys.stdout.write(yaml.safe_dump_all(rendered, sort_keys=False))
     return 1 if failed else 0
 
@@ -444,7 +383,7 @@ def main(argv: Sequence[str] | None = None, *, register: Register | None = None)
         return render_command(
             args.filename,
             namespace=args.namespace,
-            allow_host_path=args.allow_host_path,
+            policy=policy_of(args),
             cluster_domain=args.cluster_domain,
         )
     if args.command == "rbac":
@@ -462,7 +401,7 @@ def main(argv: Sequence[str] | None = None, *, register: Register | None = None)
             version=__version__,
             namespaces=",".join(args.namespace) or "*",
             leader_elect=args.leader_elect,
-            allow_host_path=args.allow_host_path,
+            policy=policy_of(args),
             node_lost_after=args.node_lost_after,
             cluster_domain=args.cluster_domain,
             slurm_max_answer_size=args.slurm_max_answer_size,

@@ -12,6 +12,7 @@ import yaml
 from kubernetes_asyncio import client, config
 from prometheus_client import REGISTRY
 
+from slurmctl.api.v1 import Policy
 from slurmctl.reconcilers import register
 from slurmctl.render import rbac
 from slurmctl.runtime import Client, Manager, ManagerOptions
@@ -24,6 +25,8 @@ SERVICE_ACCOUNT = "slurmctl-operator"
 # namespace, node cordon) as `slurmctl rbac --watch-namespace= --allow-node-cordon` prints them, so that the tests
 # may make a namespace each, and the installed operator's account keeps exactly what its install grants.
 E2E_SERVICE_ACCOUNT = "slurmctl-e2e-operator"
+# The default policy, plus the one opt-in test/e2e/clusters.py's spec needs: it logs in as root (sshRootPublicKeys).
+POLICY = Policy(allow_root_logins=True)
 
 
 def service_account_kubeconfig(
@@ -77,13 +80,13 @@ class RunningOperator:
         *,
         resync_period: float | None = None,
         namespaces: tuple[str, ...] = (),
-        allow_host_path: bool = False,
+        policy: Policy = POLICY,
     ) -> None:
-        """`namespaces` and `allow_host_path` as `slurmctl run --watch-namespace` and `--allow-host-path` set them."""
+        """`namespaces` and `policy` as `slurmctl run --watch-namespace` and the policy flags set them."""
         self.kubeconfig = kubeconfig
         self.resync_period = resync_period
         self.namespaces = namespaces
-        self.allow_host_path = allow_host_path
+        self.policy = policy
         self.manager: Manager | None = None
         self._api: client.ApiClient | None = None
         self._task: asyncio.Task[None] | None = None
@@ -98,7 +101,7 @@ class RunningOperator:
             namespaces=self.namespaces,
         )
         self.manager = Manager(Client(self._api), options)
-        await register(self.manager, allow_host_path=self.allow_host_path)
+        await register(self.manager, policy=self.policy)
         self._task = asyncio.create_task(self.manager.run(), name="operator")
         return self
 

@@ -26,6 +26,7 @@ import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
+from slurmctl.api.v1.policy import CONTROL_PLANE_LABELS
 from slurmctl.cli import main as slurmctl
 from slurmctl.render import rbac
 from test.e2e.clusters import GROUP, NAME, PLURAL, VERSION, Cluster, spec
@@ -82,6 +83,19 @@ BROKEN: dict[str, tuple[Change, str]] = {
         ),
         "spec.accounting.qos[0].maxTRESPerJob.gres/fpga",
     ),
+    # The operator's policy (api/v1/policy.py), closed by default: a Secret in the jail, control-plane nodes, a key
+    # that loads a plugin.
+    "secret-source": (
+        lambda s: s["jail"].update(
+            subMounts=[{"name": "x", "mountPath": "/x", "volume": {"source": {"secret": {"secretName": "c1-munge"}}}}]
+        ),
+        "spec.jail.subMounts[0].volume.source.secret",
+    ),
+    "control-plane": (
+        lambda s: s["workers"][0].update(tolerations=[{"key": CONTROL_PLANE_LABELS[0], "operator": "Exists"}]),
+        "spec.workers[0].tolerations[0]",
+    ),
+    "program-key": (lambda s: s.update(slurm={"extraConfig": "TaskPlugin=task/none\n"}), "spec.slurm.extraConfig"),
     "submount-path": (
         lambda s: s["jail"].update(
             subMounts=[{"name": "x", "mountPath": "/../../etc", "volume": {"claimName": "y"}}]
@@ -150,11 +164,12 @@ async def test_accepted_but_broken_specs_end_in_spec_valid_false_naming_the_fiel
         assert field in cond["message"], f"{case}: {cond['message']!r} does not name {field}"
         assert await children_of(api, namespace, case) == [], f"{case}: an invalid spec applies no child"
 
-        # `slurmctl render` (with the operator's default policy) refuses the same file with the same field.
+        # `slurmctl render` (with the test operator's policy: the default, plus root logins for spec()) refuses the
+        # same file with the same field.
         manifest = tmp_path / f"{case}.yaml"
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SlurmCluster", "metadata": {"name": case}}
         manifest.write_text(yaml.safe_dump({**body, "spec": broken_spec(case)}))
-        assert slurmctl(["render", "-f", str(manifest)]) == 1, case
+        assert slurmctl(["render", "-f", str(manifest), "--allow-root-logins"]) == 1, case
         out = capsys.readouterr()
         assert field in out.err and "Traceback" not in out.err and out.out.strip() in ("", "[]", "--- []"), case
 

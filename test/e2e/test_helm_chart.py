@@ -183,6 +183,31 @@ def test_values_reach_the_operator_pod(helm: ChartHelm) -> None:
     assert pod["metadata"]["annotations"] == {"team": "hpc"}
 
 
+def test_the_policy_values_reach_the_operators_flags_and_default_to_none(helm: ChartHelm) -> None:
+    """`policy` maps one value to one `slurmctl run` flag; the defaults add none (the operator's closed default), and
+    an image prefix without a trailing '/' fails the install, as the operator itself would refuse it."""
+    key = ("apps/v1", "Deployment", NAMESPACE, "slurmctl-operator")
+    (plain,) = helm.render()[key]["spec"]["template"]["spec"]["containers"]
+    assert not any("allow" in arg for arg in plain["args"]), plain["args"]
+    (container,) = helm.render(
+        "--set", "policy.allowHostPath=true", "--set", "policy.allowControlPlaneNodes=true",
+        "--set", "policy.allowRootLogins=true", "--set", "policy.allowRootJobs=true",
+        "--set", "policy.allowedImages={reg.example/a/,reg.example/b/}",
+        "--set", "policy.allowedSlurmKeys={Prolog,PyxisPath}", "--set", "policy.allowedVolumeSources={nfs}",
+    )[key]["spec"]["template"]["spec"]["containers"]  # fmt: skip
+    assert container["args"][4:] == [
+        "--allow-host-path",
+        "--allow-control-plane-nodes",
+        "--allow-root-logins",
+        "--allow-root-jobs",
+        "--allowed-images=reg.example/a/,reg.example/b/",
+        "--allowed-slurm-keys=Prolog,PyxisPath",
+        "--allowed-volume-sources=nfs",
+    ]
+    done = helm.run("template", RELEASE, str(CHART), "--set", "policy.allowedImages={ghcr.io/slurmctl}")
+    assert done.returncode != 0 and "allowedImages" in done.stderr
+
+
 def test_a_misspelt_value_is_refused(helm: ChartHelm) -> None:
     """values.schema.json: a typo fails the install instead of being ignored."""
     done = helm.run("template", RELEASE, str(CHART), "--set", "replica=3")

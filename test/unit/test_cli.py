@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from slurmctl import __version__
+from slurmctl.api.v1 import Policy
 from slurmctl.cli import _parser, default_workers, main, manager_options
+from slurmctl.flags import policy_of
 from slurmctl.runtime.server import disabled, split_address
 from slurmctl.slurm import DEFAULT_MAX_ANSWER_BYTES
 
@@ -246,14 +248,82 @@ def test_slurm_max_answer_size_is_256_mib_unless_asked_for(
         assert "expected a size such as 256Mi" in capsys.readouterr().err
 
 
-def test_the_policy_flags_default_to_allowing_anything_and_take_lists() -> None:
-    args = _parser().parse_args(["run"])
-    assert args.allowed_images == () and args.allowed_slurm_programs is None
+POLICY_ENV = (
+    "ALLOW_HOST_PATH", "ALLOW_CONTROL_PLANE_NODES", "ALLOW_ROOT_LOGINS", "ALLOW_ROOT_JOBS", "ALLOWED_IMAGES",
+    "ALLOWED_SLURM_KEYS", "ALLOWED_SLURM_PROGRAMS", "ALLOWED_VOLUME_SOURCES",
+)  # fmt: skip
+
+
+def test_the_policy_flags_default_to_the_closed_policy_and_each_opens_one_door(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in POLICY_ENV:
+        monkeypatch.delenv(f"SLURMCTL_{name}", raising=False)
+    assert policy_of(_parser().parse_args(["run"])) == Policy()
     args = _parser().parse_args(
-        ["run", "--allowed-images", "reg.example/a/, reg.example/b/", "--allowed-slurm-programs="]
+        ["run", "--allowed-images", "reg.example/a/, reg.example/b/", "--allowed-slurm-keys=Prolog,TaskPlugin",
+         "--allowed-slurm-programs=Epilog", "--allowed-volume-sources=nfs", "--allow-host-path",
+         "--allow-control-plane-nodes", "--allow-root-logins", "--allow-root-jobs=true"]
+    )  # fmt: skip
+    assert policy_of(args) == Policy(
+        allow_host_path=True,
+        allowed_images=("reg.example/a/", "reg.example/b/"),
+        allowed_slurm_keys=frozenset({"Prolog", "TaskPlugin", "Epilog"}),  # the older flag adds to the list
+        allowed_volume_sources=frozenset({"nfs"}),
+        allow_control_plane_nodes=True,
+        allow_root_logins=True,
+        allow_root_jobs=True,
     )
-    assert args.allowed_images == ("reg.example/a/", "reg.example/b/")
-    assert args.allowed_slurm_programs == (), "'' allows no program-running key"
+    monkeypatch.setenv("SLURMCTL_ALLOWED_VOLUME_SOURCES", "secret")
+    monkeypatch.setenv("SLURMCTL_ALLOW_ROOT_JOBS", "true")
+    env = policy_of(_parser().parse_args(["run"]))
+    assert env.allowed_volume_sources == {"secret"} and env.allow_root_jobs
+    assert policy_of(_parser().parse_args(["render", "-f", "-"])) == Policy(), "render reads flags only"
+
+
+@pytest.mark.parametrize("given", ["ghcr.io/slurmctl", "reg.example/a/,reg.example/b"])
+def test_an_image_prefix_without_a_trailing_slash_is_refused_naming_the_flag_and_the_value(
+    given: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ghcr.io/slurmctl` would admit `ghcr.io/slurmctl-evil/x`."""
+    bad = given.rsplit(",", 1)[-1]
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", f"--allowed-images={given}"])
+    err = capsys.readouterr().err
+    assert "argument --allowed-images:" in err and f"{bad!r} must end with '/'" in err, err
+    monkeypatch.setenv("SLURMCTL_ALLOWED_IMAGES", given)
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run"])
+    assert "argument --allowed-images:" in capsys.readouterr().err
+
+
+def test_render_refuses_what_the_operator_refuses_and_takes_the_same_opt_ins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = {
+        "apiVersion": "slurm.slurmctl.io/v1",
+        "kind": "SlurmCluster",
+        "metadata": {"name": "p"},
+        "spec": {
+            "jail": {"volume": {"claimName": "jail"}},
+            "workers": [{"name": "cpu", "size": 1, "tolerations": [{"operator": "Exists"}]}],
+            "login": {"sshRootPublicKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyForTests test@example"]},
+            "slurm": {"extraConfig": "TaskPlugin=task/none\n"},
+        },
+    }
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["render", "-f", str(path)]) == 1
+    err = capsys.readouterr().err
+    for field in ("spec.workers[0].tolerations[0]", "spec.login.sshRootPublicKeys", "spec.slurm.extraConfig"):
+        assert f"SlurmCluster p: {field}: " in err, err
+    opt_ins = ["--allow-control-plane-nodes", "--allow-root-logins", "--allowed-slurm-keys=TaskPlugin"]
+    assert main(["render", "-f", str(path), *opt_ins]) == 0
+    rendered = list(yaml.safe_load_all(capsys.readouterr().out))
+    (configs,) = [o for o in rendered if o["metadata"]["name"] == "p-slurm-configs"]
+    assert "DisableRootJobs=YES" in configs["data"]["slurm.conf"].splitlines()
+    assert main(["render", "-f", str(path), *opt_ins, "--allow-root-jobs"]) == 0
+    rendered = list(yaml.safe_load_all(capsys.readouterr().out))
+    (configs,) = [o for o in rendered if o["metadata"]["name"] == "p-slurm-configs"]
+    assert "DisableRootJobs" not in configs["data"]["slurm.conf"]
 
 
 def test_cluster_domain_is_cluster_local_unless_asked_for_and_reaches_the_rendered_pods(

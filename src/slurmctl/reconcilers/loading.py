@@ -60,10 +60,9 @@ class Loader:
     controller reconciles the same object after each change, and they share this work. A new resourceVersion of the
     same generation (a status write, a label) costs only its metadata and status, and shares the rest."""
 
-    def __init__(self, maxsize: int = 1024, *, allow_host_path: bool = False, policy: Policy | None = None) -> None:
+    def __init__(self, maxsize: int = 1024, *, policy: Policy | None = None) -> None:
         self._maxsize = maxsize
-        # The operator's policy (its flags); `allow_host_path` alone when no whole policy is given.
-        self.policy = policy or Policy(allow_host_path=allow_host_path)
+        self.policy = policy or Policy()  # the operator's policy (its flags): what it refuses, and DisableRootJobs
         self._memo: OrderedDict[tuple[str, str], Loaded | Invalid] = OrderedDict()
         self.parsed = 0  # how many times an object was actually parsed (tests check the memo works)
 
@@ -86,7 +85,9 @@ class Loader:
         if cluster is None or problems:
             result = Invalid(obj, tuple(str(p) for p in problems) or ("the spec could not be read",))
         else:
-            result = Loaded(obj, cluster, MappingProxyType(render_slurm_configs(cluster)))
+            result = Loaded(
+                obj, cluster, MappingProxyType(render_slurm_configs(cluster, root_jobs=self.policy.allow_root_jobs))
+            )
         if key[1]:
             self._memo[key] = result
             while len(self._memo) > self._maxsize:

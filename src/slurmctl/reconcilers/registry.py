@@ -126,7 +126,6 @@ async def register(
     manager: Manager,
     components: Sequence[Component] | None = None,
     *,
-    allow_host_path: bool = False,
     policy: Policy | None = None,
     rsa_host_keys: bool = False,
     node_lost_after: float = DEFAULT_NODE_LOST_AFTER,
@@ -135,8 +134,8 @@ async def register(
     network: NetworkSettings = DEFAULT_NETWORK,
 ) -> Context:
     """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
-    manager's informers. `allow_host_path` is the operator's policy on hostPath volumes in specs (`policy`, when given,
-    is its whole policy: api/v1 Policy); `rsa_host_keys`:
+    manager's informers. `policy` is the operator's (its flags, api/v1/policy.py; default: the default flags);
+    `rsa_host_keys`:
     new clusters get an RSA SSH host key besides ed25519 and ECDSA; `node_lost_after`: seconds a Kubernetes node
     stays NotReady before its workers are handled as lost (reconcilers/lost_nodes.py; 0: never); `cluster_domain`:
     the kubelets' clusterDomain, in the DNS names Slurm pods search (meta.workers_domain); `slurm_max_answer_bytes`:
@@ -151,7 +150,7 @@ async def register(
     ctx = Context(
         manager,
         tuple(components),
-        loader=Loader(allow_host_path=allow_host_path, policy=policy),
+        loader=Loader(policy=policy),
         host_key_types=host_key_types,
         node_lost_after=node_lost_after,
         cluster_domain=cluster_domain,

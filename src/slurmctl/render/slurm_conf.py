@@ -168,7 +168,10 @@ def power_save_settings(cluster: SlurmCluster) -> dict[str, str]:
     return settings
 
 
-def render_slurm_conf(cluster: SlurmCluster) -> str:
+def render_slurm_conf(cluster: SlurmCluster, *, root_jobs: bool = True) -> str:
+    """`root_jobs=False` (the operator's policy without --allow-root-jobs) adds DisableRootJobs=YES: a job of root
+    runs as root in a privileged worker pod, a chroot away from the node. extraConfig cannot undo it: the policy
+    refuses the key there (api/v1/policy.py)."""
     c = meta.cluster_name(cluster)
     spec = cluster.spec
     ctld = meta.controller(c)
@@ -242,6 +245,8 @@ def render_slurm_conf(cluster: SlurmCluster) -> str:
             # The accounts, users and QOS the spec declares are enforced: a job needs an association, and the
             # association's and QOS's limits hold.
             settings["AccountingStorageEnforce"] = "associations,limits,qos"
+    if not root_jobs:
+        settings["DisableRootJobs"] = "YES"
     settings.update(spec.slurm.config.slurm_conf())
     pairs = sorted(settings.items())
     if standby:
@@ -363,10 +368,11 @@ def restart_settings(configs: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def render_slurm_configs(cluster: SlurmCluster) -> dict[str, str]:
-    """oci.conf only with container jobs on: without it slurmstepd refuses `--container` steps."""
+def render_slurm_configs(cluster: SlurmCluster, *, root_jobs: bool = True) -> dict[str, str]:
+    """oci.conf only with container jobs on: without it slurmstepd refuses `--container` steps. `root_jobs`: the
+    operator's policy on jobs of root (render_slurm_conf)."""
     configs = {
-        SLURM_CONF: render_slurm_conf(cluster),
+        SLURM_CONF: render_slurm_conf(cluster, root_jobs=root_jobs),
         NODES_CONF: render_nodes_conf(cluster),
         CGROUP_CONF: render_cgroup_conf(cluster),
         GRES_CONF: render_gres_conf(cluster),

@@ -36,6 +36,8 @@ from test.waiting import until
 
 pytestmark = pytest.mark.e2e
 NAME = "acct"
+# --allow-root-jobs: most jobs here are root's (`login`: sbatch and srun through `kubectl exec`).
+OPERATOR_ARGS = ("--allow-root-jobs",)
 DB = f"{NAME}-db"
 DB_POD = f"{DB}-0"
 DB_PASSWORD_SECRET = f"{DB}-password"

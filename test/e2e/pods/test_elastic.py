@@ -25,6 +25,8 @@ from test.waiting import holds, until
 
 pytestmark = pytest.mark.e2e
 NAME = "elastic"
+# --allow-root-jobs: the jobs here are root's (sbatch through `kubectl exec` into the login container).
+OPERATOR_ARGS = ("--allow-root-jobs",)
 LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
 WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
 CPU = [f"{NAME}-worker-cpu-{i}" for i in range(3)]

@@ -29,6 +29,9 @@ from test.waiting import holds, until
 
 pytestmark = pytest.mark.e2e
 NAME = "restarts"
+# PluginDir: test_a_change_only_a_restart_applies_interrupts_no_job writes it into extraConfig (a path key, refused by
+# the default policy).
+OPERATOR_ARGS = ("--allowed-slurm-keys=PluginDir",)
 DBD_PODS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=accounting"
 
 

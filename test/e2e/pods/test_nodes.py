@@ -47,7 +47,9 @@ WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=worker
 JAIL = "/mnt/jail"
 STATE_FILE = "/var/spool/slurmctld/job_state"  # in the state directory both controllers share
 LOST_AFTER = 10  # seconds: the operator's --node-lost-after in this module
-OPERATOR_ARGS = ("--node-lost-after", str(LOST_AFTER))
+# --allow-root-jobs: the fleet runs srun and sbatch as root in the jail (`in_jail`, through `kubectl exec`);
+# --allow-node-cordon: a group with replaceUnhealthy (its RBAC: test/e2e/operator.py's account).
+OPERATOR_ARGS = ("--node-lost-after", str(LOST_AFTER), "--allow-root-jobs", "--allow-node-cordon")
 # Seconds within which every worker takes jobs again (`srun -N3`, `sbatch -w`) once the cause is gone: a node known
 # again after a primary's return, a failover or a loss must not wait for a timer sized in minutes.
 USABLE_WITHIN = 90

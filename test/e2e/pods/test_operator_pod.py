@@ -58,6 +58,9 @@ END = "--end-of-answer--"
 SERVICE_CHAIN = "SLURMCTL-SVC-slurmctl0"  # hack/node.sh's nat chain for ClusterIPs
 
 
+ROOT_JOBS = ("--set", "policy.allowRootJobs=true")
+
+
 def kustomize(node: Node, directory: str) -> list[dict[str, Any]]:
     out = node.kubectl("kustomize", str(REPO / "config" / directory)).stdout
     return [d for d in yaml.safe_load_all(out) if d]
@@ -66,10 +69,10 @@ def kustomize(node: Node, directory: str) -> list[dict[str, Any]]:
 def install(node: Node, helm: Helm, watched: str) -> str:
     """The release namespace as config/default makes it (labelled restricted: the chart does not own its namespace),
     then `helm install` with default values but the namespace to watch (`watchNamespaces`: the operator gets a Role
-    there and nothing in any other namespace); the operator image it runs. `--take-ownership`: the other pods modules
-    applied config/default's CRD, RBAC and ServiceAccount before this one (the same objects), which Helm adopts; on a
-    cluster without them it changes nothing. The image and pull policy stay as the chart has them: the tag was
-    imported by `make images` and `IfNotPresent` never pulls a tag the node has."""
+    there and nothing in any other namespace) and ROOT_JOBS; the operator image it runs. `--take-ownership`: the other
+    pods modules applied config/default's CRD, RBAC and ServiceAccount before this one (the same objects), which Helm
+    adopts; on a cluster without them it changes nothing. The image and pull policy stay as the chart has them: the
+    tag was imported by `make images` and `IfNotPresent` never pulls a tag the node has."""
     (namespace,) = [d for d in kustomize(node, "default") if d["kind"] == "Namespace"]
     node.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(namespace))
     values = ("--set", f"watchNamespaces={{{watched}}}")
@@ -84,7 +87,9 @@ def install(node: Node, helm: Helm, watched: str) -> str:
         for d in rendered
         if d["kind"] in ("Role", "ClusterRole") and d["metadata"]["name"] == "slurmctl-operator"
     } == {("Role", watched)}
-    helm.check("install", RELEASE, str(CHART), "-n", NAMESPACE, "--take-ownership", *values)
+    # The test's job is root's (`kubectl exec` into the login container): the install opts in (policy.allowRootJobs),
+    # as an admin whose users may run jobs as root would.
+    helm.check("install", RELEASE, str(CHART), "-n", NAMESPACE, "--take-ownership", *values, *ROOT_JOBS)
     image: str = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     return image
 

@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from slurmctl.api.v1 import SlurmClusterSpec, SlurmClusterStatus, check_cluster, crd
+from slurmctl.api.v1 import OPEN_POLICY, SlurmClusterSpec, SlurmClusterStatus, check_cluster, crd
 from slurmctl.api.v1.types import QUANTITY_PATTERN
 from test.loose_modules import load_module
 from test.unit.api.helpers import REPO, apply_defaults, openapi_schema, sample_clusters, schema_nodes, spec_schema
@@ -179,7 +179,8 @@ def test_schema_and_models_reject_the_same_manifests(bad: dict[str, Any]) -> Non
     spec = {"jail": {"volume": {"claimName": "jail"}}, "workers": [{"name": "cpu"}], **bad}
     assert list(jsonschema.Draft7Validator(spec_schema()).iter_errors(spec)), "schema accepted it"
     _, problems = check_cluster(
-        {"apiVersion": "slurm.slurmctl.io/v1", "kind": "SlurmCluster", "metadata": {"name": "x"}, "spec": spec}
+        {"apiVersion": "slurm.slurmctl.io/v1", "kind": "SlurmCluster", "metadata": {"name": "x"}, "spec": spec},
+        policy=OPEN_POLICY,
     )
     assert problems, "the models accepted it"
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from slurmctl.api.v1 import SlurmCluster, check_cluster
+from slurmctl.api.v1 import OPEN_POLICY, SlurmCluster, check_cluster
 from slurmctl.api.v1.defaults import ACCOUNTING_SLURM_KEYS, GPU_HEALTH_CHECK_SLURM_KEYS, OPERATOR_OWNED_SLURM_KEYS
+from slurmctl.api.v1.policy import INCLUDE_REFUSED
 from slurmctl.render.slurm_conf import render_slurm_conf
 from test.unit.api.helpers import REPO, openapi_schema
 from test.unit.render.samples import sample
@@ -31,7 +32,7 @@ def cluster(extra: str, **slurm: Any) -> dict[str, Any]:
 
 
 def problems_of(obj: dict[str, Any]) -> list[str]:
-    return [str(p) for p in check_cluster(obj)[1]]
+    return [str(p) for p in check_cluster(obj, policy=OPEN_POLICY)[1]]
 
 
 @pytest.mark.parametrize(
@@ -64,7 +65,8 @@ def test_operator_owned_keys_are_refused_with_the_line(line: str, key: str) -> N
     extra = f"# tuned for us\nMaxJobCount=10000\n{line}\n"
     assert problems_of(cluster(extra)) == [
         f"spec.slurm.extraConfig: line 3: {key} is owned by slurmctl (it carries the contract between slurmctl and "
-        f"its pods, or switches a guarantee off); remove it, or {HATCH}"
+        f"its pods, or switches a guarantee off); remove it, or {HATCH}",
+        *([f"spec.slurm.extraConfig: line 3: Include {INCLUDE_REFUSED}"] if key == "Include" else []),
     ]
 
 
@@ -98,7 +100,10 @@ def test_what_slurm_reads_as_a_comment_or_a_value_is_fine(extra: str) -> None:
 
 
 def test_the_escape_hatch_lets_them_through() -> None:
-    assert problems_of(cluster("AuthType=auth/none\nInclude /x\n", allowOperatorOwnedKeys=True)) == []
+    assert problems_of(cluster("AuthType=auth/none\nPlugStackConfig=/x\n", allowOperatorOwnedKeys=True)) == []
+    assert problems_of(cluster("Include /x\n", allowOperatorOwnedKeys=True)) == [
+        f"spec.slurm.extraConfig: line 1: Include {INCLUDE_REFUSED}"
+    ], "the operator's policy refuses Include whatever the spec says"
 
 
 def test_feature_keys_are_owned_only_while_the_feature_is_on() -> None:

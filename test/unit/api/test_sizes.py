@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmctl.api.v1 import SlurmCluster, check_cluster
+from slurmctl.api.v1 import OPEN_POLICY, SlurmCluster, check_cluster
 from slurmctl.api.v1.defaults import MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS, MAX_TOPOLOGY_LEVELS, MAX_TOPOLOGY_SWITCHES
 from slurmctl.api.v1.sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound, sshd_configs_bound
 from slurmctl.reconcilers.registry import desired_objects
@@ -95,7 +95,7 @@ WORST_CASES = {
 
 @pytest.mark.parametrize("case", sorted(WORST_CASES))
 def test_the_bound_covers_the_rendered_configmaps_of_worst_case_specs(case: str) -> None:
-    cluster, problems = check_cluster(doc(**WORST_CASES[case]))
+    cluster, problems = check_cluster(doc(**WORST_CASES[case]), policy=OPEN_POLICY)
     assert cluster is not None and problems == [], problems
     sizes = rendered_sizes(cluster)
     bound = sum(slurm_configs_bound(cluster.spec).values())
@@ -106,7 +106,9 @@ def test_the_bound_covers_the_rendered_configmaps_of_worst_case_specs(case: str)
 
 def test_the_sshd_configmap_fits_whatever_the_spec() -> None:
     keys = [f"ssh-ed25519 {'A' * (MAX_SSH_KEY_LENGTH - 12)}" for _ in range(MAX_SSH_KEYS)]
-    cluster, problems = check_cluster(doc(workers=[{"name": "cpu"}], login={"sshRootPublicKeys": keys}))
+    cluster, problems = check_cluster(
+        doc(workers=[{"name": "cpu"}], login={"sshRootPublicKeys": keys}), policy=OPEN_POLICY
+    )
     assert cluster is not None and problems == [], problems
 
     assert rendered_sizes(cluster)["sshd"] <= sshd_configs_bound() < 0.6 * CONFIGMAP_DATA_LIMIT
@@ -120,7 +122,7 @@ def test_the_sshd_configmap_fits_whatever_the_spec() -> None:
     ],
 )  # fmt: skip
 def test_a_spec_too_big_for_a_configmap_is_refused_naming_the_field(spec: dict[str, Any], field: str) -> None:
-    cluster, problems = check_cluster(doc(**spec))
+    cluster, problems = check_cluster(doc(**spec), policy=OPEN_POLICY)
     assert cluster is not None
     (problem,) = problems
     assert problem.path == field
@@ -131,7 +133,7 @@ def test_a_spec_too_big_for_a_configmap_is_refused_naming_the_field(spec: dict[s
 
 def test_more_options_than_a_partition_may_have_is_a_schema_problem() -> None:
     spec = dict(workers=[{"name": "cpu"}], partitions=partitions(1, options=1100, value_length=8, groups=[]))
-    _, problems = check_cluster(doc(**spec))
+    _, problems = check_cluster(doc(**spec), policy=OPEN_POLICY)
     (problem,) = problems
     assert str(problem).startswith("spec.partitions[0].options: dictionary should have at most 64 items")
 
@@ -154,7 +156,7 @@ def test_the_bound_is_never_below_what_is_rendered(
         partitions=partitions(parts, options=options, value_length=value_length, groups=[]),
         slurm={"extraConfig": extra.replace("\0", "")},
     )
-    cluster, _ = check_cluster(doc(**spec))
+    cluster, _ = check_cluster(doc(**spec), policy=OPEN_POLICY)
     assert cluster is not None
     assert rendered_sizes(cluster)["slurm-configs"] <= sum(slurm_configs_bound(cluster.spec).values())
 
@@ -174,4 +176,6 @@ def test_topology_conf_never_exceeds_its_bound() -> None:
     text = render_topology_conf(cluster, placement)
     assert text is not None and text.count("SwitchName=") <= MAX_TOPOLOGY_SWITCHES + 2
     assert len(text.encode()) + len("topology.conf") <= bound
-    assert not check_cluster(doc(workers=big_groups([1000] * 4), topology={"tree": {"levels": levels}}))[1]
+    assert not check_cluster(
+        doc(workers=big_groups([1000] * 4), topology={"tree": {"levels": levels}}), policy=OPEN_POLICY
+    )[1]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmctl.api.v1 import Policy, SlurmCluster, SlurmClusterSpec, check_cluster, validate_spec
+from slurmctl.api.v1 import OPEN_POLICY, Policy, SlurmCluster, SlurmClusterSpec, check_cluster, validate_spec
 from test.unit.api.helpers import apply_defaults, spec_schema
 
 
@@ -28,7 +28,7 @@ def cluster(**spec: Any) -> dict[str, Any]:
 
 
 def problems_of(obj: dict[str, Any]) -> list[str]:
-    _, problems = check_cluster(obj)
+    _, problems = check_cluster(obj, policy=OPEN_POLICY)
     return [str(p) for p in problems]
 
 
@@ -337,7 +337,7 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 @given(spec=specs())
 def test_generated_specs_agree_with_the_schema_and_round_trip(spec: dict[str, Any]) -> None:
     obj = {"apiVersion": "slurm.slurmctl.io/v1", "kind": "SlurmCluster", "metadata": {"name": "c"}, "spec": spec}
-    parsed, problems = check_cluster(obj)
+    parsed, problems = check_cluster(obj, policy=OPEN_POLICY)
     assert not list(jsonschema.Draft7Validator(spec_schema()).iter_errors(spec))
     assert parsed is not None, problems
     assert all(p.path.startswith("spec.") for p in problems)
@@ -359,7 +359,7 @@ def test_mangled_specs_never_crash_the_validator(spec: dict[str, Any], data: st.
         parent[path[-1]] = garbage
     else:
         obj = garbage
-    parsed, problems = check_cluster(obj)
+    parsed, problems = check_cluster(obj, policy=OPEN_POLICY)
     assert parsed is not None or problems
     for problem in problems:
         assert problem.path and problem.message and "\n" not in str(problem)
@@ -372,7 +372,7 @@ def test_clusters_in_the_namespaces_kubernetes_keeps_for_itself_are_refused() ->
         "metadata": {"name": "c", "namespace": "kube-system"},
         "spec": {"jail": {"volume": {"claimName": "jail"}}, "workers": [{"name": "cpu", "size": 1}]},
     }
-    _, problems = check_cluster(obj)
+    _, problems = check_cluster(obj, policy=OPEN_POLICY)
     assert [p.path for p in problems] == ["metadata.namespace"]
 
 
@@ -519,23 +519,3 @@ def test_the_operators_image_policy_names_each_image_it_refuses() -> None:
         'spec.workers[0].image: image "evil.example.org/worker:1" is not allowed by the operator (allowed: '
         "registry.example.com/slurm/)"
     ]
-
-
-def test_the_operators_program_policy_refuses_keys_that_run_programs_unless_listed() -> None:
-    obj = cluster(
-        slurm={"extraConfig": "MaxJobCount=5000\nProlog=/jail/prolog.sh\nTask\\\nProlog=/x\n"},
-        partitions=[{"name": "main", "default": True, "options": {"MaxTime": "1:00:00"}}],
-        containers={"pyxis": {"enabled": True}},
-    )
-    assert check_cluster(obj)[1] == [], "no policy: any key (as before)"
-    problems = [str(p) for p in check_cluster(obj, policy=Policy(allowed_slurm_programs=frozenset()))[1]]
-    assert problems == [
-        "spec.slurm.extraConfig: line 2: Prolog is not allowed by the operator: it runs a program on the cluster's "
-        "nodes (see --allowed-slurm-programs)",
-        "spec.slurm.extraConfig: line 3: TaskProlog is not allowed by the operator: it runs a program on the "
-        "cluster's nodes (see --allowed-slurm-programs)",
-        "spec.containers.pyxis: not allowed by the operator: it runs a program on the cluster's nodes (see "
-        "--allowed-slurm-programs): pyxis is a plugin slurmstepd loads as root (PyxisPath)",
-    ]
-    listed = Policy(allowed_slurm_programs=frozenset({"prolog", "TaskProlog", "PyxisPath"}))
-    assert check_cluster(obj, policy=listed)[1] == []

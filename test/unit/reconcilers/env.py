@@ -10,7 +10,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from slurmctl.api.v1 import API_VERSION, KIND
+from slurmctl.api.v1 import API_VERSION, KIND, Policy
 from slurmctl.reconcilers.component import Component
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.registry import register
@@ -23,6 +23,8 @@ from slurmctl.runtime.fake import FakeClient, Write
 NS = "hpc"
 NAME = "c"
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyForTests test@example"
+# The default policy, plus the one opt-in `spec` needs: it logs in as root (sshRootPublicKeys).
+POLICY = Policy(allow_root_logins=True)
 
 
 def spec(*, size: int = 2, **extra: Any) -> dict[str, Any]:
@@ -39,15 +41,15 @@ class Env:
         self,
         components: Sequence[Component] | None = None,
         *,
-        allow_host_path: bool = False,
+        policy: Policy = POLICY,
         clock: Clock = REAL_CLOCK,
         served: Sequence[tuple[str, str]] | None = None,
     ) -> None:
-        """`components`: what to register instead of the registry's table; `allow_host_path`: the operator's
-        --allow-host-path policy; `clock`: the manager's (the status writer's coalescing window runs on it);
+        """`components`: what to register instead of the registry's table; `policy`: the operator's (its flags);
+        `clock`: the manager's (the status writer's coalescing window runs on it);
         `served`: the kinds the API server serves (default: every built-in kind, all versions)."""
         self.components = components
-        self.allow_host_path = allow_host_path
+        self.policy = policy
         self.fake = FakeClient() if served is None else FakeClient(served=served)
         self.fake.serve(*SLURM_CLUSTER)
         options = ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0", handle_signals=False)
@@ -56,7 +58,7 @@ class Env:
         self._events: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Env:
-        self.ctx = await register(self.manager, self.components, allow_host_path=self.allow_host_path)
+        self.ctx = await register(self.manager, self.components, policy=self.policy)
         self.components = self.ctx.components
         self._events = asyncio.create_task(self.manager.recorder.run())
         return self

@@ -13,7 +13,7 @@ import yaml
 
 from slurmctl import cli
 from slurmctl.api.v1 import COMPONENTS as IMAGES
-from slurmctl.api.v1 import Reason, SlurmCluster, SlurmClusterStatus
+from slurmctl.api.v1 import OPEN_POLICY, Reason, SlurmCluster, SlurmClusterStatus
 from slurmctl.reconcilers import registry
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.component import Component, always
@@ -40,7 +40,7 @@ async def _applied_by_reconcilers(variant: str) -> tuple[list[dict[str, Any]], I
     (as the reconcilers sent it) and the inputs they read (key Secret uids, the password and its id)."""
     doc = sample_doc(variant)
     name = doc["metadata"]["name"]
-    async with Env(allow_host_path=True) as env:  # the research sample's scratch sub-mount is a hostPath
+    async with Env(policy=OPEN_POLICY) as env:  # the research sample mounts a hostPath and NFS, logs in as root
         env.fake.serve("k8s.mariadb.com/v1alpha1", "MariaDB")
         env.fake.put(doc)
         env.secret(f"{name}-accounting-db", {"password": b"golden-Db-passw0rd"})

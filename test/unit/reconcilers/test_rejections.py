@@ -3,14 +3,19 @@ per rejection (not per retry), the phase shows it, no retry loop, and a later su
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+import pytest
+
+from slurmctl.api.v1 import Policy
 from slurmctl.reconcilers.base import MAX_REJECTION_MESSAGE, ApplyRejected
 from slurmctl.render.kinds import CONFIGMAP, STATEFULSET
 from slurmctl.runtime import Invalid, ServerError
 from slurmctl.runtime.errors import ApiError, error_for_status, rejection
-from test.unit.reconcilers.env import NAME, Env, spec
+from test.unit.reconcilers.env import NAME, POLICY, Env, spec
 
 IMMUTABLE = (
     'StatefulSet.apps "c-controller" is invalid: spec: Forbidden: updates to statefulset spec for fields other than '
@@ -109,7 +114,7 @@ async def test_host_path_volumes_are_an_invalid_spec_unless_the_operator_allows_
         message = (env.condition("SpecValid") or {})["message"]
         assert "spec.jail.subMounts[0].volume.source.hostPath" in message and "--allow-host-path" in message
         assert [w for w in env.fake.writes if w.kind != "Event" and w.subresource != "status"] == []
-    async with Env(allow_host_path=True) as env:
+    async with Env(policy=replace(POLICY, allow_host_path=True)) as env:
         env.create(spec(jail={"volume": {"claimName": "jail"}, "subMounts": [host]}))
         await env.converge()
         assert env.reason("SpecValid") == ("True", "Valid")
@@ -150,3 +155,36 @@ def test_the_hint_survives_a_current_api_servers_long_immutable_field_message() 
     assert (
         "spec.controller.stateVolume" not in ApplyRejected("StatefulSet", "c-controller", "spec.replicas: bad").message
     )
+
+
+async def test_a_spec_the_operators_policy_refuses_is_a_condition_an_event_and_a_log_line_naming_the_field(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A root login and a control-plane toleration under the default policy (only what the test bench's `spec`
+    needs opted in, minus root logins): nothing is created, once; with the opt-ins the same spec runs, and slurm.conf
+    refuses root's jobs unless --allow-root-jobs."""
+    spec_ = spec(controller={"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]})
+    fields = ("spec.login.sshRootPublicKeys", "spec.controller.tolerations[0]")
+    caplog.set_level(logging.WARNING)
+    async with Env(policy=Policy()) as env:
+        env.create(spec_)
+        for _ in range(3):
+            await env.converge()
+        assert env.reason("SpecValid") == ("False", "InvalidSpec")
+        message = (env.condition("SpecValid") or {})["message"]
+        assert all(field in message for field in fields), message
+        assert "--allow-root-logins" in message and "--allow-control-plane-nodes" in message
+        refused = [e for e in env.events() if e[1] == "InvalidSpec"]
+        assert len(refused) == 1 and refused[0][0] == "Warning" and all(f in refused[0][2] for f in fields)
+        lines = [r.getMessage() for r in caplog.records if all(f in r.getMessage() for f in fields)]
+        assert len(lines) == 1, lines
+        assert [w for w in env.fake.writes if w.kind != "Event" and w.subresource != "status"] == []
+    for root_jobs, expected in ((False, ["DisableRootJobs=YES"]), (True, [])):
+        opted_in = Policy(allow_root_logins=True, allow_control_plane_nodes=True, allow_root_jobs=root_jobs)
+        async with Env(policy=opted_in) as env:
+            env.create(spec_)
+            await env.converge()
+            assert env.reason("SpecValid") == ("True", "Valid")
+            (configs,) = [c for c in env.fake.of_kind(*CONFIGMAP) if c["metadata"]["name"] == f"{NAME}-slurm-configs"]
+            conf = configs["data"]["slurm.conf"].splitlines()
+            assert [line for line in conf if line.startswith("DisableRootJobs")] == expected

@@ -9,16 +9,19 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
-from slurmctl.api.v1 import WorkerGroup
+from slurmctl.api.v1 import Policy, WorkerGroup
 from slurmctl.reconcilers.observed import WorkerPod
 from slurmctl.reconcilers.unhealthy import Replacement, health_check, judge_unhealthy
 from slurmctl.render.kinds import NODE
 from slurmctl.runtime.errors import ServerError
 from slurmctl.slurm import Node
-from test.unit.reconcilers.env import NAME, Env, spec
+from test.unit.reconcilers.env import NAME, POLICY, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm
 from test.unit.reconcilers.test_lost_nodes import k8s_node, pod_deletes, uid_of
 from test.unit.reconcilers.test_lost_nodes import three_nodes as lost_nodes_three
+
+# The cluster admin's node-cordon opt-in (--allow-node-cordon): replaceUnhealthy is refused without it.
+CORDON = Policy(allow_root_logins=POLICY.allow_root_logins, allow_node_cordon=True)
 
 CPU = f"{NAME}-worker-cpu"
 P0, P1, P2 = f"{CPU}-0", f"{CPU}-1", f"{CPU}-2"
@@ -52,7 +55,7 @@ def replacing(env: Env) -> list[str]:
 
 
 async def test_an_idle_worker_drained_by_the_gpu_check_moves_off_its_node_once() -> None:
-    async with Env() as env:
+    async with Env(policy=CORDON) as env:
         slurm = FakeSlurm()
         await three_nodes(env, slurm)
         slurm.add_node(P0, "ALLOCATED", "DRAIN", reason=GPU_REASON, since=SINCE)
@@ -95,7 +98,7 @@ async def test_an_idle_worker_drained_by_the_gpu_check_moves_off_its_node_once()
 
 
 async def test_nothing_for_a_group_that_did_not_opt_in_or_an_administrators_drain() -> None:
-    async with Env() as env:
+    async with Env(policy=CORDON) as env:
         slurm = FakeSlurm()
         await three_nodes(env, slurm, replace=False)
         slurm.add_node(P0, "IDLE", "DRAIN", reason=GPU_REASON, since=SINCE)
@@ -103,7 +106,7 @@ async def test_nothing_for_a_group_that_did_not_opt_in_or_an_administrators_drai
             await env.poll_slurm()
         assert not cordoned(env, "node-a") and pod_deletes(env) == [] and replacing(env) == []
 
-    async with Env() as env:
+    async with Env(policy=CORDON) as env:
         slurm = FakeSlurm()
         await three_nodes(env, slurm)
         slurm.add_node(P0, "IDLE", "DRAIN", reason="bad GPU, RMA pending", since=SINCE)
@@ -115,7 +118,7 @@ async def test_nothing_for_a_group_that_did_not_opt_in_or_an_administrators_drai
 
 
 async def test_one_pod_of_a_group_at_a_time() -> None:
-    async with Env() as env:
+    async with Env(policy=CORDON) as env:
         slurm = FakeSlurm()
         await three_nodes(env, slurm)
         slurm.add_node(P0, "IDLE", "DRAIN", reason=GPU_REASON, since=SINCE)
@@ -137,7 +140,7 @@ async def test_one_pod_of_a_group_at_a_time() -> None:
 
 
 async def test_nothing_when_slurm_cannot_be_asked_or_the_node_cannot_be_cordoned() -> None:
-    async with Env() as env:
+    async with Env(policy=CORDON) as env:
         slurm = FakeSlurm()
         await three_nodes(env, slurm)
         slurm.add_node(P0, "IDLE", "DRAIN", reason=GPU_REASON, since=SINCE)
