@@ -28,7 +28,7 @@ from .defaults import (
     Component,
     default_image,
 )
-from .policy import DEFAULT_VOLUME_SOURCES, OPEN_POLICY, PYXIS_KEY, Policy, image_prefix_problem
+from .policy import CONTROL_PLANE_LABELS, DEFAULT_VOLUME_SOURCES, OPEN_POLICY, PYXIS_KEY, Policy, image_prefix_problem
 from .problems import Problem
 from .schema import crd
 from .spec import (
@@ -99,6 +99,7 @@ __all__ = [
     "BENCHMARK_SCHEDULED",
     "COMPONENTS",
     "CONTROLLER_READY",
+    "CONTROL_PLANE_LABELS",
     "CRD_NAME",
     "DEFAULT_PARTITION",
     "DEFAULT_VOLUME_SOURCES",

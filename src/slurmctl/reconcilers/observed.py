@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from slurmctl.api.v1 import SlurmCluster
+from slurmctl.api.v1 import CONTROL_PLANE_LABELS, SlurmCluster
 from slurmctl.render.benchmark import CONTAINER as BENCHMARK_CONTAINER
 from slurmctl.render.meta import LABEL_EVICTABLE, LABEL_INSTANCE
 from slurmctl.render.populate_jail import GENERATION_ANNOTATION, REFUSED_EXIT_CODE
@@ -169,6 +169,11 @@ def trimmed_node(node: Live) -> dict[str, Any]:
 
 def node_labels(node: Live | None) -> dict[str, str]:
     return labels_of(node)
+
+
+def control_plane(node: Live | None) -> bool:
+    """A control-plane node (its role label, either spelling): never cordoned by the operator."""
+    return any(label in CONTROL_PLANE_LABELS for label in labels_of(node))
 
 
 def topology_placement(pods: Iterable[Live], node: Callable[[str], Live | None]) -> dict[str, dict[str, str]]:

@@ -41,7 +41,14 @@ from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Upkeep, evictable, jo
 from slurmctl.reconcilers.events import Events
 from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost, slurmd_unreachable
-from slurmctl.reconcilers.observed import WorkerPod, deleting, node_ready, ready_since, unschedulable
+from slurmctl.reconcilers.observed import (
+    WorkerPod,
+    control_plane,
+    deleting,
+    node_ready,
+    ready_since,
+    unschedulable,
+)
 from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.reconcilers.slurm_marks import write_conditions, write_evictable
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE
@@ -49,6 +56,7 @@ from slurmctl.reconcilers.unhealthy import (
     ANNOTATION_UNHEALTHY_REASON,
     CHECK_NAMES,
     LABEL_UNHEALTHY,
+    CordonBudget,
     Replacement,
     judge_unhealthy,
     still_remembered,
@@ -126,6 +134,7 @@ class SlurmNodesReconciler:
         self._disrupted: set[tuple[str, str]] = set()
         # By cluster: the unhealthy workers replaced, by pod name (never twice for one drain: reconcilers/unhealthy.py).
         self._replaced: dict[tuple[str, str], dict[str, Replacement]] = {}
+        self.cordons = CordonBudget(ctx.manager.clock)  # every cluster's cordons together
 
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
@@ -393,9 +402,10 @@ class SlurmNodesReconciler:
             *lost,
             *(w.name for w in workers if not w.node_name or node_ready(self.cache.get(*NODE, w.node_name)) is not True),
         }
+        protected = {w.node_name for w in workers if control_plane(self.cache.get(*NODE, w.node_name))}
         verdict = judge_unhealthy(
             loaded.name, loaded.cluster.spec.workers, workers, nodes, running, leaving=leaving, lost=unsettled,
-            replaced=replaced,
+            replaced=replaced, protected=protected,
         )  # fmt: skip
         gone: set[str] = set()
         for replacement in verdict:
@@ -412,6 +422,10 @@ class SlurmNodesReconciler:
             "spec": {"unschedulable": True},
         }
         where = {"namespace": loaded.namespace, "name": loaded.name, "pod": r.pod, "node": r.k8s_node}
+        if not self.cordons.allows():
+            log.info("unhealthy worker waits: the operator cordoned its most nodes for now %s", kv(**where))
+            return False
+        self.cordons.spend()
         try:
             await self.ctx.manager.client.merge_patch(NODE.api_version, NODE.kind, r.k8s_node, patch)
         except ApiError as exc:

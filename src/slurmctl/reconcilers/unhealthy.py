@@ -17,6 +17,12 @@ on a lost Kubernetes node (reconcilers/lost_nodes.py's). The Slurm node loop the
    node), so that its StatefulSet re-creates it on another node, where its slurmd registers as a new node;
 3. says so in an Event `Replacing` on the SlurmCluster, naming the check, Slurm's reason and the Kubernetes node.
 
+Never a pod on a control-plane node (its node is never cordoned: the API server's machine is not the operator's to
+take out of service), and at most CORDON_BURST Kubernetes nodes cordoned per CORDON_WINDOW seconds by the whole
+operator (`CordonBudget`): a health check that fails everywhere at once (a bad driver, a broken benchmark image) does
+not cordon a fleet. The cluster admin's node-cordon opt-in (--allow-node-cordon and its RBAC) comes first: without
+it a group with replaceUnhealthy is refused (api/v1/policy.py).
+
 At most one pod of a group at a time: none while another pod of the group is not Ready, being deleted, leaving,
 missing (its StatefulSet has not re-created it yet) or was just replaced (its deletion not seen in the cache yet).
 The cordon then drains the other workers on that Kubernetes node (`slurmctl: Kubernetes node N is cordoned`), as any
@@ -33,6 +39,7 @@ before this).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,6 +48,7 @@ from slurmctl.api.v1 import WorkerGroup
 from slurmctl.reconcilers.drain import statefulset_of
 from slurmctl.reconcilers.observed import WorkerPod
 from slurmctl.render import meta
+from slurmctl.runtime.clock import Clock
 from slurmctl.slurm import Node
 
 # The drain reason prefix of each of slurmctl's health checks -> the check's short name (the Node label's value).
@@ -48,6 +56,25 @@ HEALTH_CHECKS: Mapping[str, str] = {"slurmctl-gpu:": "gpu", "slurmctl-nccl:": "n
 CHECK_NAMES: Mapping[str, str] = {"gpu": "GPU health check", "nccl": "NCCL benchmark"}
 LABEL_UNHEALTHY = "slurm.slurmctl.io/unhealthy"
 ANNOTATION_UNHEALTHY_REASON = "slurm.slurmctl.io/unhealthy-reason"
+CORDON_BURST, CORDON_WINDOW = 3, 600.0
+
+
+class CordonBudget:
+    """How many Kubernetes nodes the operator may still cordon now: CORDON_BURST per CORDON_WINDOW seconds (by the
+    operator's monotonic clock), for every cluster together."""
+
+    def __init__(self, clock: Clock, burst: int = CORDON_BURST, window: float = CORDON_WINDOW) -> None:
+        self.clock, self.burst, self.window = clock, burst, window
+        self._spent: deque[float] = deque()
+
+    def allows(self) -> bool:
+        now = self.clock.monotonic()
+        while self._spent and now - self._spent[0] >= self.window:
+            self._spent.popleft()
+        return len(self._spent) < self.burst
+
+    def spend(self) -> None:
+        self._spent.append(self.clock.monotonic())
 
 
 def health_check(node: Node | None) -> str | None:
@@ -85,10 +112,12 @@ def judge_unhealthy(
     leaving: Collection[str] = (),
     lost: Collection[str] = (),
     replaced: Mapping[str, Replacement] | None = None,
+    protected: Collection[str] = (),
 ) -> list[Replacement]:
     """At most one pod of each opted-in group to replace now, from one read of Slurm (`nodes`: the cluster's Slurm
     nodes by name; `running`: drain.jobs_by_node of the same read). `leaving`: pod names the drain gate is moving;
-    `lost`: pod names on lost Kubernetes nodes; `replaced`: the replacements made before, by pod name."""
+    `lost`: pod names on lost Kubernetes nodes; `replaced`: the replacements made before, by pod name; `protected`:
+    Kubernetes nodes never cordoned (control-plane nodes)."""
     replaced = replaced or {}
     by_set: dict[str, list[WorkerPod]] = {}
     for pod in pods:
@@ -111,7 +140,7 @@ def judge_unhealthy(
         for pod in members:
             node = nodes.get(pod.name)
             check = health_check(node)
-            if check is None or node is None or not pod.node_name or not pod.uid:
+            if check is None or node is None or not pod.node_name or not pod.uid or pod.node_name in protected:
                 continue
             if pod.name in running or node.busy:
                 continue  # its jobs finish first (the drain lets no new one start)

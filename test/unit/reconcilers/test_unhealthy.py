@@ -11,7 +11,7 @@ from typing import Any
 
 from slurmctl.api.v1 import Policy, WorkerGroup
 from slurmctl.reconcilers.observed import WorkerPod
-from slurmctl.reconcilers.unhealthy import Replacement, health_check, judge_unhealthy
+from slurmctl.reconcilers.unhealthy import CordonBudget, Replacement, health_check, judge_unhealthy
 from slurmctl.render.kinds import NODE
 from slurmctl.runtime.errors import ServerError
 from slurmctl.slurm import Node
@@ -19,6 +19,7 @@ from test.unit.reconcilers.env import NAME, POLICY, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm
 from test.unit.reconcilers.test_lost_nodes import k8s_node, pod_deletes, uid_of
 from test.unit.reconcilers.test_lost_nodes import three_nodes as lost_nodes_three
+from test.unit.runtime.fakes import FakeClock
 
 # The cluster admin's node-cordon opt-in (--allow-node-cordon): replaceUnhealthy is refused without it.
 CORDON = Policy(allow_root_logins=POLICY.allow_root_logins, allow_node_cordon=True)
@@ -197,3 +198,24 @@ def test_judge_picks_one_idle_member_of_each_opted_in_group() -> None:
     assert judge_unhealthy(NAME, groups, created_after, nodes, {}) == [], "drained before these pods were created"
     assert health_check(node(P0, "IDLE", reason=GPU_REASON)) is None, "resumed: not drained"
     assert health_check(node(P0, "MIXED", "DRAIN", reason=NCCL_REASON)) == "nccl"
+
+
+def test_judge_leaves_a_worker_on_a_control_plane_node_alone() -> None:
+    groups = [WorkerGroup.model_validate({"name": "cpu", "size": 1, "replaceUnhealthy": True})]
+    pods = [pod(P0)]
+    nodes = {P0: node(P0, "IDLE", "DRAIN", reason=GPU_REASON)}
+    assert [r.pod for r in judge_unhealthy(NAME, groups, pods, nodes, {})] == [P0]
+    assert judge_unhealthy(NAME, groups, pods, nodes, {}, protected={"node-a"}) == []
+
+
+async def test_the_cordon_budget_allows_a_burst_per_window_for_the_whole_operator() -> None:
+    clock = FakeClock()
+    budget = CordonBudget(clock, burst=3, window=600)
+    for _ in range(3):
+        assert budget.allows()
+        budget.spend()
+    assert not budget.allows(), "a fourth node within the window waits"
+    await clock.advance(599)
+    assert not budget.allows()
+    await clock.advance(1)
+    assert budget.allows(), "the first cordon left the window"
