@@ -198,6 +198,14 @@ def _parser() -> argparse.ArgumentParser:
         "Slurm, and those whose slurmd Slurm cannot reach either are set DOWN, leave Slurm and have their pods "
         "force-deleted so that their StatefulSets re-create them on Ready nodes (default: 60; 0: never)",
     )
+    run.add_argument(
+        "--max-eviction-hold",
+        type=_seconds,
+        default=env("max-eviction-hold") or "0",
+        metavar="SECONDS",
+        help="an eviction (kubectl drain) waits this long at most for the jobs of a worker on the cordoned node; "
+        "then its Slurm node is set DOWN and Slurm requeues them (default: 0, for ever)",
+    )
     _cluster_domain_argument(run)
     run.add_argument(
         "--operator-namespace",
@@ -319,6 +327,7 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
                 node_lost_after=args.node_lost_after,
                 cluster_domain=args.cluster_domain,
                 slurm_max_answer_bytes=args.slurm_max_answer_size,
+                max_eviction_hold=args.max_eviction_hold,
                 network=NetworkSettings(
                     operator_namespace=args.operator_namespace or _pod_namespace(DEFAULT_NETWORK.operator_namespace),
                     ssh_from=args.login_ssh_from,

@@ -30,6 +30,7 @@ class Context:
     loops: dict[str, Callable[[Request], Awaitable[Result | None]]] = field(default_factory=dict)  # the others
     host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
     node_lost_after: float = DEFAULT_NODE_LOST_AFTER  # seconds NotReady before a node is lost (0: never)
+    max_eviction_hold: float = 0.0  # seconds an eviction waits for jobs (--max-eviction-hold; 0: for ever)
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the DNS domain Services are named in (--cluster-domain)
     network: NetworkSettings = DEFAULT_NETWORK  # what the clusters' NetworkPolicies admit (render/network_policy)
     slurm_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES  # --slurm-max-answer-size, in bytes

@@ -132,6 +132,7 @@ async def register(
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
     slurm_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     network: NetworkSettings = DEFAULT_NETWORK,
+    max_eviction_hold: float = 0.0,
 ) -> Context:
     """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
     manager's informers. `policy` is the operator's (its flags, api/v1/policy.py; default: the default flags);
@@ -140,7 +141,8 @@ async def register(
     stays NotReady before its workers are handled as lost (reconcilers/lost_nodes.py; 0: never); `cluster_domain`:
     the kubelets' clusterDomain, in the DNS names Slurm pods search (meta.workers_domain); `slurm_max_answer_bytes`:
     the cap on each slurmrestd answer (slurm/answer.py); `network`: what the clusters' NetworkPolicies admit
-    (render/network_policy.py)."""
+    (render/network_policy.py); `max_eviction_hold`: seconds an eviction waits for jobs (reconcilers/eviction_hold.py;
+    0: for ever)."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
     select_owned(manager, {kind for c in components for kind in c.owns})
@@ -156,6 +158,7 @@ async def register(
         cluster_domain=cluster_domain,
         slurm_max_answer_bytes=slurm_max_answer_bytes,
         network=network,
+        max_eviction_hold=max_eviction_hold,
     )
     for component in components:
         reconciler = ctx.reconcilers[component.name] = component.reconciler(ctx, component)

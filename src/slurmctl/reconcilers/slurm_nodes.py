@@ -39,6 +39,7 @@ from slurmctl.reconcilers.base import status_part
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Upkeep, evictable, jobs_by_node, lost_reason, upkeep
 from slurmctl.reconcilers.events import Events
+from slurmctl.reconcilers.eviction_hold import EvictionHold
 from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost, slurmd_unreachable
 from slurmctl.reconcilers.observed import (
@@ -135,6 +136,7 @@ class SlurmNodesReconciler:
         # By cluster: the unhealthy workers replaced, by pod name (never twice for one drain: reconcilers/unhealthy.py).
         self._replaced: dict[tuple[str, str], dict[str, Replacement]] = {}
         self.cordons = CordonBudget(ctx.manager.clock)  # every cluster's cordons together
+        self.hold = EvictionHold(ctx, self.events)  # --max-eviction-hold
 
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
@@ -145,6 +147,7 @@ class SlurmNodesReconciler:
                 memory.pop((req.namespace, req.name), None)
             self._replaced.pop((req.namespace, req.name), None)
             self._disrupted.discard((req.namespace, req.name))
+            self.hold.forget((req.namespace, req.name))
             return None
         pods = self.workers.pods(req.name, req.namespace)
         loaded = self.ctx.loader.load(obj)
@@ -159,8 +162,8 @@ class SlurmNodesReconciler:
             # event); both wake this loop. Every reader sees the outage.
             why = "spec.rest.enabled is false" if not loaded.cluster.spec.rest.enabled else "no ready slurmrestd pod"
             self.ctx.slurm.unreachable(c, ns, why)
-            await write_evictable(self.ctx.manager, req.namespace, pods, set())
-            return None
+            await write_evictable(self.ctx.manager, req.namespace, pods, self._held(loaded, pods))
+            return Result(requeue_after=POLL_SECONDS) if self.hold.seconds else None
         workers = [WorkerPod.of(pod) for pod in pods]
         standby = self._standby(loaded)
         lost = await self._lost(loaded, [*workers, *standby])
@@ -176,9 +179,10 @@ class SlurmNodesReconciler:
             plan = upkeep(workers, mine, cordoned=cordoned, leaving=leaving, lost=lost.lost)
             api = self.ctx.slurm.client(c, ns)
             await self._upkeep(loaded, plan, mine, api)
+            running = jobs_by_node(snapshot.jobs)
+            await self.hold.end(loaded, workers, mine, running, cordoned=cordoned, api=api)
             gone = await self._recover(loaded, workers, lost, mine, api)
             await self._recover_standby(loaded, standby, lost, api)
-            running = jobs_by_node(snapshot.jobs)
             gone |= await self._replace_unhealthy(loaded, workers, mine, running, leaving=leaving, lost=lost.lost)
         except SlurmError as exc:
             if snapshot.up:  # a write failed, perhaps half-way: the next reader reads again
@@ -186,7 +190,7 @@ class SlurmNodesReconciler:
             if self._warned.get((req.namespace, req.name)) != str(exc):
                 log.warning("cannot read Slurm %s", kv(namespace=req.namespace, name=req.name, error=exc))
             self._warned[(req.namespace, req.name)] = str(exc)
-            await write_evictable(self.ctx.manager, req.namespace, pods, set())
+            await write_evictable(self.ctx.manager, req.namespace, pods, self._held(loaded, pods))
             return Result(requeue_after=POLL_SECONDS)
         if gone:
             pods = [pod for pod in pods if pod["metadata"]["name"] not in gone]
@@ -213,6 +217,11 @@ class SlurmNodesReconciler:
     def clusters_on(self, node: Mapping[str, Any]) -> list[Request]:
         """The clusters with a worker pod on a Kubernetes node (from the pod cache): those a cordon concerns."""
         return self.workers.clusters_on(node)
+
+    def _held(self, loaded: Loaded, pods: list[dict[str, Any]]) -> set[str]:
+        """Slurm cannot be asked: the worker pods evictable by the hold alone."""
+        workers = [WorkerPod.of(pod) for pod in pods]
+        return self.hold.held(loaded, cordoned={w.name for w in workers if self._cordoned(w)})
 
     def _cordoned(self, pod: WorkerPod) -> bool:
         return bool(pod.node_name) and not pod.terminating and unschedulable(self.cache.get(*NODE, pod.node_name))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,16 @@ from test.e2e.pods.faults import (
     outcome,
     said,
 )
-from test.e2e.pods.slurm import Kube, OperatorProcess
+from test.e2e.pods.slurm import Kube, OperatorProcess, pod_ready
 from test.waiting import until
 
 pytestmark = pytest.mark.e2e
 NAME = "faults"
 REST_PODS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest"
+# The cluster admin's bound on how long an eviction waits for jobs: longer than the eviction test's 25 s job, so that
+# only the job that never ends meets it.
+HOLD = 45
+OPERATOR_ARGS = ("--max-eviction-hold", str(HOLD))
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +141,75 @@ def test_an_eviction_waits_for_the_job_and_a_cordon_drains_first(cluster: Cluste
     assert_nothing_lost(outcome(c, "eviction of a busy worker (kubectl drain: cordon, evict)", [job]))
 
 
+def test_a_job_that_never_ends_holds_an_eviction_only_for_the_admin_s_bound_and_is_requeued(cluster: Cluster) -> None:
+    """--max-eviction-hold: `kubectl drain` of the node of a worker whose job would run for ever (until the test
+    releases it) waits HOLD seconds from the cordon's drain; then the operator sets the worker DOWN (Event
+    EvictionHoldExpired), Slurm requeues the job and the eviction goes through. Uncordoned, the worker comes back and
+    the job runs again to completion: requeued, not lost."""
+    c = cluster
+    job = c.held("hold", "-w", c.w0)
+    c.running(job)
+    pod = c.kube.json("pod", c.w0)
+    k8s_node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
+    c.kube.cp.kubectl("cordon", k8s_node)
+    try:
+        until(lambda: "cordoned" in c.node(c.w0).get("Reason", ""), timeout=60, what=f"{c.w0} drained for the cordon")
+        drained = time.monotonic()
+        ok, said_ = evict(c.kube, c.w0)
+        assert not ok and "disruption budget" in said_, f"evicted within the hold: {said_}"
+        until(lambda: evict(c.kube, c.w0)[0], timeout=HOLD + 180, interval=2, what=f"{c.w0} evicted after the hold")
+        waited = time.monotonic() - drained
+        print(f"eviction went through {waited:.0f}s after the cordon's drain (hold {HOLD}s)")
+        assert waited >= HOLD - 10, "the eviction did not wait for the hold"
+        events = c.kube.run("get", "events", "--field-selector", "reason=EvictionHoldExpired", "-o", "name")
+        assert events.strip(), "no EvictionHoldExpired Event"
+        until(lambda: (c.pod(c.w0) or {}).get("metadata", {}).get("uid") != uid, timeout=120, what=f"{c.w0} gone")
+    finally:
+        c.kube.cp.kubectl("uncordon", k8s_node)
+    until(lambda: c.ready(c.w0), timeout=240, interval=2, what=f"{c.w0} back")
+    until(lambda: len(c.starts("hold")) == 2, timeout=240, interval=2, what=f"job {job} started again")
+    c.release("hold")
+    row = outcome(c, "kubectl drain of a worker whose job never ends (--max-eviction-hold)", [job])
+    assert row.requeued == [job], "the job was not requeued by Slurm"
+    assert_nothing_lost(row)
+
+
+def test_with_slurmrestd_disabled_the_hold_alone_releases_an_eviction_and_the_preStop_requeues_the_job(
+    cluster: Cluster,
+) -> None:
+    """spec.rest.enabled false: the operator cannot ask Slurm whether jobs run, so without a hold a cordon would pin
+    every worker. With --max-eviction-hold the pod on the cordoned node becomes evictable after the hold (by the
+    operator's clock); the eviction's preStop drains the node, sets it DOWN as the job still runs, and Slurm requeues
+    it. slurmrestd enabled again, the job runs again to completion: requeued, not lost."""
+    c = cluster
+    job = c.held("hold-no-rest", "-w", c.w0)
+    c.running(job)
+    c.patch({"op": "replace", "path": "/spec/rest/enabled", "value": False})
+    until(lambda: not c.kube.pods(REST_PODS), timeout=120, interval=2, what="slurmrestd gone")
+    pod = c.kube.json("pod", c.w0)
+    k8s_node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
+    c.kube.cp.kubectl("cordon", k8s_node)
+    try:
+        cordoned = time.monotonic()
+        ok, said_ = evict(c.kube, c.w0)
+        assert not ok and "disruption budget" in said_, f"evicted within the hold: {said_}"
+        until(lambda: evict(c.kube, c.w0)[0], timeout=HOLD + 120, interval=2, what=f"{c.w0} evicted after the hold")
+        waited = time.monotonic() - cordoned
+        print(f"eviction went through {waited:.0f}s after the cordon, Slurm not asked (hold {HOLD}s)")
+        assert waited >= HOLD - 5, "the eviction did not wait for the hold"
+        until(lambda: (c.pod(c.w0) or {}).get("metadata", {}).get("uid") != uid, timeout=120, what=f"{c.w0} gone")
+    finally:
+        c.kube.cp.kubectl("uncordon", k8s_node)
+        c.patch({"op": "replace", "path": "/spec/rest/enabled", "value": True})
+    until(lambda: c.ready(c.w0), timeout=240, interval=2, what=f"{c.w0} back")
+    until(lambda: len(c.starts("hold-no-rest")) == 2, timeout=240, interval=2, what=f"job {job} started again")
+    until(lambda: any(pod_ready(p) for p in c.kube.pods(REST_PODS)), timeout=180, interval=2, what="slurmrestd back")
+    c.release("hold-no-rest")
+    row = outcome(c, "kubectl drain of a worker whose job never ends, slurmrestd disabled (--max-eviction-hold)", [job])
+    assert row.requeued == [job], "the job was not requeued by Slurm"
+    assert_nothing_lost(row)
+
+
 def test_the_operator_killed_in_the_middle_of_a_drain_and_slurmrestd_deleted_during_the_scale_in(
     cluster: Cluster, operator_process_of_module: OperatorProcess
 ) -> None:
@@ -201,4 +275,4 @@ def test_steps_started_while_configs_are_reinstalled_all_run_in_the_jail(cluster
 
 
 def test_the_fault_table(cluster: Cluster) -> None:
-    fault_table(cluster, rows=5)
+    fault_table(cluster, rows=7)

@@ -127,6 +127,17 @@ def jail_user(available: Kube, tmp_path_factory: pytest.TempPathFactory) -> tupl
     return key, ip
 
 
+def test_root_gets_no_job_unless_the_admin_allows_it(available: Kube) -> None:
+    """This module's operator runs with the default policy (no --allow-root-jobs): slurm.conf says DisableRootJobs,
+    so root in the login pod is refused a job; root submitting for a user (`sbatch --uid`) still is the user's job
+    (test_two_users_jobs_on_one_worker_each_see_only_their_own_tmp_and_shm submits one)."""
+    kube = available
+    config = kube.exec(LOGIN_POD, LOGIN, "scontrol", "show", "config")
+    assert re.search(r"^DisableRootJobs\s*=\s*yes", config, re.MULTILINE | re.IGNORECASE), config
+    out = kube.exec(LOGIN_POD, LOGIN, "sh", "-c", "srun -N1 -t 1 true 2>&1; echo rc=$?")
+    assert not out.rstrip().endswith("rc=0"), f"root ran a job: {out}"
+
+
 def test_jail_user_logs_in_over_ssh_and_runs_jobs(available: Kube, jail_user: tuple[Path, str]) -> None:
     kube = available
     key, ip = jail_user

@@ -44,12 +44,15 @@ class Env:
         policy: Policy = POLICY,
         clock: Clock = REAL_CLOCK,
         served: Sequence[tuple[str, str]] | None = None,
+        max_eviction_hold: float = 0.0,
     ) -> None:
         """`components`: what to register instead of the registry's table; `policy`: the operator's (its flags);
         `clock`: the manager's (the status writer's coalescing window runs on it);
-        `served`: the kinds the API server serves (default: every built-in kind, all versions)."""
+        `served`: the kinds the API server serves (default: every built-in kind, all versions);
+        `max_eviction_hold`: the operator's --max-eviction-hold."""
         self.components = components
         self.policy = policy
+        self.max_eviction_hold = max_eviction_hold
         self.fake = FakeClient() if served is None else FakeClient(served=served)
         self.fake.serve(*SLURM_CLUSTER)
         options = ManagerOptions(metrics_bind_address="0", health_probe_bind_address="0", handle_signals=False)
@@ -58,7 +61,9 @@ class Env:
         self._events: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Env:
-        self.ctx = await register(self.manager, self.components, policy=self.policy)
+        self.ctx = await register(
+            self.manager, self.components, policy=self.policy, max_eviction_hold=self.max_eviction_hold
+        )
         self.components = self.ctx.components
         self._events = asyncio.create_task(self.manager.recorder.run())
         return self

@@ -1,0 +1,140 @@
+"""How long an eviction may wait for jobs: the cluster admin's `--max-eviction-hold` (0, the default: for ever).
+
+Cordoning a worker pod's Kubernetes node (`kubectl drain`'s first step) drains its Slurm node, and the pod becomes
+evictable once Slurm says no job runs there (reconcilers/drain.py). A job that never ends would pin the node for
+ever, and so would a cluster whose Slurm cannot be asked. With a hold of H seconds:
+
+- Slurm answers: a worker drained for its cordon (`cordon_reason`) H seconds ago by Slurm's clock that still runs
+  jobs is set DOWN (`hold_reason`): Slurm requeues its batch jobs (a requeued job starts again elsewhere; interactive
+  steps end), the node then runs none, and the next pass finds the pod evictable. A Warning Event
+  `EvictionHoldExpired` names the node and the jobs.
+- Slurm cannot be asked (slurmrestd unreachable, or spec.rest.enabled false): nothing says whether jobs run. A worker
+  pod seen on a cordoned Kubernetes node for H seconds by this operator's clock (counted from when this operator
+  first saw it so: a restart counts again) becomes evictable; its preStop (images/scripts/worker-prestop) sets its
+  node DOWN when jobs still run, so Slurm requeues them then.
+
+Either way a job Slurm accepted is requeued, not lost, and only ever after the admin's bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime
+
+from slurmctl.reconcilers.base import now
+from slurmctl.reconcilers.context import Context
+from slurmctl.reconcilers.drain import DRAIN_PREFIX, cordon_reason
+from slurmctl.reconcilers.events import Events
+from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.observed import WorkerPod
+from slurmctl.reconcilers.slurm_access import SlurmApi
+from slurmctl.runtime.clock import Clock
+from slurmctl.slurm import Node
+
+
+def hold_reason(hold: float) -> str:
+    """The DOWN reason of a worker whose eviction waited the whole hold."""
+    return f"{DRAIN_PREFIX} eviction held {hold:g}s, jobs requeued"
+
+
+def expired(
+    workers: Iterable[WorkerPod],
+    nodes: Mapping[str, Node],
+    running: Mapping[str, tuple[int, ...]],
+    *,
+    cordoned: Collection[str],
+    now: datetime,
+    hold: float,
+) -> list[str]:
+    """The workers to set DOWN now: on a cordoned Kubernetes node, drained for that cordon at least `hold` seconds
+    ago, and still running jobs (`running`: drain.jobs_by_node of the same read)."""
+    if hold <= 0:
+        return []
+    out = []
+    for worker in workers:
+        node = nodes.get(worker.name)
+        if worker.name not in cordoned or node is None or not node.drain or node.reason_changed_at is None:
+            continue
+        if node.reason != cordon_reason(worker.node_name):
+            continue  # an administrator's drain, or another of slurmctl's: not an eviction's
+        if worker.name not in running and not node.busy:
+            continue  # evictable already
+        if (now - node.reason_changed_at).total_seconds() >= hold:
+            out.append(worker.name)
+    return sorted(out)
+
+
+class CordonedSince:
+    """When this operator first saw each worker pod on a cordoned Kubernetes node (its monotonic clock), per
+    cluster: the hold's count while Slurm cannot be asked."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._since: dict[tuple[str, str], dict[str, float]] = {}
+        self._told: dict[tuple[str, str], set[str]] = {}
+
+    def held(self, key: tuple[str, str], cordoned: Collection[str], hold: float) -> tuple[set[str], set[str]]:
+        """The pods of `cordoned` seen cordoned for at least `hold` seconds (none when `hold` is 0), and those of
+        them not returned before (to say so once); forgets the pods no longer cordoned."""
+        now = self.clock.monotonic()
+        seen = self._since.setdefault(key, {})
+        told = self._told.setdefault(key, set())
+        for name in set(seen) - set(cordoned):
+            del seen[name]
+            told.discard(name)
+        for name in cordoned:
+            seen.setdefault(name, now)
+        held = {name for name, since in seen.items() if hold > 0 and now - since >= hold}
+        new = held - told
+        told |= new
+        return held, new
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self._since.pop(key, None)
+        self._told.pop(key, None)
+
+
+class EvictionHold:
+    """The operator's hold (ctx.max_eviction_hold), for the Slurm node loop: it ends holds when Slurm answers and
+    counts them when it cannot be asked."""
+
+    def __init__(self, ctx: Context, events: Events) -> None:
+        self.ctx, self.events = ctx, events
+        self.seconds = ctx.max_eviction_hold
+        self.since = CordonedSince(ctx.manager.clock)
+
+    async def end(
+        self,
+        loaded: Loaded,
+        workers: Iterable[WorkerPod],
+        nodes: Mapping[str, Node],
+        running: Mapping[str, tuple[int, ...]],
+        *,
+        cordoned: Collection[str],
+        api: SlurmApi,
+    ) -> None:
+        """Workers whose eviction waited the whole hold for jobs: DOWN, so that Slurm requeues the jobs."""
+        names = expired(workers, nodes, running, cordoned=cordoned, now=now(), hold=self.seconds)
+        if not names:
+            return
+        self.ctx.slurm.changed(loaded.name, loaded.namespace)
+        await api.set_down(names, reason=hold_reason(self.seconds))
+        for name in names:
+            jobs = ", ".join(map(str, running.get(name, ()))) or "none listed"
+            message = f"set {name} DOWN in Slurm: its eviction waited {self.seconds:g}s (--max-eviction-hold) for jobs"
+            self.events.warn(loaded.obj, "EvictionHoldExpired", f"{message} {jobs}, which Slurm requeues")
+
+    def held(self, loaded: Loaded, *, cordoned: Collection[str]) -> set[str]:
+        """Slurm cannot be asked: the pods of `cordoned` (on a cordoned Kubernetes node) that waited the whole hold;
+        their preStop sets their node DOWN, so that Slurm requeues what still runs."""
+        held, new = self.since.held((loaded.namespace, loaded.name), cordoned, self.seconds)
+        for name in sorted(new):
+            message = (
+                f"{name} evictable: its Kubernetes node has been cordoned for {self.seconds:g}s (--max-eviction-hold) "
+                "and Slurm cannot be asked; its preStop sets it DOWN if jobs still run"
+            )
+            self.events.warn(loaded.obj, "EvictionHoldExpired", message)
+        return held
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self.since.forget(key)
