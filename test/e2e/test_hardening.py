@@ -246,10 +246,10 @@ def restart_apiserver(plane: ControlPlane, command: str) -> None:
 
 
 OUTAGES = 3
-# Per outage: one line per informer (11 kinds) when its list/watch first fails (again only at its tenth retry,
+# Per outage: one line per informer (12 kinds) when its list/watch first fails (again only at its tenth retry,
 # minutes later), and one per controller (8 components and the Slurm node loop) and for the event recorder every 30 s
 # while requests fail (403s right after the restart included). Measured: 7-15 lines per outage of a few seconds.
-INFORMERS, THROTTLED = 11, 9 + 1
+INFORMERS, THROTTLED = 12, 9 + 1
 
 
 def warning_bound(seconds: float) -> int:
