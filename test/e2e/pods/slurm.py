@@ -64,6 +64,10 @@ def on_slurm_line(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+# What a failed test's report shows of a container that is not ready or restarted.
+STATUS_KEYS = ("ready", "started", "restartCount", "state", "lastState")
+
+
 class Kube:
     """kubectl in one namespace of a control plane."""
 
@@ -117,7 +121,25 @@ class Kube:
                 name = pod["metadata"]["name"]
                 logs = self.run("logs", name, "-c", container, "--tail=30", check=False)
                 out.append(f"--- {name}/{container}, last lines\n{logs}")
+        out += self._unready_containers()
         return "\n".join(out)
+
+    def _unready_containers(self) -> list[str]:
+        """Every container (native sidecars too) not ready or restarted: its status, and the last lines of its
+        current and previous run. A worker back from a node crash that Slurm still calls "Not responding" while its
+        pod reads 1/2 (test_nodes, stop 51) showed no more than its slurmd's log."""
+        out = []
+        for pod in self.json("pods")["items"]:
+            name, status_of = pod["metadata"]["name"], pod.get("status", {})
+            for status in [*status_of.get("initContainerStatuses", []), *status_of.get("containerStatuses", [])]:
+                if status.get("ready") and not status.get("restartCount"):
+                    continue
+                container = status["name"]
+                out.append(f"--- {name}/{container}: {json.dumps({k: status.get(k) for k in STATUS_KEYS})}")
+                for previous in ([], ["--previous"]) if status.get("restartCount") else ([],):
+                    logs = self.run("logs", name, "-c", container, "--tail=15", *previous, check=False)
+                    out.append(f"{' '.join(previous) or 'current'}:\n{logs}")
+        return out
 
     def save_logs(self, into: Path) -> None:
         """Every container's whole log in the namespace (and its previous run's, where it restarted), one file each,
