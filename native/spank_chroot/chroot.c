@@ -34,6 +34,7 @@
 #include <slurm/spank.h>
 
 #include "args.h"
+#include "confine.h"
 #include "jail.h"
 
 /*
@@ -208,14 +209,16 @@ static void __attribute__((noreturn)) end_task(void)
 
 /*
  * The last word before the user's program: in each forked task, as root, after job_container/jail's join and before
- * the task drops privileges and executes. Its root must be the jail.
+ * the task drops privileges and executes. Its root must be the jail; then the task is confined (confine.h).
  */
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	uint32_t job_id = 0, step_id = 0;
+	struct chroot_args args;
+	struct confine_opts opts;
+	struct jail_error e;
+	char err[256];
 
-	(void)ac;
-	(void)av;
 	if (spank_context() != S_CTX_REMOTE)
 		return 0;
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
@@ -233,6 +236,18 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	if (!jail_is_root(&stepd.jail)) {
 		slurm_error("chroot: job %u: step 'check-task' failed: the task's root is not the jail; not running the task",
 			    job_id);
+		end_task();
+	}
+	if (chroot_args_parse(ac, av, &args, err, sizeof(err)) < 0) {
+		slurm_error("chroot: job %u: step 'parse-args' failed: plugstack.conf: %s; not running the task", job_id, err);
+		end_task();
+	}
+	memset(&e, 0, sizeof(e));
+	opts.privileged_jobs = args.privileged_jobs;
+	opts.user_namespaces = args.user_namespaces;
+	if (jail_confine_task(&opts, &e) < 0) {
+		slurm_error("chroot: job %u: step '%s' failed: %s: %s; not running the task", job_id, e.step, e.what,
+			    strerror(e.err));
 		end_task();
 	}
 	return 0;

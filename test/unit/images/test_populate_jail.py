@@ -94,6 +94,15 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, int, int, str, dict[str, b
     return result
 
 
+def copied(rootfs: Path) -> dict[str, tuple[int, int, int, int, str, dict[str, bytes]]]:
+    """snapshot() of what populate-jail copies from `rootfs`: everything but device nodes."""
+    return {
+        path: entry
+        for path, entry in snapshot(rootfs).items()
+        if not (stat.S_ISCHR(entry[0]) or stat.S_ISBLK(entry[0]))
+    }
+
+
 Entry = tuple[int, int, int, int | None, bytes | str | None, dict[str, bytes]]
 
 
@@ -173,11 +182,11 @@ def in_own_mount_namespace(script: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_copy_preserves_owners_modes_links_xattrs_and_acls(jail: Path, rootfs: Path) -> None:
+def test_copy_preserves_owners_modes_links_xattrs_and_acls_but_copies_no_device_node(jail: Path, rootfs: Path) -> None:
     done = populate(jail, rootfs)
 
     assert done.returncode == 0, done.stderr
-    assert snapshot(jail) == snapshot(rootfs)
+    assert snapshot(jail) == copied(rootfs)
     assert (jail / "usr" / "bin" / "tool").stat().st_mode & 0o7777 == 0o4755
     assert (jail / "home" / "alice" / "notes").stat().st_uid == 1234
     lib = jail / "usr" / "lib"
@@ -185,7 +194,9 @@ def test_copy_preserves_owners_modes_links_xattrs_and_acls(jail: Path, rootfs: P
     assert os.readlink(jail / "lib") == "/usr/lib"
     assert os.getxattr(jail / "usr" / "bin" / "tool", "user.slurmctl") == b"kept"
     assert os.getxattr(jail / "srv" / "shared", ACL_XATTR) == os.getxattr(rootfs / "srv" / "shared", ACL_XATTR)
-    assert stat.S_ISCHR((jail / "dev" / "null").lstat().st_mode)
+    # A device node in the jail would be a way out: every node mounts a minimal /dev of its own over the jail's.
+    assert stat.S_ISCHR((rootfs / "dev" / "null").lstat().st_mode)
+    assert not (jail / "dev" / "null").exists()
     assert stat.S_ISFIFO((jail / "dev" / "fifo").lstat().st_mode)
     # sshd's ChrootDirectory demands a root-owned 0755 jail root, whatever the source root had.
     assert jail.stat().st_mode & 0o7777 == 0o755
@@ -249,7 +260,7 @@ def test_adopt_keeps_every_file_of_the_volume_and_adds_the_images(tmp_path: Path
     after = tree(jail, dir_times=False)
     changed = {path for path, entry in before.items() if after.get(path) != entry}
     assert changed == {""}, "only the jail root changes (sshd demands a root-owned 0755 root)"
-    image = snapshot(rootfs)
+    image = copied(rootfs)
     added = set(image) - set(before)
     assert added and {path: snapshot(jail)[path] for path in added} == {path: image[path] for path in added}
     assert (jail / SENTINEL).exists()
@@ -276,7 +287,7 @@ def test_an_interrupted_copy_of_ours_is_resumed(jail: Path, rootfs: Path) -> Non
 
     assert done.returncode == 0, done.stderr
     assert "did not finish" in done.stderr
-    assert snapshot(jail) == snapshot(rootfs)
+    assert snapshot(jail) == copied(rootfs)
     assert (jail / SENTINEL).exists()
     assert not (jail / IN_PROGRESS).exists()
     assert not (jail / TEMP).exists()
