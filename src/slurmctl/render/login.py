@@ -27,8 +27,8 @@ GRACE_SECONDS = 30
 # SYS_ADMIN complement-jail's bind mounts and fresh /proc; SYS_CHROOT ChrootDirectory and sshd's privilege separation;
 # SETUID, SETGID a session's user; CHOWN, FOWNER, DAC_OVERRIDE installing keys and configs, the session's pty;
 # NET_BIND_SERVICE port 22; AUDIT_WRITE sshd's login records (a failed write ends the session); KILL tini's
-# forwarding of the kubelet's SIGTERM. Privilege escalation stays allowed: users' own setuid programs in the jail
-# (passwd, su) must keep working, and Kubernetes refuses it off beside SYS_ADMIN anyway.
+# forwarding of the kubelet's SIGTERM. allowPrivilegeEscalation stays unset (Kubernetes refuses it off beside
+# SYS_ADMIN): complement-jail mounts the jail nosuid, so no program in it gains privileges, setuid or not.
 LOGIN_CAPABILITIES = (
     "AUDIT_WRITE",
     "CHOWN",

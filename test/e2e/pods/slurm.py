@@ -10,10 +10,11 @@ import copy
 import json
 import os
 import runpy
+import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -388,6 +389,23 @@ def ssh_keypair(directory: Path) -> tuple[Path, str]:
     key = directory / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=30)
     return key, (directory / "id_ed25519.pub").read_text().strip()
+
+
+def attempts_script(rows: Sequence[tuple[str, str]]) -> str:
+    """A shell script that tries each (attempt, command) row of an escape table, a command exiting 0 only if its
+    attempt worked, and prints `ROW|attempt|OPEN or refused|the start of its output` for each."""
+    return "".join(
+        f"if out=$( ({command}) 2>&1 </dev/null); then r=OPEN; else r=refused; fi; "
+        f'printf "ROW|%s|%s|%s\\n" {shlex.quote(attempt)} "$r" "$(printf %s "$out" | head -c 90 | tr "\\n|" "  ")"\n'
+        for attempt, command in rows
+    )
+
+
+def attempts_seen(out: str, rows: Sequence[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(attempt, verdict, output) of each row in what attempts_script printed, checked to be every row, in order."""
+    seen = [tuple(line.split("|", 3)[1:]) for line in out.splitlines() if line.startswith("ROW|")]
+    assert [row[0] for row in seen] == [attempt for attempt, _ in rows], out
+    return [(attempt, verdict, detail.strip()) for attempt, verdict, detail in seen]
 
 
 def ssh(key: Path, user: str, host: str, command: str, *, timeout: float = 180) -> str:

@@ -26,6 +26,8 @@ from test.e2e.pods.slurm import (
     TEST_DB_IMAGE,
     Kube,
     accounting_into,
+    attempts_script,
+    attempts_seen,
     database,
     identity,
     pod_ready,
@@ -276,3 +278,33 @@ def test_an_unreachable_database_is_named_in_the_condition_and_jobs_still_run(cl
         what="AccountingReady=True once the database is back",
     )
     recorded(kube, {job: ("COMPLETED", "0:0")}, timeout=120, what="the job run without accounting, recorded later")
+
+
+# Root in a job, which this module's install allows (--allow-root-jobs), tries the node: each row is (attempt, shell
+# command), the command exits 0 only if the attempt worked. The worker's container is privileged; the job's tasks
+# run with no capability, no_new_privs, no new user namespaces and a read-only /sys (chroot.so).
+ROOT_JOB_ESCAPES = (
+    ("leave the jail with chroot", "chroot / true"),
+    ("the container's root through /proc/1/root", "ls /proc/1/root/"),
+    ("the munge key", "cat /etc/munge/munge.key || cat /proc/1/root/etc/munge/munge.key"),
+    ("mount a filesystem", "mkdir -p /tmp/m.$$ && mount -t tmpfs x /tmp/m.$$"),
+    ("create a device node", "mknod /tmp/d.$$ b 7 0"),
+    ("write to /sys", "echo 1 > /sys/kernel/mm/ksm/run"),
+    ("create a cgroup", "mkdir /sys/fs/cgroup/escape.$$ || mkdir /sys/fs/cgroup/memory/escape.$$"),
+    ("become root of a new user namespace", "unshare -Ur true"),
+)
+
+
+def test_a_root_job_the_admin_allows_is_still_not_root_of_the_node(cluster: Kube) -> None:
+    script = attempts_script(ROOT_JOB_ESCAPES)
+    script += "\ngrep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/self/status\n"
+    out = login(cluster, "srun", "-N1", "bash", "-c", script)
+    rows = attempts_seen(out, ROOT_JOB_ESCAPES)
+    print("\nwhere    | attempt" + " " * 36 + "| expected | observed")
+    print("\n".join(f"root job | {attempt:42} | refused  | {verdict}: {detail}" for attempt, verdict, detail in rows))
+    assert [attempt for attempt, verdict, _ in rows if verdict != "refused"] == [], out
+    assert dict(re.findall(r"^(\w+):\s*(\S+)$", out, re.MULTILINE)) == {
+        "NoNewPrivs": "1",
+        "CapEff": "0000000000000000",
+        "CapBnd": "0000000000000000",
+    }, out

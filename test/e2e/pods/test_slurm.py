@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slurmctl.render.rest import API_VERSION
 from test.e2e.harness import REPO, free_port
-from test.e2e.pods.slurm import Kube, identity, pod_ready, ssh, ssh_keypair
+from test.e2e.pods.slurm import Kube, attempts_script, attempts_seen, identity, pod_ready, ssh, ssh_keypair
 from test.waiting import holds, until
 
 pytestmark = pytest.mark.e2e
@@ -463,6 +463,9 @@ def test_two_users_jobs_on_one_worker_each_see_only_their_own_tmp_and_shm(
 
 # The escape table: what a jail user tries, as a login session (over ssh) and inside a job (on a worker). Each row is
 # (attempt, shell command); the command exits 0 only if the attempt worked. Every row must be refused.
+# What root outside the jail (another node's, an admin's pod) plants on the shared jail volume for the last rows: a
+# setuid-root program and a device node anyone may open. The jail is mounted nosuid and nodev on every node.
+PLANTED = "/var/tmp/slurmctl-planted"
 ESCAPES = (
     ("read the munge key", "cat /etc/munge/munge.key"),
     ("read the JWT signing key", "cat /etc/slurm/jwt_hs256.key"),
@@ -493,17 +496,22 @@ ESCAPES = (
     ("drain a node through Slurm", f"scontrol update NodeName={NAME}-worker-cpu-0 State=DRAIN Reason=escape"),
     ("reconfigure Slurm", "scontrol reconfigure"),
     ("submit a job as root", "sbatch --uid=0 --wrap true"),
+    (
+        "another user's command line through /proc",
+        'for p in /proc/[0-9]*; do [ "$(stat -c %u "$p" 2>/dev/null)" = "$(id -u)" ] && continue; '
+        "tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null | grep -q . && exit 0; done; echo \"none visible\"; exit 1",
+    ),
+    ("a Slurm token for a year", "scontrol token lifespan=31536000"),
+    ("the API server's Secrets", "curl -sk --fail --max-time 10 https://{api}/api/v1/namespaces/kube-system/secrets"),
+    ("a cloud metadata address", "curl -s --fail --max-time 5 http://169.254.169.254/latest/meta-data/"),
+    ("root through a setuid program planted on the jail volume", f'[ "$({PLANTED}-suid -u)" = 0 ]'),
+    ("a device node planted on the jail volume", f": < {PLANTED}-dev"),
 )
 
 
-def escape_script() -> str:
-    rows = []
-    for attempt, command in ESCAPES:
-        rows.append(
-            f"if out=$( ({command}) 2>&1 </dev/null); then r=OPEN; else r=refused; fi; "
-            f'printf "ROW|%s|%s|%s\\n" {shlex.quote(attempt)} "$r" "$(printf %s "$out" | head -c 90 | tr "\\n|" "  ")"'
-        )
-    return "\n".join(rows) + "\n"
+def escape_script(api: str) -> str:
+    """The table as one script; `api` is the API server's address (its Service's cluster IP)."""
+    return attempts_script([(attempt, command.replace("{api}", api)) for attempt, command in ESCAPES])
 
 
 def test_escape_table_every_attempt_of_a_jail_user_is_refused(
@@ -515,10 +523,13 @@ def test_escape_table_every_attempt_of_a_jail_user_is_refused(
     kube = available
     key, ip = jail_user
     node = f"{NAME}-worker-cpu-0"
+    api = kube.run("get", "service", "kubernetes", "-n", "default", "-o", "jsonpath={.spec.clusterIP}").strip()
     kube.exec(
         LOGIN_POD, LOGIN, "sh", "-c", f"cat > {JAIL}/home/{USER}/escape.sh && chmod 755 {JAIL}/home/{USER}/escape.sh",
-        input=escape_script(),
+        input=escape_script(api),
     )  # fmt: skip
+    plant = f"install -m 4755 /usr/bin/id {JAIL}{PLANTED}-suid && mknod -m 0666 {JAIL}{PLANTED}-dev c 1 3"
+    kube.exec(f"{NAME}-worker-cpu-0", "slurmd", "sh", "-c", plant)
     held = ssh(key, USER, ip, f"sbatch --parsable -w {node} -J escape-hold --wrap 'sleep 600'").strip().split(";")[0]
     try:
         until(
@@ -531,14 +542,22 @@ def test_escape_table_every_attempt_of_a_jail_user_is_refused(
             "job": ssh(key, USER, ip, f"srun -N1 -w {NAME}-worker-cpu-1 bash ~/escape.sh"),
             "ssh": ssh(key, USER, ip, f"{job_node_ssh} {node} bash ~/escape.sh"),
         }
+        # What a job's task runs with (chroot.so): no_new_privs, no capability to come, the user-namespace filter.
+        status = ssh(
+            key, USER, ip, f"srun -N1 -w {NAME}-worker-cpu-1 grep -E '^(NoNewPrivs|CapBnd|Seccomp):' /proc/self/status"
+        )
     finally:
         kube.exec(LOGIN_POD, LOGIN, "scancel", held)
+        kube.exec(f"{NAME}-worker-cpu-0", "slurmd", "rm", "-f", f"{JAIL}{PLANTED}-suid", f"{JAIL}{PLANTED}-dev")
+    assert dict(re.findall(r"^(\w+):\s*(\S+)$", status, re.MULTILINE)) == {
+        "NoNewPrivs": "1",
+        "CapBnd": "0000000000000000",
+        "Seccomp": "2",
+    }, status
     table, open_rows = [], []
     for where, out in seen.items():
-        rows = [line.split("|", 3)[1:] for line in out.splitlines() if line.startswith("ROW|")]
-        assert [attempt for attempt, _, _ in rows] == [attempt for attempt, _ in ESCAPES], out
-        for attempt, verdict, detail in rows:
-            table.append(f"{where:5} | {attempt:55} | refused | {verdict}: {detail.strip()}")
+        for attempt, verdict, detail in attempts_seen(out, ESCAPES):
+            table.append(f"{where:5} | {attempt:55} | refused | {verdict}: {detail}")
             if verdict != "refused":
                 open_rows.append(f"{where}: {attempt}")
     print("\nwhere | attempt" + " " * 49 + "| expected | observed\n" + "\n".join(table))
