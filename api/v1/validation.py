@@ -56,6 +56,23 @@ _RECORD_KEYWORDS = frozenset(
 # Paths complement-jail mounts or binds inside the jail (images/scripts/complement-jail): a sub-mount on, above or
 # below one of them would hide what Slurm, munge and the chroot plugin need, or expose the node's own.
 RESERVED_JAIL_PATHS = ("/proc", "/dev", "/sys", "/etc/slurm", "/run/munge", "/usr/lib/slurmctl")
+# Where root in the jail (slurmstepd included) finds programs, libraries and configuration, and the world-writable
+# /tmp: no sub-mount covers any of them, since whoever writes the volume would decide what root runs. complement-jail
+# refuses the same on each node (its system_path), where a symlink in the jail could lead a mount there.
+SYSTEM_JAIL_DIRS = (
+    "/bin",
+    "/boot",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/run",
+    "/sbin",
+    "/tmp",  # noqa: S108 - a path inside the jail, refused, not a file used here
+    "/usr",
+    "/var",
+)
 
 
 # Where the operator never creates anything, whatever its RBAC allows (a ClusterRole cannot exclude a namespace).
@@ -337,6 +354,9 @@ def _mount_path_problem(path: str) -> str | None:
     for reserved in RESERVED_JAIL_PATHS:
         if path == reserved or reserved.startswith(path + "/") or path.startswith(reserved + "/"):
             return f"{path} would cover or sit inside {reserved}, which slurmctl mounts into the jail itself"
+    for system in SYSTEM_JAIL_DIRS:
+        if path == system or path.startswith(system + "/"):
+            return f"{path} is a system directory of the jail: root there would run or read what the volume holds"
     return None
 
 

@@ -21,6 +21,7 @@
 : "${JOB_SSHD_PID:=/run/slurmctl-job-sshd.pid}"
 # A worker's preStop says here, first thing, that the node is leaving Slurm: from then on nothing registers it again.
 : "${WORKER_LEAVING:=/run/slurmctl-worker-leaving}"
+: "${COMPLEMENT_JAIL_REFUSED:=/run/slurmctl/refused-submounts}"
 
 PROG=${PROG:-$(basename "$0")}
 

@@ -58,30 +58,14 @@ static int parse_old_root(const char *value, struct chroot_args *out, char *err,
 	return 0;
 }
 
-/* `yes` or `no`, nothing else: a typo must not silently leave a confinement switched either way. */
-static int parse_switch(const char *key, const char *value, int *out, char *err, size_t errlen)
-{
-	if (strcmp(value, "yes") == 0)
-		*out = 1;
-	else if (strcmp(value, "no") == 0)
-		*out = 0;
-	else
-		return fail(err, errlen, "%s=%.*s must be yes or no", key, SHOWN, value);
-	return 0;
-}
-
 static int key_is(const char *arg, size_t keylen, const char *key)
 {
 	return keylen == strlen(key) && strncmp(arg, key, keylen) == 0;
 }
 
-/* Which keys were given already: each may appear once. */
-struct seen {
-	int jail, old_root, privileged_jobs, user_namespaces;
-};
-
-/* One `key=value`. */
-static int parse_one(const char *arg, struct chroot_args *out, struct seen *seen, char *err, size_t errlen)
+/* One `key=value`; `seen_*` catch a key given twice. */
+static int parse_one(const char *arg, struct chroot_args *out, int *seen_jail, int *seen_old_root, char *err,
+		     size_t errlen)
 {
 	const char *eq = strchr(arg, '=');
 	size_t keylen;
@@ -90,32 +74,22 @@ static int parse_one(const char *arg, struct chroot_args *out, struct seen *seen
 		return fail(err, errlen, "argument '%.*s' is not key=value", SHOWN, arg);
 	keylen = (size_t)(eq - arg);
 	if (key_is(arg, keylen, "jail")) {
-		if (seen->jail++)
+		if ((*seen_jail)++)
 			return fail(err, errlen, "jail= is given more than once");
 		return parse_jail(eq + 1, out, err, errlen);
 	}
 	if (key_is(arg, keylen, "old_root")) {
-		if (seen->old_root++)
+		if ((*seen_old_root)++)
 			return fail(err, errlen, "old_root= is given more than once");
 		return parse_old_root(eq + 1, out, err, errlen);
 	}
-	if (key_is(arg, keylen, "privileged_jobs")) {
-		if (seen->privileged_jobs++)
-			return fail(err, errlen, "privileged_jobs= is given more than once");
-		return parse_switch("privileged_jobs", eq + 1, &out->privileged_jobs, err, errlen);
-	}
-	if (key_is(arg, keylen, "user_namespaces")) {
-		if (seen->user_namespaces++)
-			return fail(err, errlen, "user_namespaces= is given more than once");
-		return parse_switch("user_namespaces", eq + 1, &out->user_namespaces, err, errlen);
-	}
-	return fail(err, errlen, "unknown argument '%.*s' (known: jail=, old_root=, privileged_jobs=, user_namespaces=)",
-		    (int)(keylen < SHOWN ? keylen : SHOWN), arg);
+	return fail(err, errlen, "unknown argument '%.*s' (known: jail=, old_root=)", (int)(keylen < SHOWN ? keylen : SHOWN),
+		    arg);
 }
 
 int chroot_args_parse(int argc, char *const argv[], struct chroot_args *out, char *err, size_t errlen)
 {
-	struct seen seen = {0, 0, 0, 0};
+	int seen_jail = 0, seen_old_root = 0;
 	int i;
 
 	if (err != NULL && errlen > 0)
@@ -129,10 +103,10 @@ int chroot_args_parse(int argc, char *const argv[], struct chroot_args *out, cha
 	for (i = 0; i < argc; i++) {
 		if (argv[i] == NULL)
 			return fail(err, errlen, "argument %d is missing", i + 1);
-		if (parse_one(argv[i], out, &seen, err, errlen) < 0)
+		if (parse_one(argv[i], out, &seen_jail, &seen_old_root, err, errlen) < 0)
 			return -1;
 	}
-	if (!seen.jail)
+	if (!seen_jail)
 		return fail(err, errlen, "jail=<path> is required");
 	return 0;
 }

@@ -13,13 +13,10 @@
 struct chroot_args {
 	char jail[PATH_MAX];          /* absolute path of the jail's root on the node */
 	char old_root[NAME_MAX + 1];  /* directory inside the jail that receives the old root during pivot_root */
-	int privileged_jobs;          /* privileged_jobs=yes: tasks keep setuid programs and root's capabilities */
-	int user_namespaces;          /* user_namespaces=yes: tasks may create user namespaces (container steps) */
 };
 
 /*
- * Fill `out` from `jail=<absolute path>` (required), `old_root=<name>` (optional, one path component) and the
- * optional yes/no switches `privileged_jobs=` and `user_namespaces=` (both default no: see confine.h).
+ * Fill `out` from `jail=<absolute path>` (required) and `old_root=<name>` (optional, one path component).
  * Returns 0, or -1 with a message naming the offending argument in `err` (always NUL-terminated when errlen > 0).
  * Allocates nothing.
  */

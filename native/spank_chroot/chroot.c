@@ -73,6 +73,7 @@ int slurm_spank_init_failure_mode = ESPANK_NODE_FAILURE;
 static struct {
 	int jailed;
 	struct jail_ident jail;
+	struct confine_opts confine; /* what each task is confined to (confine.h) */
 } stepd;
 
 /*
@@ -190,7 +191,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		return -1;
 	}
 	memset(&e, 0, sizeof(e));
-	if (enter_jail(&args, job_id, &e) < 0)
+	if (jail_confine_opts_from_env(&stepd.confine, &e) < 0 || enter_jail(&args, job_id, &e) < 0)
 		return report(job_id, args.jail, &e);
 	stepd.jailed = 1;
 	slurm_debug("chroot: job %u step %u: slurmstepd entered jail %s", job_id, step_id, args.jail);
@@ -214,11 +215,10 @@ static void __attribute__((noreturn)) end_task(void)
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	uint32_t job_id = 0, step_id = 0;
-	struct chroot_args args;
-	struct confine_opts opts;
 	struct jail_error e;
-	char err[256];
 
+	(void)ac;
+	(void)av;
 	if (spank_context() != S_CTX_REMOTE)
 		return 0;
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
@@ -238,14 +238,8 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 			    job_id);
 		end_task();
 	}
-	if (chroot_args_parse(ac, av, &args, err, sizeof(err)) < 0) {
-		slurm_error("chroot: job %u: step 'parse-args' failed: plugstack.conf: %s; not running the task", job_id, err);
-		end_task();
-	}
 	memset(&e, 0, sizeof(e));
-	opts.privileged_jobs = args.privileged_jobs;
-	opts.user_namespaces = args.user_namespaces;
-	if (jail_confine_task(&opts, &e) < 0) {
+	if (jail_confine_task(&stepd.confine, &e) < 0) {
 		slurm_error("chroot: job %u: step '%s' failed: %s: %s; not running the task", job_id, e.step, e.what,
 			    strerror(e.err));
 		end_task();

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -129,6 +130,31 @@ static int no_privileges_to_come(struct jail_error *e)
 	if (syscall(SYS_capset, &head, data) < 0)
 		return fail(e, "inheritable-set", "clearing the inheritable capabilities");
 	return 0;
+}
+
+static int switch_from_env(const char *name, int *out, struct jail_error *e)
+{
+	const char *value = getenv(name);
+
+	if (value == NULL || value[0] == '\0' || strcmp(value, "no") == 0) {
+		*out = 0;
+		return 0;
+	}
+	if (strcmp(value, "yes") == 0) {
+		*out = 1;
+		return 0;
+	}
+	e->step = "confine-env";
+	e->err = EINVAL;
+	(void)snprintf(e->what, sizeof(e->what), "%s=%.64s must be yes or no", name, value);
+	return -1;
+}
+
+int jail_confine_opts_from_env(struct confine_opts *o, struct jail_error *e)
+{
+	if (switch_from_env("SLURMCTL_PRIVILEGED_JOBS", &o->privileged_jobs, e) < 0)
+		return -1;
+	return switch_from_env("SLURMCTL_USER_NAMESPACES", &o->user_namespaces, e);
 }
 
 int jail_confine_task(const struct confine_opts *o, struct jail_error *e)

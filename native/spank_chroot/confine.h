@@ -9,9 +9,18 @@
 #include "jail.h"
 
 struct confine_opts {
-	int privileged_jobs; /* the admin's opt-in (plugstack.conf privileged_jobs=yes) */
-	int user_namespaces; /* container steps are on (plugstack.conf user_namespaces=yes) */
+	int privileged_jobs; /* the admin's opt-in: SLURMCTL_PRIVILEGED_JOBS=yes */
+	int user_namespaces; /* container steps are on: SLURMCTL_USER_NAMESPACES=yes */
 };
+
+/*
+ * From the environment slurmd gave slurmstepd (read in slurm_spank_init, before any task): the worker pod names the
+ * opt-ins, as it names the job directories (jail.h), so a plugin only ever meets the settings of the pod it came in:
+ * an older plugin, which knows none, never fails a job over an argument it cannot parse, and a job's own
+ * environment (applied when the task executes) never reaches them. Each unset, empty or `no` is off, `yes` is on;
+ * anything else returns -1 with `e` filled (the step fails: a typo must not loosen or tighten anything silently).
+ */
+int jail_confine_opts_from_env(struct confine_opts *o, struct jail_error *e);
 
 /*
  * In the forked task, as root, before Slurm drops to the job's user and executes the program:

@@ -48,21 +48,6 @@ static void expect_parsed(const char *name, int argc, char *const argv[], const 
 	printf("ok %s: jail=%.60s old_root=%.60s\n", name, out.jail, out.old_root);
 }
 
-static void expect_switches(const char *name, int argc, char *const argv[], int privileged_jobs, int user_namespaces)
-{
-	struct chroot_args out;
-	char err[256];
-
-	cases++;
-	if (chroot_args_parse(argc, argv, &out, err, sizeof(err)) != 0 || out.privileged_jobs != privileged_jobs ||
-	    out.user_namespaces != user_namespaces) {
-		printf("FAIL %s: got privileged_jobs=%d user_namespaces=%d err='%s'\n", name, out.privileged_jobs,
-		       out.user_namespaces, err);
-		exit(1);
-	}
-	printf("ok %s: privileged_jobs=%d user_namespaces=%d\n", name, out.privileged_jobs, out.user_namespaces);
-}
-
 /* The per-job directories from the environment (jail.h): `tmp` and `shm` NULL mean unset. */
 static void expect_job_dirs(const char *name, const char *tmp, const char *shm, int want_rc, const char *want)
 {
@@ -149,14 +134,6 @@ int main(void)
 	expect("very long unknown key", 1, (char *[]){ long_key_eq }, -1, "unknown argument 'kkk");
 	expect("very long old_root", 2, (char *[]){ "jail=/a", long_old_root }, -1, "longer than");
 	expect("value with equals", 1, (char *[]){ "jail=/a=b" }, 0, NULL);
-	expect("privileged_jobs typo", 2, (char *[]){ "jail=/a", "privileged_jobs=true" }, -1, "must be yes or no");
-	expect("privileged_jobs empty", 2, (char *[]){ "jail=/a", "privileged_jobs=" }, -1, "must be yes or no");
-	expect("user_namespaces case", 2, (char *[]){ "jail=/a", "user_namespaces=YES" }, -1, "must be yes or no");
-	expect("user_namespaces twice", 3, (char *[]){ "jail=/a", "user_namespaces=no", "user_namespaces=yes" }, -1,
-	       "more than once");
-	expect_switches("switches default to no", 1, (char *[]){ "jail=/a" }, 0, 0);
-	expect_switches("privileged jobs", 2, (char *[]){ "jail=/a", "privileged_jobs=yes" }, 1, 0);
-	expect_switches("user namespaces", 3, (char *[]){ "user_namespaces=yes", "jail=/a", "privileged_jobs=no" }, 0, 1);
 
 	expect_parsed("jail only", 1, (char *[]){ "jail=/mnt/jail" }, "/mnt/jail", CHROOT_DEFAULT_OLD_ROOT);
 	expect_parsed("trailing slashes", 1, (char *[]){ "jail=/mnt/jail//" }, "/mnt/jail", CHROOT_DEFAULT_OLD_ROOT);

@@ -164,16 +164,14 @@ def local_slurm_instance(
     task_plugin: str = "",
     cgroup_conf: str = "",
     plugin: str = "",
-    plugin_args: str = "",
     daemon_env: Mapping[str, str] | None = None,
     rest: bool = False,
 ) -> Iterator[LocalSlurm]:
     """Start an instance in `state_dir` with the chroot plugin loaded (jail= `jail`, default the built busybox jail).
 
-    `plugin_args` go after jail=... on the plugin's line. `proctrack`, `task_plugin` and `cgroup_conf` replace
-    ProctrackType (proctrack/linuxproc), TaskPlugin (task/none) and cgroup.conf (CgroupPlugin=autodetect,
-    IgnoreSystemd=yes); `plugin="none"` loads no SPANK plugin. `rest` also runs slurmrestd with JWT authentication
-    (`rest_url`, `jwt_key`)."""
+    `proctrack`, `task_plugin` and `cgroup_conf` replace ProctrackType (proctrack/linuxproc), TaskPlugin (task/none)
+    and cgroup.conf (CgroupPlugin=autodetect, IgnoreSystemd=yes); `plugin="none"` loads no SPANK plugin. `rest`
+    also runs slurmrestd with JWT authentication (`rest_url`, `jwt_key`)."""
     extra = {"LOCAL_SLURM_JAIL_USERS": " ".join(jail_users)}
     if jail is not None:
         extra["LOCAL_SLURM_JAIL"] = str(jail)
@@ -187,8 +185,6 @@ def local_slurm_instance(
         extra["LOCAL_SLURM_CGROUP_CONF"] = cgroup_conf
     if plugin:
         extra["LOCAL_SLURM_PLUGIN"] = plugin
-    if plugin_args:
-        extra["LOCAL_SLURM_PLUGIN_ARGS"] = plugin_args
     extra |= daemon_env or {}
     if rest:
         extra["LOCAL_SLURM_REST"] = "1"

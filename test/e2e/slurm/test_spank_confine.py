@@ -78,10 +78,9 @@ def test_the_jail_has_a_minimal_dev_and_users_see_only_their_own_processes(local
 
 @pytest.fixture(scope="module")
 def privileged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
-    """The admin's opt-ins: privileged jobs, and user namespaces for container steps."""
-    with local_slurm_instance(
-        tmp_path_factory.mktemp("local-slurm-privileged"), plugin_args="privileged_jobs=yes user_namespaces=yes"
-    ) as slurm:
+    """The admin's opt-ins, which the worker pod names to slurmd: privileged jobs, user namespaces (container steps)."""
+    env = {"SLURMCTL_PRIVILEGED_JOBS": "yes", "SLURMCTL_USER_NAMESPACES": "yes"}
+    with local_slurm_instance(tmp_path_factory.mktemp("local-slurm-privileged"), daemon_env=env) as slurm:
         yield slurm
 
 
@@ -89,3 +88,13 @@ def test_the_admins_opt_ins_keep_privileges_and_lift_the_filter_but_sys_stays_re
     seen = status(privileged)
     assert (seen["NoNewPrivs"], seen["Seccomp"]) == ("0", "0") and seen["CapBnd"] != "0000000000000000", seen
     assert attempts(privileged, (("write to /sys", dict(ROOT_ROWS)["write to /sys"]),)) == {"write to /sys": "refused"}
+
+
+def test_a_misspelt_opt_in_fails_the_step_naming_it(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Neither loosened nor tightened silently: the step fails, and slurmd's log names the variable."""
+    env = {"SLURMCTL_PRIVILEGED_JOBS": "true"}
+    with local_slurm_instance(tmp_path_factory.mktemp("local-slurm-typo"), daemon_env=env) as slurm:
+        done = slurm.run("srun", "true", check=False)
+        assert done.returncode != 0
+        log = "".join(p.read_text(errors="replace") for p in slurm.state_dir.rglob("slurmd*.log"))
+        assert "SLURMCTL_PRIVILEGED_JOBS=true must be yes or no" in log, log[-2000:]

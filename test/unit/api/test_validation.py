@@ -246,6 +246,14 @@ def test_nul_bytes_anywhere_are_named() -> None:
         ("/usr/lib/slurmctl", "/usr/lib/slurmctl would cover or sit inside /usr/lib/slurmctl, which slurmctl mounts "
          "into the jail itself"),
         ("/usr", "/usr would cover or sit inside /usr/lib/slurmctl, which slurmctl mounts into the jail itself"),
+        ("/usr/local", "/usr/local is a system directory of the jail: root there would run or read what the volume "
+         "holds"),
+        ("/etc/ssl/private", "/etc/ssl/private is a system directory of the jail: root there would run or read what "
+         "the volume holds"),
+        ("/var/lib/x", "/var/lib/x is a system directory of the jail: root there would run or read what the volume "
+         "holds"),
+        ("/tmp/x", "/tmp/x is a system directory of the jail: root there would run or read what the volume holds"),
+        ("/bin", "/bin is a system directory of the jail: root there would run or read what the volume holds"),
     ],
 )  # fmt: skip
 def test_sub_mount_paths_must_be_clean_and_stay_off_what_slurmctl_mounts(path: str, message: str) -> None:
@@ -261,7 +269,7 @@ def test_sub_mount_paths_must_be_clean_and_stay_off_what_slurmctl_mounts(path: s
 def test_harmless_sub_mount_paths_are_fine() -> None:
     mounts = [
         {"name": f"m{i}", "mountPath": p, "volume": {"claimName": "c"}}
-        for i, p in enumerate(["/home", "/srv/data", "/etc/ssl/private", "/usr/local"])
+        for i, p in enumerate(["/home", "/srv/data", "/opt/software", "/scratch/ds", "/usr2", "/etcetera"])
     ]
     assert problems_of(cluster(jail={"volume": {"claimName": "j"}, "subMounts": mounts})) == []
 

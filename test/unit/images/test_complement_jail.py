@@ -48,6 +48,7 @@ def env_for(tree: Path, **extra: str) -> dict[str, str]:
         "COMPLEMENT_JAIL_BINDS": "/usr/bin/env /usr/bin/does-not-exist-here",
         "COMPLEMENT_JAIL_HOOKS": str(tree / "hooks"),
         "HOOK_LOG": str(tree / "hook.log"),
+        "COMPLEMENT_JAIL_REFUSED": str(tree / "refused"),
         "SLURM_CONF_DIR": str(tree / "slurm-etc"),
         "MUNGE_SOCKET": str(tree / "munge-run" / "munge.socket.2"),
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
@@ -169,7 +170,9 @@ def test_mirror_is_read_only_and_inert_and_never_covers_a_system_directory(tree:
     path under the container's system directories (here a user-writable /usr/local/bin) is not mirrored at all."""
     (tree / "submounts" / "tools").mkdir()
     write_exe(tree / "submounts" / "data" / "run-me", "#!/bin/sh\necho ran\n")
-    outside = tree / "outside" / "data"  # a path outside any system directory (this test's own)
+    # Outside any system directory, and not under /tmp (world-writable: a sub-mount there is refused); on a tmpfs of
+    # the test's own mount namespace, so nothing is made on the host.
+    outside = Path("/mnt/slurmctl-mirror/data")
     env = env_for(
         tree,
         COMPLEMENT_JAIL_READ_MIRROR="yes",
@@ -177,6 +180,7 @@ def test_mirror_is_read_only_and_inert_and_never_covers_a_system_directory(tree:
     )
     script = f"""
         set -e
+        mount -t tmpfs slurmctl-test /mnt
         {SCRIPTS}/complement-jail
         findmnt -no OPTIONS {outside}
         {outside}/run-me && echo EXECUTED || echo refused
@@ -189,7 +193,8 @@ def test_mirror_is_read_only_and_inert_and_never_covers_a_system_directory(tree:
     options, executed, written, system = done.stdout.split()
     assert {"ro", "nosuid", "nodev", "noexec"} <= set(options.split(",")), options
     assert (executed, written, system) == ("refused", "refused", "not-mirrored")
-    assert "not mirroring /usr/local/bin: a system directory of this container" in done.stderr
+    # Not even mounted in the jail: under /usr, root in the jail (slurmstepd too) would run what users wrote.
+    assert "refusing jail sub-mount 'tools' at /usr/local/bin: /usr/local/bin is a system directory" in done.stderr
 
 
 def test_submounts_are_nosuid_and_nodev_unless_allowed_and_stay_read_only(tree: Path) -> None:
@@ -210,3 +215,62 @@ def test_submounts_are_nosuid_and_nodev_unless_allowed_and_stay_read_only(tree: 
     data_options, home_options = (set(line.split(",")) for line in done.stdout.split())
     assert {"ro", "nosuid", "nodev"} <= data_options, data_options
     assert not {"nosuid", "nodev", "ro"} & home_options, home_options
+
+
+def refused_submounts(tree: Path, submounts: str, prepare: str = "") -> tuple[subprocess.CompletedProcess[str], str]:
+    """Runs complement-jail with these sub-mounts after `prepare` (shell, in the jail's directory); returns the run and
+    what it listed as refused. The run must succeed whatever it refused: a bad path never crash-loops a pod."""
+    jail = tree / "jail"
+    (tree / "submounts" / "ds").mkdir(exist_ok=True)
+    (tree / "submounts" / "ds" / "on-ds").write_text("the dataset")
+    (tree / "submounts" / "scratch").mkdir(exist_ok=True)
+    script = f"cd {jail} && {prepare}\n{SCRIPTS}/complement-jail\necho {MARK}; cat /proc/self/mountinfo"
+    done = in_namespace(script, env_for(tree, JAIL_SUBMOUNTS=submounts))
+    assert done.returncode == 0, done.stderr
+    return done, (tree / "refused").read_text()
+
+
+def test_a_relative_symlink_cannot_lead_a_sub_mount_onto_the_jails_etc(tree: Path) -> None:
+    done, refused = refused_submounts(
+        tree, "home:/home ds:/scratch/ds", "mkdir -m 0755 scratch && ln -s ../etc scratch/ds"
+    )
+    points = {p for p, _ in mount_points(done.stdout.split(MARK)[1])}
+    assert refused == "ds /scratch/ds /scratch/ds is a symlink (to ../etc)\n"
+    assert f"{tree}/jail/etc" not in points and f"{tree}/jail/home" in points  # the others still mount
+    assert not (tree / "jail" / "etc" / "on-ds").exists()
+
+
+def test_an_absolute_symlink_is_refused_not_a_crash(tree: Path) -> None:
+    _, refused = refused_submounts(tree, "ds:/scratch/ds", "mkdir -m 0755 scratch && ln -s /etc scratch/ds")
+    assert refused == "ds /scratch/ds /scratch/ds is a symlink (to /etc)\n"
+
+
+def test_a_symlink_higher_up_the_path_is_refused(tree: Path) -> None:
+    _, refused = refused_submounts(tree, "ds:/scratch/ds", "ln -s etc scratch")
+    assert refused == "ds /scratch/ds /scratch is a symlink (to etc)\n"
+
+
+def test_a_parent_a_user_can_write_is_refused(tree: Path) -> None:
+    # /scratch world-writable (1777, like /tmp): a user could swap ds for a symlink between the check and the mount.
+    _, refused = refused_submounts(tree, "ds:/scratch/ds", "mkdir -m 1777 scratch")
+    assert refused == "ds /scratch/ds /scratch/ is writable by someone other than root (owner 0, mode 1777)\n"
+
+
+def test_a_system_directory_of_the_jail_is_refused(tree: Path) -> None:
+    _, refused = refused_submounts(tree, "ds:/etc/ds")
+    assert refused == "ds /etc/ds /etc/ds is a system directory of the jail\n"
+
+
+def test_nested_sub_mounts_mount_parent_first_whatever_their_order(tree: Path) -> None:
+    done, refused = refused_submounts(tree, "ds:/scratch/ds scratch:/scratch")
+    points = [p for p, _ in mount_points(done.stdout.split(MARK)[1])]
+    jail = tree / "jail"
+    assert refused == ""
+    assert points.index(f"{jail}/scratch") < points.index(f"{jail}/scratch/ds"), points
+    assert (
+        "the dataset"
+        in in_namespace(
+            f"{SCRIPTS}/complement-jail && cat {jail}/scratch/ds/on-ds",
+            env_for(tree, JAIL_SUBMOUNTS="ds:/scratch/ds scratch:/scratch"),
+        ).stdout
+    )
