@@ -43,7 +43,16 @@ JAIL_PATH = "/mnt/jail"
 # Where slurmctld and slurmdbd find the key they verify users' JWTs with (images/scripts install_jwt_key copies it
 # there from the <c>-jwt-key Secret). No other daemon loads it: slurmd and the clients never verify a JWT.
 JWT_KEY_PATH = f"{SLURM_CONF_DIR}/jwt_hs256.key"
-JWT_AUTH_SETTINGS = (("AuthAltTypes", "auth/jwt"), ("AuthAltParameters", f"jwt_key={JWT_KEY_PATH}"))
+# The longest token `scontrol token lifespan=N` hands a user (AuthAltParameters max_token_lifespan, Slurm 23.02 on;
+# a longer lifespan is refused, not shortened): a day, so that a token copied out of a session (shell history, a job
+# script, a leaked environment) stops working by the next day instead of the year a user may ask for. SlurmUser is
+# exempt (Slurm's rule); the operator mints its own tokens with the key (slurm/token.py), for 30 minutes. slurmdbd.conf
+# carries the same line (JWT_AUTH_SETTINGS): only slurmctld makes tokens, the option means nothing to slurmdbd.
+MAX_TOKEN_LIFESPAN_SECONDS = 24 * 60 * 60
+JWT_AUTH_SETTINGS = (
+    ("AuthAltTypes", "auth/jwt"),
+    ("AuthAltParameters", f"jwt_key={JWT_KEY_PATH},max_token_lifespan={MAX_TOKEN_LIFESPAN_SECONDS}"),
+)
 CHROOT_PLUGIN = "/usr/lib/slurmctl/chroot.so"
 JOB_CONTAINER = "job_container/jail"
 # Per-user directories of container steps, on the node's /run, which the jail shares (complement-jail binds it). The
