@@ -178,6 +178,9 @@ class Policy:
       pods on control-plane nodes.
     - `allow_root_logins` (--allow-root-logins): spec.login.sshRootPublicKeys.
     - `allow_root_jobs` (--allow-root-jobs): jobs of root; without it slurm.conf says DisableRootJobs=YES.
+    - `allow_privileged_jobs` (--allow-privileged-jobs): job tasks that may gain privileges (setuid programs, and a
+      root job keeps root's capabilities); without it the chroot plugin runs each task with no-new-privileges and an
+      empty capability bounding set (plugstack.conf's `privileged_jobs=yes`).
     - `allow_node_cordon` (--allow-node-cordon, with the RBAC of the admin's node-cordon opt-in): worker groups with
       replaceUnhealthy, whose unhealthy workers' Kubernetes nodes the operator cordons.
     """
@@ -189,6 +192,7 @@ class Policy:
     allow_control_plane_nodes: bool = False
     allow_root_logins: bool = False
     allow_root_jobs: bool = False
+    allow_privileged_jobs: bool = False
     allow_node_cordon: bool = False
 
     def __post_init__(self) -> None:
@@ -218,6 +222,7 @@ OPEN_POLICY: Final = Policy(
     allow_control_plane_nodes=True,
     allow_root_logins=True,
     allow_root_jobs=True,
+    allow_privileged_jobs=True,
     allow_node_cordon=True,
 )
 

@@ -378,7 +378,12 @@ def render_command(
             continue
         rendered.extend(
             reconcilers.desired_objects(
-                Inputs.offline(cluster, root_jobs=policy.allow_root_jobs, cluster_domain=cluster_domain)
+                Inputs.offline(
+                    cluster,
+                    root_jobs=policy.allow_root_jobs,
+                    privileged_jobs=policy.allow_privileged_jobs,
+                    cluster_domain=cluster_domain,
+                )
             )
         )
     sys.stdout.write(yaml.safe_dump_all(rendered, sort_keys=False))

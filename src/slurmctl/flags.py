@@ -77,6 +77,11 @@ def policy_arguments(parser: argparse.ArgumentParser, *, from_env: bool) -> None
         "allow-root-jobs",
         "jobs of root: without it slurm.conf says DisableRootJobs=YES (a root job runs in a privileged worker pod)",
     )
+    switch(
+        "allow-privileged-jobs",
+        "job steps that keep setuid programs and root's capabilities: without it each task runs with "
+        "no-new-privileges and an empty capability bounding set",
+    )
     parser.add_argument(
         "--allowed-images",
         type=_image_prefixes,
@@ -129,5 +134,6 @@ def policy_of(args: argparse.Namespace) -> Policy:
         allow_control_plane_nodes=args.allow_control_plane_nodes,
         allow_root_logins=args.allow_root_logins,
         allow_root_jobs=args.allow_root_jobs,
+        allow_privileged_jobs=args.allow_privileged_jobs,
         allow_node_cordon=args.allow_node_cordon,
     )

@@ -192,6 +192,7 @@ def test_the_policy_values_reach_the_operators_flags_and_default_to_none(helm: C
     (container,) = helm.render(
         "--set", "policy.allowHostPath=true", "--set", "policy.allowControlPlaneNodes=true",
         "--set", "policy.allowRootLogins=true", "--set", "policy.allowRootJobs=true",
+        "--set", "policy.allowPrivilegedJobs=true",
         "--set", "policy.allowedImages={reg.example/a/,reg.example/b/}",
         "--set", "policy.allowedSlurmKeys={Prolog,PyxisPath}", "--set", "policy.allowedVolumeSources={nfs}",
     )[key]["spec"]["template"]["spec"]["containers"]  # fmt: skip
@@ -200,6 +201,7 @@ def test_the_policy_values_reach_the_operators_flags_and_default_to_none(helm: C
         "--allow-control-plane-nodes",
         "--allow-root-logins",
         "--allow-root-jobs",
+        "--allow-privileged-jobs",
         "--allowed-images=reg.example/a/,reg.example/b/",
         "--allowed-slurm-keys=Prolog,PyxisPath",
         "--allowed-volume-sources=nfs",

@@ -249,8 +249,8 @@ def test_slurm_max_answer_size_is_256_mib_unless_asked_for(
 
 
 POLICY_ENV = (
-    "ALLOW_HOST_PATH", "ALLOW_CONTROL_PLANE_NODES", "ALLOW_ROOT_LOGINS", "ALLOW_ROOT_JOBS", "ALLOWED_IMAGES",
-    "ALLOWED_SLURM_KEYS", "ALLOWED_SLURM_PROGRAMS", "ALLOWED_VOLUME_SOURCES",
+    "ALLOW_HOST_PATH", "ALLOW_CONTROL_PLANE_NODES", "ALLOW_ROOT_LOGINS", "ALLOW_ROOT_JOBS", "ALLOW_PRIVILEGED_JOBS",
+    "ALLOW_NODE_CORDON", "ALLOWED_IMAGES", "ALLOWED_SLURM_KEYS", "ALLOWED_SLURM_PROGRAMS", "ALLOWED_VOLUME_SOURCES",
 )  # fmt: skip
 
 
@@ -261,7 +261,7 @@ def test_the_policy_flags_default_to_the_closed_policy_and_each_opens_one_door(m
     args = _parser().parse_args(
         ["run", "--allowed-images", "reg.example/a/, reg.example/b/", "--allowed-slurm-keys=Prolog,TaskPlugin",
          "--allowed-slurm-programs=Epilog", "--allowed-volume-sources=nfs", "--allow-host-path",
-         "--allow-control-plane-nodes", "--allow-root-logins", "--allow-root-jobs=true"]
+         "--allow-control-plane-nodes", "--allow-root-logins", "--allow-root-jobs=true", "--allow-privileged-jobs"]
     )  # fmt: skip
     assert policy_of(args) == Policy(
         allow_host_path=True,
@@ -271,11 +271,14 @@ def test_the_policy_flags_default_to_the_closed_policy_and_each_opens_one_door(m
         allow_control_plane_nodes=True,
         allow_root_logins=True,
         allow_root_jobs=True,
+        allow_privileged_jobs=True,
     )
     monkeypatch.setenv("SLURMCTL_ALLOWED_VOLUME_SOURCES", "secret")
     monkeypatch.setenv("SLURMCTL_ALLOW_ROOT_JOBS", "true")
+    monkeypatch.setenv("SLURMCTL_ALLOW_PRIVILEGED_JOBS", "yes")
     env = policy_of(_parser().parse_args(["run"]))
-    assert env.allowed_volume_sources == {"secret"} and env.allow_root_jobs
+    assert env.allowed_volume_sources == {"secret"} and env.allow_root_jobs and env.allow_privileged_jobs
+    assert not policy_of(_parser().parse_args(["run", "--allow-privileged-jobs=false"])).allow_privileged_jobs
     assert policy_of(_parser().parse_args(["render", "-f", "-"])) == Policy(), "render reads flags only"
 
 
@@ -320,10 +323,13 @@ def test_render_refuses_what_the_operator_refuses_and_takes_the_same_opt_ins(
     rendered = list(yaml.safe_load_all(capsys.readouterr().out))
     (configs,) = [o for o in rendered if o["metadata"]["name"] == "p-slurm-configs"]
     assert "DisableRootJobs=YES" in configs["data"]["slurm.conf"].splitlines()
-    assert main(["render", "-f", str(path), *opt_ins, "--allow-root-jobs"]) == 0
+    chroot = "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
+    assert configs["data"]["plugstack.conf"].splitlines()[1] == chroot
+    assert main(["render", "-f", str(path), *opt_ins, "--allow-root-jobs", "--allow-privileged-jobs"]) == 0
     rendered = list(yaml.safe_load_all(capsys.readouterr().out))
     (configs,) = [o for o in rendered if o["metadata"]["name"] == "p-slurm-configs"]
     assert "DisableRootJobs" not in configs["data"]["slurm.conf"]
+    assert configs["data"]["plugstack.conf"].splitlines()[1] == f"{chroot} privileged_jobs=yes"
 
 
 def test_cluster_domain_is_cluster_local_unless_asked_for_and_reaches_the_rendered_pods(

@@ -56,10 +56,14 @@ class Inputs:
     network: NetworkSettings = DEFAULT_NETWORK  # the operator's --operator-namespace and --login-ssh-from
 
     @classmethod
-    def offline(cls, cluster: SlurmCluster, *, root_jobs: bool = True, **known: Any) -> Inputs:
-        """Inputs without a cluster to read: empty ids, no password, every group at its size. `root_jobs`: the
-        operator's policy on jobs of root (render_slurm_conf)."""
-        return cls(cluster=cluster, configs=render_slurm_configs(cluster, root_jobs=root_jobs), **known)
+    def offline(
+        cls, cluster: SlurmCluster, *, root_jobs: bool = True, privileged_jobs: bool = True, **known: Any
+    ) -> Inputs:
+        """Inputs without a cluster to read: empty ids, no password, every group at its size. `root_jobs`,
+        `privileged_jobs`: the operator's policy on jobs of root and on tasks that may gain privileges
+        (render_slurm_configs)."""
+        configs = render_slurm_configs(cluster, root_jobs=root_jobs, privileged_jobs=privileged_jobs)
+        return cls(cluster=cluster, configs=configs, **known)
 
     def group_replicas(self, group: str, size: int) -> int:
         return self.replicas.get(group, size)

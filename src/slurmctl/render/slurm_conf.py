@@ -43,7 +43,16 @@ JAIL_PATH = "/mnt/jail"
 # Where slurmctld and slurmdbd find the key they verify users' JWTs with (images/scripts install_jwt_key copies it
 # there from the <c>-jwt-key Secret). No other daemon loads it: slurmd and the clients never verify a JWT.
 JWT_KEY_PATH = f"{SLURM_CONF_DIR}/jwt_hs256.key"
-JWT_AUTH_SETTINGS = (("AuthAltTypes", "auth/jwt"), ("AuthAltParameters", f"jwt_key={JWT_KEY_PATH}"))
+# The longest token `scontrol token lifespan=N` hands a user (AuthAltParameters max_token_lifespan, Slurm 23.02 on;
+# a longer lifespan is refused, not shortened): a day, so that a token copied out of a session (shell history, a job
+# script, a leaked environment) stops working by the next day instead of the year a user may ask for. SlurmUser is
+# exempt (Slurm's rule); the operator mints its own tokens with the key (slurm/token.py), for 30 minutes. slurmdbd.conf
+# carries the same line (JWT_AUTH_SETTINGS): only slurmctld makes tokens, the option means nothing to slurmdbd.
+MAX_TOKEN_LIFESPAN_SECONDS = 24 * 60 * 60
+JWT_AUTH_SETTINGS = (
+    ("AuthAltTypes", "auth/jwt"),
+    ("AuthAltParameters", f"jwt_key={JWT_KEY_PATH},max_token_lifespan={MAX_TOKEN_LIFESPAN_SECONDS}"),
+)
 CHROOT_PLUGIN = "/usr/lib/slurmctl/chroot.so"
 JOB_CONTAINER = "job_container/jail"
 # Per-user directories of container steps, on the node's /run, which the jail shares (complement-jail binds it). The
@@ -290,11 +299,22 @@ def render_gres_conf(cluster: SlurmCluster) -> str:
     return "".join(out)
 
 
-def render_plugstack_conf(cluster: SlurmCluster) -> str:
+def render_plugstack_conf(cluster: SlurmCluster, *, privileged_jobs: bool = True) -> str:
     """Every job step enters the jail through slurmctl's chroot plugin; `required` makes a broken plugin fail jobs.
-    pyxis, when asked for, comes after it, so that its containers start from inside the jail."""
-    out = [_header(cluster), f"required {CHROOT_PLUGIN} jail={JAIL_PATH}\n"]
-    pyxis = cluster.spec.containers.pyxis
+    pyxis, when asked for, comes after it, so that its containers start from inside the jail.
+
+    By default the plugin runs each task with no-new-privileges, an empty capability bounding set and a seccomp
+    filter that refuses new user namespaces. `privileged_jobs` (the operator's --allow-privileged-jobs) lifts the
+    first two: `privileged_jobs=yes`. Container steps (containers.enabled: crun rootless; containers.pyxis: enroot)
+    make a user namespace of their own, so either lifts the filter: `user_namespaces=yes`."""
+    containers = cluster.spec.containers
+    pyxis = containers.pyxis
+    words = ["required", CHROOT_PLUGIN, f"jail={JAIL_PATH}"]
+    if privileged_jobs:
+        words.append("privileged_jobs=yes")
+    if containers.enabled or pyxis.enabled:
+        words.append("user_namespaces=yes")
+    out = [_header(cluster), " ".join(words) + "\n"]
     if pyxis.enabled:
         words = ["required" if pyxis.required else "optional", pyxis.path]
         words += [f"{key}={value}" for key, value in sorted(pyxis.arguments.items())]
@@ -368,15 +388,18 @@ def restart_settings(configs: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def render_slurm_configs(cluster: SlurmCluster, *, root_jobs: bool = True) -> dict[str, str]:
-    """oci.conf only with container jobs on: without it slurmstepd refuses `--container` steps. `root_jobs`: the
-    operator's policy on jobs of root (render_slurm_conf)."""
+def render_slurm_configs(
+    cluster: SlurmCluster, *, root_jobs: bool = True, privileged_jobs: bool = True
+) -> dict[str, str]:
+    """oci.conf only with container jobs on: without it slurmstepd refuses `--container` steps. `root_jobs` and
+    `privileged_jobs`: the operator's policy on jobs of root (render_slurm_conf) and on tasks that may gain privileges
+    (render_plugstack_conf); both default to allowed, as without a policy, like the renderers alone."""
     configs = {
         SLURM_CONF: render_slurm_conf(cluster, root_jobs=root_jobs),
         NODES_CONF: render_nodes_conf(cluster),
         CGROUP_CONF: render_cgroup_conf(cluster),
         GRES_CONF: render_gres_conf(cluster),
-        PLUGSTACK_CONF: render_plugstack_conf(cluster),
+        PLUGSTACK_CONF: render_plugstack_conf(cluster, privileged_jobs=privileged_jobs),
     }
     if cluster.spec.containers.enabled:
         configs[OCI_CONF] = render_oci_conf(cluster)

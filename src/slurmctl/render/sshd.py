@@ -56,6 +56,9 @@ def render_sshd_config(cluster: SlurmCluster, *, host_keys: Iterable[str] = DEFA
         f"ChrootDirectory {JAIL_PATH}",
         "X11Forwarding no",
         "PermitTunnel no",
+        # No TCP, agent, X11 or Unix-socket forwarding at all (OpenSSH 8.4 on; it overrides every *Forwarding key): a
+        # login session must not become a tunnel from outside to what the pod reaches, the API server or slurmrestd.
+        "DisableForwarding yes",
         "PrintMotd no",
         "AcceptEnv LANG LC_*",
         "ClientAliveInterval 60",

@@ -209,6 +209,21 @@ def test_root_jobs_are_disabled_in_slurm_conf_unless_the_operator_allows_them(
     assert "DisableRootJobs" not in render_slurm_conf(parsed), "the renderer alone keeps today's output"
 
 
+@pytest.mark.parametrize(
+    ("policy", "arguments"),
+    [
+        (DEFAULT, ""),
+        (Policy(allow_privileged_jobs=True), " privileged_jobs=yes"),
+        (OPEN_POLICY, " privileged_jobs=yes"),
+    ],
+)
+def test_job_tasks_are_confined_unless_the_operator_allows_privileged_jobs(policy: Policy, arguments: str) -> None:
+    parsed, found = check_cluster(cluster(), policy=policy)
+    assert parsed is not None and found == []
+    plugstack = Inputs.offline(parsed, privileged_jobs=policy.allow_privileged_jobs).configs["plugstack.conf"]
+    assert plugstack.splitlines()[1] == f"required /usr/lib/slurmctl/chroot.so jail=/mnt/jail{arguments}"
+
+
 def test_no_tuning_key_names_a_program_plugin_or_path() -> None:
     """The allowlists hold no key that runs or loads code, or names a file (see TUNING_SLURM_KEYS)."""
     risky = ("prolog", "epilog", "program", "prog", "plugin", "file", "dir", "location", "include", "certmgr",

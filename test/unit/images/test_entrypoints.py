@@ -35,7 +35,8 @@ def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
     data.mkdir()
     (data / "slurm.conf").write_text(
         f"SlurmUser=slurm\nStateSaveLocation={shared_tmp}/state  # comment\n"
-        f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={shared_tmp}/etc/slurm/jwt_hs256.key\n"
+        # As rendered: jwt_key= first among AuthAltParameters' comma-separated options.
+        f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={shared_tmp}/etc/slurm/jwt_hs256.key,max_token_lifespan=86400\n"
     )
     (data / "cgroup.conf").write_text("CgroupPlugin=cgroup/v2\n")
     (configs / "slurm.conf").symlink_to("..data/slurm.conf")

@@ -8,10 +8,12 @@ from typing import Any
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import accounting
 from slurmctl.render.rest import SLURMRESTD_UID
-from slurmctl.render.slurm_conf import render_slurm_conf
+from slurmctl.render.slurm_conf import MAX_TOKEN_LIFESPAN_SECONDS, render_slurm_conf
+from slurmctl.slurm.token import DEFAULT_LIFETIME
 from test.unit.render.samples import DBD_PASSWORD, manifests, sample, sample_doc
 
-JWT_LINES = ["AuthAltTypes=auth/jwt", "AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key"]
+# AuthAltParameters' options are comma-separated; install_jwt_key (images/scripts/lib.sh) finds jwt_key= among them.
+JWT_LINES = ["AuthAltTypes=auth/jwt", "AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key,max_token_lifespan=86400"]
 
 
 def _obj(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -78,6 +80,16 @@ def test_slurmctld_and_slurmdbd_verify_jwts_with_the_key_and_only_they_mount_it(
         if v.get("secret", {}).get("secretName") == "research-jwt-key"
     )
     assert holders == ["Deployment/research-accounting", "StatefulSet/research-controller"]
+
+
+def test_a_user_gets_a_token_for_a_day_at_most() -> None:
+    """`scontrol token lifespan=31536000` by a user is refused (Slurm exempts SlurmUser); the operator's own tokens
+    (slurm/token.py, minted with the key) are far shorter."""
+    conf = render_slurm_conf(sample("minimal")).splitlines()
+    (line,) = [line for line in conf if line.startswith("AuthAltParameters=")]
+    options = dict(option.partition("=")[::2] for option in line.split("=", 1)[1].split(","))
+    assert options["max_token_lifespan"] == str(MAX_TOKEN_LIFESPAN_SECONDS) == "86400"
+    assert DEFAULT_LIFETIME.total_seconds() < MAX_TOKEN_LIFESPAN_SECONDS
 
 
 def test_a_new_jwt_key_rolls_slurmctld_and_slurmdbd_but_not_slurmrestd() -> None:

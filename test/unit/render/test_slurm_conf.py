@@ -11,7 +11,9 @@ from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec
 from slurmctl.render.slurm_conf import dynamic_node_conf, render_slurm_configs
 from test.unit.render.samples import manifests, sample
 
-CHROOT_LINE = "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
+# The renderers alone (no policy) allow privileged jobs, as they allow root's jobs: the operator passes its policy.
+CHROOT_LINE = "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail privileged_jobs=yes"
+CONFINED_LINE = "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
 
 
 def _lines(text: str) -> list[str]:
@@ -96,20 +98,45 @@ def test_container_jobs_are_off_by_default_and_oci_conf_appears_only_when_enable
     for key in ("RunTimeQuery", "RunTimeKill", "RunTimeDelete"):
         assert oci[key].startswith(f'"{as_user} crun --rootless=true --root=/run/slurm-oci/%U/crun '), oci[key]
     assert "RunTimeCreate" not in oci and "RunTimeStart" not in oci  # RunTimeRun excludes them
-    # The jail's plugin still comes first and alone: OCI containers need no SPANK plugin.
-    assert _lines(configs["plugstack.conf"])[1:] == [CHROOT_LINE]
+    # The jail's plugin still comes first and alone: OCI containers need no SPANK plugin. crun rootless makes a user
+    # namespace of its own, so the plugin lets tasks make one.
+    assert _lines(configs["plugstack.conf"])[1:] == [f"{CHROOT_LINE} user_namespaces=yes"]
 
 
 def test_pyxis_line_follows_the_jail_plugin_with_its_arguments() -> None:
     configs = render_slurm_configs(_with_containers("minimal", {"pyxis": {"enabled": True}}))
     assert _lines(configs["plugstack.conf"])[1:] == [
-        CHROOT_LINE,
+        f"{CHROOT_LINE} user_namespaces=yes",  # enroot makes user namespaces
         "required spank_pyxis.so container_scope=global execute_entrypoint=0 sbatch_support=1",
     ]
     assert "oci.conf" not in configs  # pyxis brings its own runtime (enroot)
     custom = {"enabled": True, "required": False, "path": "/opt/pyxis/spank_pyxis.so", "arguments": {"remap_root": "1"}}
     configs = render_slurm_configs(_with_containers("minimal", {"pyxis": custom}))
     assert _lines(configs["plugstack.conf"])[2] == "optional /opt/pyxis/spank_pyxis.so remap_root=1"
+
+
+@pytest.mark.parametrize(
+    ("containers", "privileged_jobs", "arguments"),
+    [
+        ({}, False, []),
+        ({}, True, ["privileged_jobs=yes"]),
+        ({"enabled": True}, False, ["user_namespaces=yes"]),
+        ({"pyxis": {"enabled": True}}, False, ["user_namespaces=yes"]),
+        ({"enabled": True, "pyxis": {"enabled": True}}, True, ["privileged_jobs=yes", "user_namespaces=yes"]),
+    ],
+    ids=["default", "privileged-jobs", "containers", "pyxis", "both"],
+)
+def test_the_chroot_plugin_confines_tasks_unless_the_policy_or_container_steps_need_otherwise(
+    containers: dict[str, object], privileged_jobs: bool, arguments: list[str]
+) -> None:
+    """chroot.so runs every task with no-new-privileges, an empty capability bounding set and a seccomp filter
+    refusing new user namespaces: `privileged_jobs=yes` (--allow-privileged-jobs) lifts the first two, and
+    `user_namespaces=yes` the filter, for container steps (crun rootless, enroot) only."""
+    cluster = _with_containers("minimal", containers)
+    configs = render_slurm_configs(cluster, privileged_jobs=privileged_jobs)
+    assert _lines(configs["plugstack.conf"])[1] == " ".join([CONFINED_LINE, *arguments])
+    other = render_slurm_configs(cluster, privileged_jobs=not privileged_jobs)
+    assert {k for k in configs if configs[k] != other[k]} == {"plugstack.conf"}, "only plugstack.conf says it"
 
 
 def test_pyxis_arguments_cannot_smuggle_lines_or_words() -> None:
