@@ -178,9 +178,9 @@ class Policy:
       pods on control-plane nodes.
     - `allow_root_logins` (--allow-root-logins): spec.login.sshRootPublicKeys.
     - `allow_root_jobs` (--allow-root-jobs): jobs of root; without it slurm.conf says DisableRootJobs=YES.
-    - `allow_privileged_jobs` (--allow-privileged-jobs): job tasks that may gain privileges (setuid programs, and a
-      root job keeps root's capabilities); without it the chroot plugin runs each task with no-new-privileges and an
-      empty capability bounding set (plugstack.conf's `privileged_jobs=yes`).
+    - `allow_privileged_jobs` (--allow-privileged-jobs): a root job's programs keep root's capabilities; without it
+      the chroot plugin runs each task with no-new-privileges and an empty capability bounding set (the worker pods
+      say SLURMCTL_PRIVILEGED_JOBS=yes).
     - `allow_node_cordon` (--allow-node-cordon, with the RBAC of the admin's node-cordon opt-in): worker groups with
       replaceUnhealthy, whose unhealthy workers' Kubernetes nodes the operator cordons.
     """

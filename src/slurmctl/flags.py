@@ -79,8 +79,8 @@ def policy_arguments(parser: argparse.ArgumentParser, *, from_env: bool) -> None
     )
     switch(
         "allow-privileged-jobs",
-        "job steps that keep setuid programs and root's capabilities: without it each task runs with "
-        "no-new-privileges and an empty capability bounding set",
+        "root jobs whose programs keep root's capabilities (in a privileged worker pod): without it each task runs "
+        "with no-new-privileges and an empty capability bounding set",
     )
     parser.add_argument(
         "--allowed-images",

@@ -329,7 +329,10 @@ def test_render_refuses_what_the_operator_refuses_and_takes_the_same_opt_ins(
     rendered = list(yaml.safe_load_all(capsys.readouterr().out))
     (configs,) = [o for o in rendered if o["metadata"]["name"] == "p-slurm-configs"]
     assert "DisableRootJobs" not in configs["data"]["slurm.conf"]
-    assert configs["data"]["plugstack.conf"].splitlines()[1] == f"{chroot} privileged_jobs=yes"
+    assert configs["data"]["plugstack.conf"].splitlines()[1] == chroot
+    (workers,) = [o for o in rendered if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "p-worker-cpu"]
+    (slurmd,) = [c for c in workers["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"]
+    assert {"name": "SLURMCTL_PRIVILEGED_JOBS", "value": "yes"} in slurmd["env"]
 
 
 def test_cluster_domain_is_cluster_local_unless_asked_for_and_reaches_the_rendered_pods(

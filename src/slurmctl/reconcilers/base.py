@@ -152,6 +152,7 @@ class ComponentReconciler:
             configs=loaded.configs,
             cluster_domain=self.ctx.cluster_domain,
             network=self.ctx.network,
+            privileged_jobs=self.ctx.loader.policy.allow_privileged_jobs,
             **known,
         )
 

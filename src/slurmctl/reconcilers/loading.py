@@ -85,12 +85,9 @@ class Loader:
         if cluster is None or problems:
             result = Invalid(obj, tuple(str(p) for p in problems) or ("the spec could not be read",))
         else:
-            configs = render_slurm_configs(
-                cluster,
-                root_jobs=self.policy.allow_root_jobs,
-                privileged_jobs=self.policy.allow_privileged_jobs,
+            result = Loaded(
+                obj, cluster, MappingProxyType(render_slurm_configs(cluster, root_jobs=self.policy.allow_root_jobs))
             )
-            result = Loaded(obj, cluster, MappingProxyType(configs))
         if key[1]:
             self._memo[key] = result
             while len(self._memo) > self._maxsize:

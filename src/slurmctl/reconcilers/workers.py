@@ -202,6 +202,7 @@ class WorkersReconciler(ComponentReconciler):
                 configs=loaded.configs,
                 munge_key_id=munge_key_id,
                 cluster_domain=self.ctx.cluster_domain,
+                privileged_jobs=self.ctx.loader.policy.allow_privileged_jobs,
             )
             if await self.create(loaded, pod):
                 name = pod["metadata"]["name"]

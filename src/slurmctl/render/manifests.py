@@ -54,16 +54,13 @@ class Inputs:
     placement: Placement = field(default_factory=dict)
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the operator's --cluster-domain
     network: NetworkSettings = DEFAULT_NETWORK  # the operator's --operator-namespace and --login-ssh-from
+    privileged_jobs: bool = False  # the operator's --allow-privileged-jobs (render/workers.py confine_env)
 
     @classmethod
-    def offline(
-        cls, cluster: SlurmCluster, *, root_jobs: bool = True, privileged_jobs: bool = True, **known: Any
-    ) -> Inputs:
-        """Inputs without a cluster to read: empty ids, no password, every group at its size. `root_jobs`,
-        `privileged_jobs`: the operator's policy on jobs of root and on tasks that may gain privileges
-        (render_slurm_configs)."""
-        configs = render_slurm_configs(cluster, root_jobs=root_jobs, privileged_jobs=privileged_jobs)
-        return cls(cluster=cluster, configs=configs, **known)
+    def offline(cls, cluster: SlurmCluster, *, root_jobs: bool = True, **known: Any) -> Inputs:
+        """Inputs without a cluster to read: empty ids, no password, every group at its size. `root_jobs`: the
+        operator's policy on jobs of root (render_slurm_conf)."""
+        return cls(cluster=cluster, configs=render_slurm_configs(cluster, root_jobs=root_jobs), **known)
 
     def group_replicas(self, group: str, size: int) -> int:
         return self.replicas.get(group, size)
@@ -110,6 +107,7 @@ def workers_objects(i: Inputs) -> list[Obj]:
                 configs=i.configs,
                 munge_key_id=i.munge_key_id,
                 cluster_domain=i.cluster_domain,
+                privileged_jobs=i.privileged_jobs,
             )
             for g in groups
             if g.autoscale is None  # an elastic group's pods are the reconciler's (render_elastic_worker_pod)

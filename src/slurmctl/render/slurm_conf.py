@@ -299,22 +299,13 @@ def render_gres_conf(cluster: SlurmCluster) -> str:
     return "".join(out)
 
 
-def render_plugstack_conf(cluster: SlurmCluster, *, privileged_jobs: bool = True) -> str:
+def render_plugstack_conf(cluster: SlurmCluster) -> str:
     """Every job step enters the jail through slurmctl's chroot plugin; `required` makes a broken plugin fail jobs.
-    pyxis, when asked for, comes after it, so that its containers start from inside the jail.
-
-    By default the plugin runs each task with no-new-privileges, an empty capability bounding set and a seccomp
-    filter that refuses new user namespaces. `privileged_jobs` (the operator's --allow-privileged-jobs) lifts the
-    first two: `privileged_jobs=yes`. Container steps (containers.enabled: crun rootless; containers.pyxis: enroot)
-    make a user namespace of their own, so either lifts the filter: `user_namespaces=yes`."""
-    containers = cluster.spec.containers
-    pyxis = containers.pyxis
-    words = ["required", CHROOT_PLUGIN, f"jail={JAIL_PATH}"]
-    if privileged_jobs:
-        words.append("privileged_jobs=yes")
-    if containers.enabled or pyxis.enabled:
-        words.append("user_namespaces=yes")
-    out = [_header(cluster), " ".join(words) + "\n"]
+    pyxis, when asked for, comes after it, so that its containers start from inside the jail. What the plugin leaves
+    out of a task's confinement is the worker pod's to say (render/workers.py confine_env), not this line's: an older
+    plugin, still running while its pod waits to be replaced, must never meet an argument it cannot parse."""
+    out = [_header(cluster), f"required {CHROOT_PLUGIN} jail={JAIL_PATH}\n"]
+    pyxis = cluster.spec.containers.pyxis
     if pyxis.enabled:
         words = ["required" if pyxis.required else "optional", pyxis.path]
         words += [f"{key}={value}" for key, value in sorted(pyxis.arguments.items())]
@@ -388,18 +379,15 @@ def restart_settings(configs: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def render_slurm_configs(
-    cluster: SlurmCluster, *, root_jobs: bool = True, privileged_jobs: bool = True
-) -> dict[str, str]:
-    """oci.conf only with container jobs on: without it slurmstepd refuses `--container` steps. `root_jobs` and
-    `privileged_jobs`: the operator's policy on jobs of root (render_slurm_conf) and on tasks that may gain privileges
-    (render_plugstack_conf); both default to allowed, as without a policy, like the renderers alone."""
+def render_slurm_configs(cluster: SlurmCluster, *, root_jobs: bool = True) -> dict[str, str]:
+    """oci.conf only with container jobs on: without it slurmstepd refuses `--container` steps. `root_jobs`: the
+    operator's policy on jobs of root (render_slurm_conf)."""
     configs = {
         SLURM_CONF: render_slurm_conf(cluster, root_jobs=root_jobs),
         NODES_CONF: render_nodes_conf(cluster),
         CGROUP_CONF: render_cgroup_conf(cluster),
         GRES_CONF: render_gres_conf(cluster),
-        PLUGSTACK_CONF: render_plugstack_conf(cluster, privileged_jobs=privileged_jobs),
+        PLUGSTACK_CONF: render_plugstack_conf(cluster),
     }
     if cluster.spec.containers.enabled:
         configs[OCI_CONF] = render_oci_conf(cluster)

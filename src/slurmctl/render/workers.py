@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slurmctl.api.v1 import SlurmCluster, WorkerGroup
+from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec, WorkerGroup
 from slurmctl.render import meta, pods
 from slurmctl.render.slurm_conf import OCI_CONF, dynamic_node_conf, restart_settings
 from slurmctl.render.sshd import sshd_mounts, sshd_volumes
@@ -54,8 +54,10 @@ def render_worker_statefulset(
     configs: Mapping[str, str],
     munge_key_id: str,
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
+    privileged_jobs: bool = False,
 ) -> dict[str, Any]:
-    """`replicas` is passed separately from `group.size`: scale-in goes through the reconciler's gate first."""
+    """`replicas` is passed separately from `group.size`: scale-in goes through the reconciler's gate first.
+    `privileged_jobs`: the operator's --allow-privileged-jobs (confine_env)."""
     c = meta.cluster_name(cluster)
     selector = meta.selector(c, COMPONENT, **{meta.LABEL_WORKER_GROUP: group.name})
     return {
@@ -74,7 +76,12 @@ def render_worker_statefulset(
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector},
             "template": _pod_template(
-                cluster, group, configs=configs, munge_key_id=munge_key_id, cluster_domain=cluster_domain
+                cluster,
+                group,
+                configs=configs,
+                munge_key_id=munge_key_id,
+                cluster_domain=cluster_domain,
+                privileged_jobs=privileged_jobs,
             ),
         },
     }
@@ -88,6 +95,7 @@ def render_elastic_worker_pod(
     configs: Mapping[str, str],
     munge_key_id: str,
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
+    privileged_jobs: bool = False,
 ) -> dict[str, Any]:
     """One node of an elastic group (`autoscale`): a pod of its own, created by the operator when Slurm powers the
     node up and deleted when Slurm powers it down (reconcilers/workers.py). No StatefulSet: Slurm picks which
@@ -95,15 +103,42 @@ def render_elastic_worker_pod(
     StatefulSet template's, with the DNS name a StatefulSet would give it (`<pod>.<c>-workers`)."""
     c = meta.cluster_name(cluster)
     name = f"{meta.worker_group(c, group.name)}-{index}"
-    template = _pod_template(cluster, group, configs=configs, munge_key_id=munge_key_id, cluster_domain=cluster_domain)
+    template = _pod_template(
+        cluster,
+        group,
+        configs=configs,
+        munge_key_id=munge_key_id,
+        cluster_domain=cluster_domain,
+        privileged_jobs=privileged_jobs,
+    )
     metadata = meta.object_meta(cluster, name, COMPONENT, extra_labels=template["metadata"]["labels"])
     metadata["annotations"] = template["metadata"]["annotations"]
     spec = {**template["spec"], "hostname": name, "subdomain": meta.workers_service(c)}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+def confine_env(spec: SlurmClusterSpec, *, privileged_jobs: bool) -> list[dict[str, str]]:
+    """What the chroot plugin leaves out of a job task's confinement (native/spank_chroot/confine.h), named in
+    slurmd's environment, which slurmstepd reads before any task: the pod carries it, so a new setting arrives with
+    the new plugin (an older one ignores it) and never reaches a job's own environment. Each variable only when on,
+    so the pods of clusters without them stay as they were."""
+    env = []
+    if privileged_jobs:
+        env.append({"name": "SLURMCTL_PRIVILEGED_JOBS", "value": "yes"})
+    # crun rootless (containers.enabled) and enroot (pyxis) make a user namespace of their own.
+    if spec.containers.enabled or spec.containers.pyxis.enabled:
+        env.append({"name": "SLURMCTL_USER_NAMESPACES", "value": "yes"})
+    return env
+
+
 def _pod_template(
-    cluster: SlurmCluster, group: WorkerGroup, *, configs: Mapping[str, str], munge_key_id: str, cluster_domain: str
+    cluster: SlurmCluster,
+    group: WorkerGroup,
+    *,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    cluster_domain: str,
+    privileged_jobs: bool,
 ) -> dict[str, Any]:
     c = meta.cluster_name(cluster)
     spec = cluster.spec
@@ -141,6 +176,7 @@ def _pod_template(
             *pods.jail_env(spec),
             pods.restart_keys_env(),
             *({"name": env, "value": path} for env, _, path, _ in job_dirs),
+            *confine_env(spec, privileged_jobs=privileged_jobs),
             *([{"name": SSH_FROM_ENV, "value": ssh_from}] if ssh else []),
         ],
         "ports": [

@@ -16,7 +16,7 @@ from slurmctl.api.v1.policy import (
     TUNING_PARTITION_OPTIONS,
     TUNING_SLURM_KEYS,
 )
-from slurmctl.render.manifests import Inputs
+from slurmctl.render.manifests import Inputs, workers_objects
 from slurmctl.render.slurm_conf import render_slurm_conf
 from test.unit.api.helpers import sample_clusters
 
@@ -210,18 +210,22 @@ def test_root_jobs_are_disabled_in_slurm_conf_unless_the_operator_allows_them(
 
 
 @pytest.mark.parametrize(
-    ("policy", "arguments"),
+    ("policy", "env"),
     [
-        (DEFAULT, ""),
-        (Policy(allow_privileged_jobs=True), " privileged_jobs=yes"),
-        (OPEN_POLICY, " privileged_jobs=yes"),
+        (DEFAULT, []),
+        (Policy(allow_privileged_jobs=True), ["SLURMCTL_PRIVILEGED_JOBS"]),
+        (OPEN_POLICY, ["SLURMCTL_PRIVILEGED_JOBS"]),
     ],
 )
-def test_job_tasks_are_confined_unless_the_operator_allows_privileged_jobs(policy: Policy, arguments: str) -> None:
+def test_job_tasks_are_confined_unless_the_operator_allows_privileged_jobs(policy: Policy, env: list[str]) -> None:
     parsed, found = check_cluster(cluster(), policy=policy)
     assert parsed is not None and found == []
-    plugstack = Inputs.offline(parsed, privileged_jobs=policy.allow_privileged_jobs).configs["plugstack.conf"]
-    assert plugstack.splitlines()[1] == f"required /usr/lib/slurmctl/chroot.so jail=/mnt/jail{arguments}"
+    rendered = workers_objects(Inputs.offline(parsed, privileged_jobs=policy.allow_privileged_jobs))
+    workers = [o for o in rendered if o["kind"] == "StatefulSet"]
+    assert workers
+    for workers_set in workers:
+        names = [e["name"] for c in workers_set["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])]
+        assert [n for n in names if n == "SLURMCTL_PRIVILEGED_JOBS"] == env
 
 
 def test_no_tuning_key_names_a_program_plugin_or_path() -> None:

@@ -70,6 +70,7 @@ async def _applied_by_reconcilers(variant: str) -> tuple[list[dict[str, Any]], I
             host_keys_id=uid["ssh-host-keys"],
             dbd_password=env.secret_text(f"{name}-{db}", "password"),
             dbd_password_id=password_secret["metadata"]["resourceVersion"],
+            privileged_jobs=OPEN_POLICY.allow_privileged_jobs,
         )
         return [_without_server_fields(o) for o in sent.values()], inputs
 

@@ -161,8 +161,8 @@ async def test_a_spec_the_operators_policy_refuses_is_a_condition_an_event_and_a
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A root login and a control-plane toleration under the default policy (only what the test bench's `spec`
-    needs opted in, minus root logins): nothing is created, once; with the opt-ins the same spec runs, slurm.conf
-    refuses root's jobs unless --allow-root-jobs, and plugstack.conf confines tasks unless --allow-privileged-jobs."""
+    needs opted in, minus root logins): nothing is created, once; with the opt-ins the same spec runs, and slurm.conf
+    refuses root's jobs unless --allow-root-jobs."""
     spec_ = spec(controller={"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]})
     fields = ("spec.login.sshRootPublicKeys", "spec.controller.tolerations[0]")
     caplog.set_level(logging.WARNING)
@@ -179,14 +179,8 @@ async def test_a_spec_the_operators_policy_refuses_is_a_condition_an_event_and_a
         lines = [r.getMessage() for r in caplog.records if all(f in r.getMessage() for f in fields)]
         assert len(lines) == 1, lines
         assert [w for w in env.fake.writes if w.kind != "Event" and w.subresource != "status"] == []
-    chroot = "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
     for root_jobs, expected in ((False, ["DisableRootJobs=YES"]), (True, [])):
-        opted_in = Policy(
-            allow_root_logins=True,
-            allow_control_plane_nodes=True,
-            allow_root_jobs=root_jobs,
-            allow_privileged_jobs=root_jobs,
-        )
+        opted_in = Policy(allow_root_logins=True, allow_control_plane_nodes=True, allow_root_jobs=root_jobs)
         async with Env(policy=opted_in) as env:
             env.create(spec_)
             await env.converge()
@@ -194,5 +188,3 @@ async def test_a_spec_the_operators_policy_refuses_is_a_condition_an_event_and_a
             (configs,) = [c for c in env.fake.of_kind(*CONFIGMAP) if c["metadata"]["name"] == f"{NAME}-slurm-configs"]
             conf = configs["data"]["slurm.conf"].splitlines()
             assert [line for line in conf if line.startswith("DisableRootJobs")] == expected
-            plugstack = configs["data"]["plugstack.conf"].splitlines()
-            assert plugstack[1] == (f"{chroot} privileged_jobs=yes" if root_jobs else chroot)

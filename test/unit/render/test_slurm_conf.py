@@ -9,11 +9,10 @@ from pydantic import ValidationError
 
 from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec
 from slurmctl.render.slurm_conf import dynamic_node_conf, render_slurm_configs
+from slurmctl.render.workers import render_worker_statefulset
 from test.unit.render.samples import manifests, sample
 
-# The renderers alone (no policy) allow privileged jobs, as they allow root's jobs: the operator passes its policy.
-CHROOT_LINE = "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail privileged_jobs=yes"
-CONFINED_LINE = "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
+CHROOT_LINE = "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
 
 
 def _lines(text: str) -> list[str]:
@@ -98,15 +97,14 @@ def test_container_jobs_are_off_by_default_and_oci_conf_appears_only_when_enable
     for key in ("RunTimeQuery", "RunTimeKill", "RunTimeDelete"):
         assert oci[key].startswith(f'"{as_user} crun --rootless=true --root=/run/slurm-oci/%U/crun '), oci[key]
     assert "RunTimeCreate" not in oci and "RunTimeStart" not in oci  # RunTimeRun excludes them
-    # The jail's plugin still comes first and alone: OCI containers need no SPANK plugin. crun rootless makes a user
-    # namespace of its own, so the plugin lets tasks make one.
-    assert _lines(configs["plugstack.conf"])[1:] == [f"{CHROOT_LINE} user_namespaces=yes"]
+    # The jail's plugin still comes first and alone: OCI containers need no SPANK plugin.
+    assert _lines(configs["plugstack.conf"])[1:] == [CHROOT_LINE]
 
 
 def test_pyxis_line_follows_the_jail_plugin_with_its_arguments() -> None:
     configs = render_slurm_configs(_with_containers("minimal", {"pyxis": {"enabled": True}}))
     assert _lines(configs["plugstack.conf"])[1:] == [
-        f"{CHROOT_LINE} user_namespaces=yes",  # enroot makes user namespaces
+        CHROOT_LINE,
         "required spank_pyxis.so container_scope=global execute_entrypoint=0 sbatch_support=1",
     ]
     assert "oci.conf" not in configs  # pyxis brings its own runtime (enroot)
@@ -116,27 +114,41 @@ def test_pyxis_line_follows_the_jail_plugin_with_its_arguments() -> None:
 
 
 @pytest.mark.parametrize(
-    ("containers", "privileged_jobs", "arguments"),
+    ("containers", "privileged_jobs", "env"),
     [
-        ({}, False, []),
-        ({}, True, ["privileged_jobs=yes"]),
-        ({"enabled": True}, False, ["user_namespaces=yes"]),
-        ({"pyxis": {"enabled": True}}, False, ["user_namespaces=yes"]),
-        ({"enabled": True, "pyxis": {"enabled": True}}, True, ["privileged_jobs=yes", "user_namespaces=yes"]),
+        ({}, False, {}),
+        ({}, True, {"SLURMCTL_PRIVILEGED_JOBS": "yes"}),
+        ({"enabled": True}, False, {"SLURMCTL_USER_NAMESPACES": "yes"}),
+        ({"pyxis": {"enabled": True}}, False, {"SLURMCTL_USER_NAMESPACES": "yes"}),
+        (
+            {"enabled": True, "pyxis": {"enabled": True}},
+            True,
+            {"SLURMCTL_PRIVILEGED_JOBS": "yes", "SLURMCTL_USER_NAMESPACES": "yes"},
+        ),
     ],
     ids=["default", "privileged-jobs", "containers", "pyxis", "both"],
 )
-def test_the_chroot_plugin_confines_tasks_unless_the_policy_or_container_steps_need_otherwise(
-    containers: dict[str, object], privileged_jobs: bool, arguments: list[str]
+def test_the_worker_pod_names_what_the_plugin_leaves_out_of_a_tasks_confinement(
+    containers: dict[str, object], privileged_jobs: bool, env: dict[str, str]
 ) -> None:
     """chroot.so runs every task with no-new-privileges, an empty capability bounding set and a seccomp filter
-    refusing new user namespaces: `privileged_jobs=yes` (--allow-privileged-jobs) lifts the first two, and
-    `user_namespaces=yes` the filter, for container steps (crun rootless, enroot) only."""
+    refusing new user namespaces: SLURMCTL_PRIVILEGED_JOBS (--allow-privileged-jobs) lifts the first two, and
+    SLURMCTL_USER_NAMESPACES the filter, for container steps (crun rootless, enroot) only. The pod says so, never
+    plugstack.conf, whose chroot line stays the same whatever the policy."""
     cluster = _with_containers("minimal", containers)
-    configs = render_slurm_configs(cluster, privileged_jobs=privileged_jobs)
-    assert _lines(configs["plugstack.conf"])[1] == " ".join([CONFINED_LINE, *arguments])
-    other = render_slurm_configs(cluster, privileged_jobs=not privileged_jobs)
-    assert {k for k in configs if configs[k] != other[k]} == {"plugstack.conf"}, "only plugstack.conf says it"
+    (group,) = cluster.spec.workers
+    configs = render_slurm_configs(cluster)
+    set_ = render_worker_statefulset(
+        cluster, group, replicas=1, configs=configs, munge_key_id="k", privileged_jobs=privileged_jobs
+    )
+    (slurmd,) = [c for c in set_["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmd"]
+    confine = {
+        e["name"]: e["value"]
+        for e in slurmd["env"]
+        if e["name"] in ("SLURMCTL_PRIVILEGED_JOBS", "SLURMCTL_USER_NAMESPACES")
+    }
+    assert confine == env
+    assert _lines(configs["plugstack.conf"])[1] == CHROOT_LINE
 
 
 def test_pyxis_arguments_cannot_smuggle_lines_or_words() -> None:
