@@ -6,12 +6,14 @@ runs (its nodes' names resolving to their pods); once idle for idleTime Slurm po
 (twice: a powered-down node comes back) → a job needing more nodes than the group has is refused by Slurm at
 submission and creates no pod → a group `big` whose pod can never be placed (it asks for 64 CPUs): the cluster's
 WorkersReady names the group and the scheduler's reason, after its resumeTimeout Slurm sets the node DOWN, the pod
-goes, and the job is requeued, not lost. The operator runs as
+goes, and the job is requeued, not lost → a sub-mount a symlink in the jail would lead onto /etc is refused: the
+login pod and a new elastic pod start all the same, the node drained naming it. The operator runs as
 `slurmctl run`. Figures (submit → RUNNING from zero, job end → pods gone) are printed (pytest -s).
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 import statistics
 import time
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from test.e2e.pods.slurm import Kube, small_cluster
+from test.e2e.pods.slurm import Kube, pod_ready, small_cluster
 from test.waiting import holds, until
 
 pytestmark = pytest.mark.e2e
@@ -196,3 +198,60 @@ def test_a_pod_that_cannot_be_placed_is_reported_and_its_node_goes_down_without_
         print(f"after resumeTimeout: {BIG} {sinfo(kube)[BIG]}, job {job_id} {state['JobState']} ({state['Reason']})")
     finally:
         kube.exec(LOGIN_POD, LOGIN, "scancel", job_id)
+
+
+# A symlink a user (or root in the jail) planted where a sub-mount goes, leading it onto the jail's /etc.
+SUB_MOUNT_PATH = "/srv/elastic/ds"
+
+
+def login_has_sub_mount(kube: Kube) -> bool:
+    """The login pod runs the template with the sub-mount and is ready (it rolls when the spec gains one)."""
+    pods = [p for p in kube.pods(f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=login")]
+    for pod in pods:
+        env = {e["name"]: e.get("value", "") for c in pod["spec"]["containers"] for e in c.get("env", [])}
+        if "ds:" in env.get("JAIL_SUBMOUNTS", "") and pod_ready(pod) and not pod["metadata"].get("deletionTimestamp"):
+            return True
+    return False
+
+
+@pytest.mark.timeout(600)
+def test_a_sub_mount_a_symlink_redirects_is_refused_and_the_elastic_pod_starts_drained_naming_it(elastic: Kube) -> None:
+    """complement-jail refuses the sub-mount (no mount over the jail's /etc), the login pod and a new elastic pod
+    start all the same (no crash loop), and the worker's node is drained before it takes a job, the reason naming
+    the sub-mount and why."""
+    kube = elastic
+    kube.exec(
+        LOGIN_POD, LOGIN, "sh", "-c", f"mkdir -p /mnt/jail/srv/elastic && ln -sfn ../../etc /mnt/jail{SUB_MOUNT_PATH}"
+    )
+    sub_mount = {"name": "ds", "mountPath": SUB_MOUNT_PATH, "volume": {"source": {"emptyDir": {}}}}
+    kube.run(
+        "patch", "slurmcluster", NAME, "--type=merge", "-p", json.dumps({"spec": {"jail": {"subMounts": [sub_mount]}}})
+    )
+    until(lambda: login_has_sub_mount(kube), timeout=300, what="the login pod rolled with the sub-mount, ready")
+    job_id = sbatch(kube, "-w", CPU[0], "--wrap", "hostname")
+    try:
+        reason = until(
+            lambda: (
+                r
+                if (r := kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-N", "-n", CPU[0], "-o", "%E").strip()).startswith(
+                    "slurmctl-jail:"
+                )
+                else None
+            ),
+            timeout=240,
+            what=f"{CPU[0]} drained naming the sub-mount",
+        )
+        print(f"{CPU[0]}: {reason}")
+        assert reason.startswith(
+            f"slurmctl-jail: sub-mount ds at {SUB_MOUNT_PATH} refused: {SUB_MOUNT_PATH} is a symlink (to ../../etc)"
+        ), reason
+        pod = until(lambda: worker_pods(kube).get(CPU[0]), timeout=60, what=f"the pod of {CPU[0]}")
+        assert all(s["restartCount"] == 0 for s in pod["status"].get("containerStatuses", [])), pod["status"]
+        where = "findmnt --mountpoint /mnt/jail/etc >/dev/null && echo MOUNTED || echo not-mounted"
+        assert kube.exec(CPU[0], "slurmd", "sh", "-c", where).strip() == "not-mounted"
+        assert kube.exec(LOGIN_POD, LOGIN, "sh", "-c", where).strip() == "not-mounted"
+        assert "refusing jail sub-mount 'ds' at /srv/elastic/ds" in kube.run("logs", LOGIN_POD, "-c", LOGIN)
+        assert job(kube, job_id)["JobState"] == "PENDING"  # nothing ran on the drained node
+    finally:
+        kube.exec(LOGIN_POD, LOGIN, "scancel", job_id)
+        kube.exec(LOGIN_POD, LOGIN, "rm", "-f", f"/mnt/jail{SUB_MOUNT_PATH}")
