@@ -509,7 +509,13 @@ def jail_env(pod: dict[str, str]) -> dict[str, str]:
     jail = Path(pod["ROOT"]) / "jail"
     for name in ("etc", "usr", "proc", "dev", "sys", "run", "tmp"):
         (jail / name).mkdir(parents=True, exist_ok=True)
-    return {**pod, "JAIL_DIR": str(jail), "COMPLEMENT_JAIL_BINDS": "", "COMPLEMENT_JAIL_HOOKS": "/nonexistent"}
+    return {
+        **pod,
+        "JAIL_DIR": str(jail),
+        "COMPLEMENT_JAIL_BINDS": "",
+        "COMPLEMENT_JAIL_HOOKS": "/nonexistent",
+        "COMPLEMENT_JAIL_REFUSED": str(Path(pod["ROOT"]) / "refused-submounts"),
+    }
 
 
 def test_worker_completes_the_jail_then_runs_slurmd(pod: dict[str, str]) -> None:
@@ -551,6 +557,43 @@ def test_worker_registers_a_dynamic_node_knows_jail_users_and_puts_its_spool_in_
     )
     passwd = Path(env["EXTRAUSERS_DIR"]) / "passwd"
     assert passwd.is_symlink() and passwd.read_text() == "alice:x:1500:1500::/home/alice:/bin/bash\n"
+
+
+def test_a_worker_whose_sub_mount_is_refused_drains_its_node_before_slurmd_starts(pod: dict[str, str]) -> None:
+    """A symlink in the jail would lead the sub-mount onto the jail's /etc: complement-jail refuses it, the pod goes on
+    (no crash loop), and the node, which Slurm knows (an elastic group's), is drained naming the sub-mount before
+    slurmd can take a job."""
+    root = Path(pod["ROOT"])
+    env = {
+        **jail_env(pod),
+        "SLURMD_CLOUD": "true",
+        "SLURMD_NODENAME": "c-worker-cpu-0",
+        "JAIL_SUBMOUNTS": "ds:/scratch/ds",
+        "JAIL_SUBMOUNTS_SOURCE": str(root / "submounts"),
+    }
+    (root / "submounts" / "ds").mkdir(parents=True)
+    (Path(env["JAIL_DIR"]) / "scratch").mkdir()
+    (Path(env["JAIL_DIR"]) / "scratch" / "ds").symlink_to("../etc")
+    write_exe(root / "bin" / "scontrol", RECORDER.format(log=pod["LOG"]))
+    wrapper = (
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "bash",
+        "-c",
+        '"$0" && findmnt -M "$JAIL_DIR/etc"; true',
+    )
+    done = run_script("entrypoint-worker", env=env, wrapper=wrapper)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "", "nothing mounted over the jail's /etc"
+    reason = "slurmctl-jail: sub-mount ds at /scratch/ds refused: /scratch/ds is a symlink (to ../etc)"
+    assert Path(pod["LOG"]).read_text().splitlines() == [
+        "scontrol uid=0 args=-o show node c-worker-cpu-0",
+        f"scontrol uid=0 args=update NodeName=c-worker-cpu-0 State=DRAIN Reason={reason}",
+        "slurmd uid=0 args=-D -b -N c-worker-cpu-0",
+    ]
 
 
 def _run_dynamic_worker(pod: dict[str, str], *, leaving: bool) -> str:
