@@ -502,8 +502,8 @@ ESCAPES = (
         "tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null | grep -q . && exit 0; done; echo \"none visible\"; exit 1",
     ),
     ("a Slurm token for a year", "scontrol token lifespan=31536000"),
-    ("the API server's Secrets", "curl -sk --fail --max-time 10 https://{api}/api/v1/namespaces/kube-system/secrets"),
-    ("a cloud metadata address", "curl -s --fail --max-time 5 http://169.254.169.254/latest/meta-data/"),
+    ("the API server's Secrets", "curl -sSk --fail --max-time 10 https://{api}/api/v1/namespaces/kube-system/secrets"),
+    ("a cloud metadata address", "curl -sS --fail --max-time 5 http://169.254.169.254/latest/meta-data/"),
     ("root through a setuid program planted on the jail volume", f'[ "$({PLANTED}-suid -u)" = 0 ]'),
     ("a device node planted on the jail volume", f": < {PLANTED}-dev"),
 )
