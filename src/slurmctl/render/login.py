@@ -24,7 +24,9 @@ JOB_NODES_ENV = "SLURMCTL_JOB_NODES"
 GRACE_SECONDS = 30
 # sshd and complement-jail as root, not privileged: no device of the node in /dev (sessions see the container's
 # minimal /dev through the jail), /sys read-only, the runtime's seccomp filter. What each capability is for:
-# SYS_ADMIN complement-jail's bind mounts and fresh /proc; SYS_CHROOT ChrootDirectory and sshd's privilege separation;
+# SYS_ADMIN complement-jail's bind mounts and fresh /proc, and nothing after: sshd, so every session, runs without it
+# (entrypoint-login drops it from their bounding set: a root session can neither mount nor, under the runtime's
+# seccomp filter, make a namespace); SYS_CHROOT ChrootDirectory and sshd's privilege separation;
 # SETUID, SETGID a session's user; CHOWN, FOWNER, DAC_OVERRIDE installing keys and configs, the session's pty;
 # NET_BIND_SERVICE port 22; AUDIT_WRITE sshd's login records (a failed write ends the session); KILL tini's
 # forwarding of the kubelet's SIGTERM. allowPrivilegeEscalation stays unset (Kubernetes refuses it off beside
@@ -138,7 +140,9 @@ def render_login_statefulset(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumeMounts": [
-            *pods.slurm_mounts(),
+            # No munge key: the clients need only munged's socket, and a root session that leaves the chroot (root
+            # logins, an admin's opt-in) must find no key that speaks for every user to Slurm.
+            *pods.slurm_mounts(munge_key=False),
             *pods.jail_mounts(spec),
             *sshd_mounts(),
         ],

@@ -33,13 +33,16 @@ from test.e2e.pods.slurm import (
     pod_ready,
     slurm_image,
     small_cluster,
+    ssh,
+    ssh_keypair,
 )
 from test.waiting import until
 
 pytestmark = pytest.mark.e2e
 NAME = "acct"
-# --allow-root-jobs: most jobs here are root's (`login`: sbatch and srun through `kubectl exec`).
-OPERATOR_ARGS = ("--allow-root-jobs",)
+# --allow-root-jobs: most jobs here are root's (`login`: sbatch and srun through `kubectl exec`). --allow-root-logins:
+# root logs in over ssh for the root rows of the escape table.
+OPERATOR_ARGS = ("--allow-root-jobs", "--allow-root-logins")
 DB = f"{NAME}-db"
 DB_POD = f"{DB}-0"
 DB_PASSWORD_SECRET = f"{DB}-password"
@@ -52,9 +55,9 @@ USER, UID, ACCOUNT = "carol", 1700, "physics"
 LIMIT_REASON = "AssocMaxJobsLimit"  # Slurm's reason for a job held by its association's MaxJobs
 
 
-def slurm_cluster() -> list[dict[str, Any]]:
-    """One small worker and a login node; accounting into the test database."""
-    return small_cluster(NAME, accounting=accounting_into(DB))
+def slurm_cluster(root_key: str) -> list[dict[str, Any]]:
+    """One small worker and a login node root may log in to with `root_key`; accounting into the test database."""
+    return small_cluster(NAME, accounting=accounting_into(DB), login={"sshRootPublicKeys": [root_key]})
 
 
 def condition(kube: Kube, type_: str) -> dict[str, Any]:
@@ -106,10 +109,16 @@ def others(kube: Kube) -> dict[str, tuple[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def cluster(node: Node, kube: Kube, operator: Path) -> Iterator[Kube]:
+def root_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """root's ssh key pair for the login node (spec.login.sshRootPublicKeys)."""
+    return ssh_keypair(tmp_path_factory.mktemp("root-ssh"))
+
+
+@pytest.fixture(scope="module")
+def cluster(node: Node, kube: Kube, operator: Path, root_key: tuple[Path, str]) -> Iterator[Kube]:
     require_images(node, [TEST_DB_IMAGE, slurm_image("accounting")])
     kube.apply(database(DB, secrets.token_urlsafe(18)))
-    kube.apply(slurm_cluster())
+    kube.apply(slurm_cluster(root_key[1]))
     kube.until_available(NAME, operator, timeout=600, logs=(f"deployment/{NAME}-accounting -c slurmdbd",))
     yield kube
 
@@ -308,3 +317,36 @@ def test_a_root_job_the_admin_allows_is_still_not_root_of_the_node(cluster: Kube
         "CapEff": "0000000000000000",
         "CapBnd": "0000000000000000",
     }, out
+
+
+# Root logged in over ssh (--allow-root-logins) is root in the login jail: the login container is not privileged, and
+# sshd runs without CAP_SYS_ADMIN. A chroot escape (CAP_SYS_CHROOT, which sshd needs for ChrootDirectory) reaches the
+# container's own root filesystem, where no munge key is: the row tries the key through one.
+CHROOT_ESCAPE = (
+    'python3 -c \'import os; os.makedirs("/tmp/e", exist_ok=True); os.chroot("/tmp/e"); '
+    '[os.chdir("..") for _ in range(64)]; os.chroot("."); print(open("/etc/munge/munge.key", "rb").read(1))\''
+)
+ROOT_LOGIN_ESCAPES = (
+    ("the munge key", "cat /etc/munge/munge.key"),
+    ("the munge key through a chroot escape", CHROOT_ESCAPE),
+    ("the container's root through /proc/1/root", "ls /proc/1/root/"),
+    ("mount a filesystem", "mkdir -p /tmp/m.$$ && mount -t tmpfs x /tmp/m.$$"),
+    ("create a device node", "mknod /tmp/d.$$ b 7 0"),
+    ("write to /sys", "echo 1 > /sys/kernel/mm/ksm/run"),
+    ("become root of a new user namespace", "unshare -Ur true"),
+)
+
+
+def test_root_logged_in_to_the_jail_is_not_root_of_the_node(cluster: Kube, root_key: tuple[Path, str]) -> None:
+    key, _ = root_key
+    ip = cluster.json("pod", LOGIN_POD)["status"]["podIP"]
+    script = attempts_script(ROOT_LOGIN_ESCAPES) + "grep CapEff /proc/self/status\n"
+    cluster.exec(LOGIN_POD, LOGIN, "sh", "-c", f"cat > {JAIL}/root/escape.sh", input=script)
+    out = ssh(key, "root", ip, "bash /root/escape.sh")
+    rows = attempts_seen(out, ROOT_LOGIN_ESCAPES)
+    print("\nwhere      | attempt" + " " * 36 + "| expected | observed")
+    print("\n".join(f"root login | {attempt:42} | refused  | {verdict}: {detail}" for attempt, verdict, detail in rows))
+    assert [attempt for attempt, verdict, _ in rows if verdict != "refused"] == [], out
+    effective = int(re.findall(r"^CapEff:\s*(\S+)$", out, re.MULTILINE)[0], 16)
+    cap_sys_module, cap_sys_admin = 16, 21
+    assert not effective & ((1 << cap_sys_module) | (1 << cap_sys_admin)), hex(effective)

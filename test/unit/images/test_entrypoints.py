@@ -712,6 +712,8 @@ def test_login_installs_sshd_config_keys_and_runs_sshd(pod: dict[str, str]) -> N
     assert stat.S_IMODE((root / "root-ssh" / "authorized_keys").stat().st_mode) == 0o600
     assert (ssh / "sshd_config").read_text() == "ChrootDirectory /mnt/jail\n"
     assert Path(pod["LOG"]).read_text() == f"sshd uid=0 args=-D -e -f {ssh}/sshd_config\n"
+    # Clients need only munged's socket: no munge key here for a root session that leaves the chroot to find.
+    assert not Path(pod["MUNGE_KEY_FILE"]).exists()
 
     assert not (ssh / "ssh_known_hosts2").exists()
 
@@ -730,6 +732,16 @@ def test_login_installs_sshd_config_keys_and_runs_sshd(pod: dict[str, str]) -> N
     known = run_script("entrypoint-login", env=jobs, wrapper=probe)
     assert known.returncode == 0, known.stderr
     assert known.stdout == "c-worker-cpu-*,c-worker-gpu-* ssh-ed25519 AAAA\n"
+
+    # sshd, and so every session, runs without CAP_SYS_ADMIN: only complement-jail needed it.
+    write_exe(root / "bin" / "sshd", f"#!/bin/sh\ngrep CapBnd /proc/self/status > {root}/sshd-caps\n")
+    assert (
+        run_script("entrypoint-login", env=env, wrapper=("unshare", "--mount", "--propagation", "private")).returncode
+        == 0
+    )
+    bounding = int((root / "sshd-caps").read_text().split()[1], 16)
+    cap_sys_admin, cap_sys_chroot = 21, 18
+    assert not bounding & (1 << cap_sys_admin) and bounding & (1 << cap_sys_chroot), hex(bounding)
 
     (keys / "ssh_host_ed25519_key").unlink()
     no_keys = run_script("entrypoint-login", env=env, wrapper=("unshare", "--mount", "--propagation", "private"))
