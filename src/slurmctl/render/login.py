@@ -22,14 +22,14 @@ COMPONENT = "login"
 JOB_NODES_ENV = "SLURMCTL_JOB_NODES"
 # sshd ends on SIGTERM at once; its sessions (and any srun in them) end with the pod.
 GRACE_SECONDS = 30
-# sshd and complement-jail as root, not privileged: no device of the node in /dev (sessions see the container's
-# minimal /dev through the jail), /sys read-only, the runtime's seccomp filter. What each capability is for:
-# SYS_ADMIN complement-jail's bind mounts and fresh /proc, and nothing after: sshd, so every session, runs without it
-# (entrypoint-login drops it from their bounding set: a root session can neither mount nor, under the runtime's
-# seccomp filter, make a namespace); SYS_CHROOT ChrootDirectory and sshd's privilege separation;
-# SETUID, SETGID a session's user; CHOWN, FOWNER, DAC_OVERRIDE installing keys and configs, the session's pty;
-# NET_BIND_SERVICE port 22; AUDIT_WRITE sshd's login records (a failed write ends the session); KILL tini's
-# forwarding of the kubelet's SIGTERM. allowPrivilegeEscalation stays unset (Kubernetes refuses it off beside
+# sshd and complement-jail as root, not privileged: no device of the node in /dev (sessions see the container's minimal
+# /dev through the jail), /sys read-only, the runtime's seccomp filter. What each capability is for: SYS_ADMIN
+# complement-jail's bind mounts and fresh /proc, and nothing after: sshd, so every session, runs without it
+# (entrypoint-login drops it from their bounding set: a root session can neither mount nor, under the runtime's seccomp
+# filter, make a namespace); SETPCAP that drop, and itself dropped with it; SYS_CHROOT ChrootDirectory and sshd's
+# privilege separation; SETUID, SETGID a session's user; CHOWN, FOWNER, DAC_OVERRIDE installing keys and configs, the
+# session's pty; NET_BIND_SERVICE port 22; AUDIT_WRITE sshd's login records (a failed write ends the session); KILL
+# tini's forwarding of the kubelet's SIGTERM. allowPrivilegeEscalation stays unset (Kubernetes refuses it off beside
 # SYS_ADMIN): complement-jail mounts the jail nosuid, so no program in it gains privileges, setuid or not.
 LOGIN_CAPABILITIES = (
     "AUDIT_WRITE",
@@ -39,6 +39,7 @@ LOGIN_CAPABILITIES = (
     "KILL",
     "NET_BIND_SERVICE",
     "SETGID",
+    "SETPCAP",
     "SETUID",
     "SYS_ADMIN",
     "SYS_CHROOT",

@@ -740,8 +740,9 @@ def test_login_installs_sshd_config_keys_and_runs_sshd(pod: dict[str, str]) -> N
         == 0
     )
     bounding = int((root / "sshd-caps").read_text().split()[1], 16)
-    cap_sys_admin, cap_sys_chroot = 21, 18
-    assert not bounding & (1 << cap_sys_admin) and bounding & (1 << cap_sys_chroot), hex(bounding)
+    cap_setpcap, cap_sys_admin, cap_sys_chroot = 8, 21, 18
+    assert not bounding & ((1 << cap_sys_admin) | (1 << cap_setpcap)), hex(bounding)
+    assert bounding & (1 << cap_sys_chroot), hex(bounding)
 
     (keys / "ssh_host_ed25519_key").unlink()
     no_keys = run_script("entrypoint-login", env=env, wrapper=("unshare", "--mount", "--propagation", "private"))

@@ -16,8 +16,8 @@ from test.unit.render.samples import VARIANTS, sample_doc
 
 PRIVILEGED = {"slurmd"}
 SSHD_CAPABILITIES = {
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID", "SYS_ADMIN",
-    "SYS_CHROOT",
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE", "SETGID", "SETPCAP", "SETUID",
+    "SYS_ADMIN", "SYS_CHROOT",
 }  # fmt: skip
 
 
