@@ -946,3 +946,23 @@ def test_benchmark_job_installs_all_reduce_perf_first_and_leaves_its_report_as_t
     assert done.returncode == 2
     assert Path(pod["LOG"]).read_text().startswith("path= uid=")
     assert "could not be installed into the jail" in done.stderr
+
+
+def test_munge_container_clears_the_socket_a_munged_before_it_left(pod: dict[str, str]) -> None:
+    """The socket directory (an emptyDir) outlives the container, and the node's crash: a socket left there would pass
+    the startup probe (`test -S`) before this munged listens. The entrypoint removes it before munged starts."""
+    root_dir = Path(pod["ROOT"])
+    sock = root_dir / "munge-run" / "munge.socket.2"
+    sock.parent.mkdir()
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(sock))
+    stale.close()
+    assert sock.is_socket()
+    write_exe(
+        root_dir / "bin" / "munged",
+        f"#!/bin/sh\n[ -e {sock} ] && echo stale >> {pod['LOG']} || echo fresh >> {pod['LOG']}\n",
+    )
+    done = run_script("entrypoint-munge", env={**pod, "MUNGE_SOCKET": str(sock)})
+
+    assert done.returncode == 0, done.stderr
+    assert Path(pod["LOG"]).read_text() == "fresh\n"
