@@ -32,9 +32,10 @@ REFUSED_EXIT_CODE = 3
 # Where the copier explains a refusal; the kubelet falls back to the log's tail for any other failure.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 MAX_VOLUME_DESCRIPTION = 200
-# rsync -aHAX --numeric-ids as root: set any owner and mode, ACLs, device nodes and file capabilities. All of these
-# are in the container runtimes' default set (and Pod Security "baseline"), so the Job needs no privileged mode.
-CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD", "SETFCAP"]
+# rsync -aHAX --numeric-ids as root: set any owner and mode, ACLs and file capabilities. All of these are in the
+# container runtimes' default set (and Pod Security "baseline"), so the Job needs no privileged mode. No MKNOD: the
+# copy leaves device nodes behind (images/scripts/populate-jail --no-devices; every node mounts a minimal /dev).
+CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETFCAP"]
 
 
 def volume_description(ref: VolumeRef) -> str:
