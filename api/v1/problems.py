@@ -34,3 +34,15 @@ def problems_from_error(error: ValidationError, *, prefix: Sequence[str | int] =
         message = item["msg"]
         problems.append(Problem(format_path([*prefix, *item["loc"]]) or "<root>", message[:1].lower() + message[1:]))
     return sorted(set(problems), key=lambda p: (p.path, p.message))
+
+
+def duplicates(names: Sequence[str], path: str, what: str) -> list[Problem]:
+    """A problem for each entry of a list whose name an earlier entry has (the list at `path`, of `what`s)."""
+    first: dict[str, int] = {}
+    problems = []
+    for index, name in enumerate(names):
+        if name in first:
+            problems.append(Problem(f"{path}[{index}].name", f'duplicate {what} "{name}" (also {path}[{first[name]}])'))
+        else:
+            first[name] = index
+    return problems

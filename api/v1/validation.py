@@ -6,9 +6,8 @@ Nothing here raises on bad input: any object, however malformed, yields a list o
 
 from __future__ import annotations
 
-import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -28,14 +27,15 @@ from .defaults import (
     POWER_SAVE_SLURM_KEYS,
     TOPOLOGY_SLURM_KEYS,
 )
+from .jail_paths import check_jail
 from .limits import TRES_PATTERN
 from .passthrough import check_passthrough
 from .policy import Policy, policy_problems
-from .problems import Problem, problems_from_error
+from .problems import Problem, duplicates, problems_from_error
 from .sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound
 from .slurm_conf import slurm_conf_keys
 from .spec import SlurmClusterSpec
-from .types import DNS_LABEL_PATTERN, VolumeRef, parse_duration, parse_quantity
+from .types import DNS_LABEL_PATTERN, parse_duration, parse_quantity
 
 _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 _OPTION_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")
@@ -53,28 +53,6 @@ _RECORD_KEYWORDS = frozenset(
     {"nodename", "nodeset", "nodeaddr", "nodehostname", "downnodes", "frontendname", "frontendaddr", "switchname",
      "include"}
 )  # fmt: skip
-# Paths complement-jail mounts or binds inside the jail (images/scripts/complement-jail): a sub-mount on, above or
-# below one of them would hide what Slurm, munge and the chroot plugin need, or expose the node's own.
-RESERVED_JAIL_PATHS = ("/proc", "/dev", "/sys", "/etc/slurm", "/run/munge", "/usr/lib/slurmctl")
-# Where root in the jail (slurmstepd included) finds programs, libraries and configuration, and the world-writable
-# /tmp: no sub-mount covers any of them, since whoever writes the volume would decide what root runs. complement-jail
-# refuses the same on each node (its system_path), where a symlink in the jail could lead a mount there.
-SYSTEM_JAIL_DIRS = (
-    "/bin",
-    "/boot",
-    "/etc",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/run",
-    "/sbin",
-    "/tmp",  # noqa: S108 - a path inside the jail, refused, not a file used here
-    "/usr",
-    "/var",
-)
-
-
 # Where the operator never creates anything, whatever its RBAC allows (a ClusterRole cannot exclude a namespace).
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
@@ -130,7 +108,7 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems += _check_workers(spec, path)
     problems += _check_partitions(spec, path)
     problems += _check_extra_config(spec, path)
-    problems += _check_jail(spec, path)
+    problems += check_jail(spec, path)
     problems += _check_login(spec, path)
     problems += _check_accounting(spec, path)
     problems += _check_containers(spec, path)
@@ -173,19 +151,8 @@ def _check_name(name: str | None) -> list[Problem]:
     return []
 
 
-def _duplicates(names: Sequence[str], path: str, what: str) -> list[Problem]:
-    first: dict[str, int] = {}
-    problems = []
-    for index, name in enumerate(names):
-        if name in first:
-            problems.append(Problem(f"{path}[{index}].name", f'duplicate {what} "{name}" (also {path}[{first[name]}])'))
-        else:
-            first[name] = index
-    return problems
-
-
 def _check_workers(spec: SlurmClusterSpec, path: str) -> list[Problem]:
-    problems = _duplicates([group.name for group in spec.workers], f"{path}.workers", "worker group")
+    problems = duplicates([group.name for group in spec.workers], f"{path}.workers", "worker group")
     total = sum(group.node_count for group in spec.workers)
     if total > MAX_TOTAL_WORKERS:
         problems.append(
@@ -218,7 +185,7 @@ def _check_workers(spec: SlurmClusterSpec, path: str) -> list[Problem]:
 
 def _check_partitions(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     base = f"{path}.partitions"
-    problems = _duplicates([partition.name for partition in spec.partitions], base, "partition")
+    problems = duplicates([partition.name for partition in spec.partitions], base, "partition")
     groups = {group.name for group in spec.workers}
     defaults = [index for index, partition in enumerate(spec.partitions) if partition.default]
     for index, partition in enumerate(spec.partitions):
@@ -307,59 +274,6 @@ def _check_extra_config(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     ]
 
 
-def _check_volume(volume: VolumeRef, where: str) -> list[Problem]:
-    given = [name for name, value in (("claimName", volume.claim_name), ("source", volume.source)) if value]
-    if len(given) != 1:
-        return [Problem(where, f"set exactly one of claimName and source (got {', '.join(given) or 'neither'})")]
-    if volume.source is not None and len(volume.source) != 1:
-        return [Problem(f"{where}.source", "a volume source has exactly one key, e.g. nfs or hostPath")]
-    return []
-
-
-def _check_jail(spec: SlurmClusterSpec, path: str) -> list[Problem]:
-    base = f"{path}.jail"
-    problems = _check_volume(spec.jail.volume, f"{base}.volume")
-    problems += _duplicates([mount.name for mount in spec.jail.sub_mounts], f"{base}.subMounts", "sub-mount")
-    paths: dict[str, int] = {}
-    for index, mount in enumerate(spec.jail.sub_mounts):
-        where = f"{base}.subMounts[{index}]"
-        problems += _check_volume(mount.volume, f"{where}.volume")
-        problem = _mount_path_problem(mount.mount_path)
-        if problem is not None:
-            problems.append(Problem(f"{where}.mountPath", problem))
-        elif mount.mount_path in paths:
-            problems.append(
-                Problem(
-                    f"{where}.mountPath",
-                    f"{mount.mount_path} is mounted twice (also {base}.subMounts[{paths[mount.mount_path]}])",
-                )
-            )
-        else:
-            paths[mount.mount_path] = index
-    return problems
-
-
-def _mount_path_problem(path: str) -> str | None:
-    """What is wrong with a sub-mount's path inside the jail, if anything.
-
-    Only clean absolute paths (no `.`, `..`, empty or trailing components): complement-jail mounts exactly the path
-    given, and `..` must never lead it anywhere but where the spec appears to say.
-    """
-    clean = "/" + posixpath.normpath(path).lstrip("/") if path.startswith("/") else ""
-    if path != clean:
-        suggestion = f" (did you mean {clean}?)" if clean and clean != "/" else ""
-        return f"{path} is not a clean absolute path: no '.', '..', '//' or trailing '/'{suggestion}"
-    if path == "/":
-        return "cannot mount over the jail's root"
-    for reserved in RESERVED_JAIL_PATHS:
-        if path == reserved or reserved.startswith(path + "/") or path.startswith(reserved + "/"):
-            return f"{path} would cover or sit inside {reserved}, which slurmctl mounts into the jail itself"
-    for system in SYSTEM_JAIL_DIRS:
-        if path == system or path.startswith(system + "/"):
-            return f"{path} is a system directory of the jail: root there would run or read what the volume holds"
-    return None
-
-
 def _check_login(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     service = spec.login.service
     base = f"{path}.login.service"
@@ -397,8 +311,8 @@ def _check_limits(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     known = ", ".join(sorted(tres))
     # The API server refuses these too (list-map keys), but not behind a CRD without them: two records of one name
     # would have the operator set each in turn.
-    problems += _duplicates([account.name for account in accounting.accounts], f"{base}.accounts", "account")
-    problems += _duplicates([qos.name for qos in accounting.qos], f"{base}.qos", "QOS")
+    problems += duplicates([account.name for account in accounting.accounts], f"{base}.accounts", "account")
+    problems += duplicates([qos.name for qos in accounting.qos], f"{base}.qos", "QOS")
 
     def check_tres(where: str, limits: Mapping[str, int], key: str) -> None:
         for name in limits:
