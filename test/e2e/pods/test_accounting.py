@@ -289,18 +289,22 @@ def test_an_unreachable_database_is_named_in_the_condition_and_jobs_still_run(cl
     recorded(kube, {job: ("COMPLETED", "0:0")}, timeout=120, what="the job run without accounting, recorded later")
 
 
-# Root in a job, which this module's install allows (--allow-root-jobs), tries the node: each row is (attempt, shell
-# command), the command exits 0 only if the attempt worked. The worker's container is privileged; the job's tasks
-# run with no capability, no_new_privs, no new user namespaces and a read-only /sys (chroot.so).
-ROOT_JOB_ESCAPES = (
-    ("leave the jail with chroot", "chroot / true"),
+# What root tries against the node wherever it is, in a job or logged in to the login jail: each row is (attempt,
+# shell command), the command exits 0 only if the attempt worked.
+ROOT_ESCAPES = (
     ("the container's root through /proc/1/root", "ls /proc/1/root/"),
-    ("the munge key", "cat /etc/munge/munge.key || cat /proc/1/root/etc/munge/munge.key"),
     ("mount a filesystem", "mkdir -p /tmp/m.$$ && mount -t tmpfs x /tmp/m.$$"),
     ("create a device node", "mknod /tmp/d.$$ b 7 0"),
     ("write to /sys", "echo 1 > /sys/kernel/mm/ksm/run"),
-    ("create a cgroup", "mkdir /sys/fs/cgroup/escape.$$ || mkdir /sys/fs/cgroup/memory/escape.$$"),
     ("become root of a new user namespace", "unshare -Ur true"),
+)
+# Root in a job, which this module's install allows (--allow-root-jobs). The worker's container is privileged; the
+# job's tasks run with no capability, no_new_privs, no new user namespaces and a read-only /sys (chroot.so).
+ROOT_JOB_ESCAPES = (
+    ("leave the jail with chroot", "chroot / true"),
+    ("the munge key", "cat /etc/munge/munge.key || cat /proc/1/root/etc/munge/munge.key"),
+    ("create a cgroup", "mkdir /sys/fs/cgroup/escape.$$ || mkdir /sys/fs/cgroup/memory/escape.$$"),
+    *ROOT_ESCAPES,
 )
 
 
@@ -329,11 +333,7 @@ CHROOT_ESCAPE = (
 ROOT_LOGIN_ESCAPES = (
     ("the munge key", "cat /etc/munge/munge.key"),
     ("the munge key through a chroot escape", CHROOT_ESCAPE),
-    ("the container's root through /proc/1/root", "ls /proc/1/root/"),
-    ("mount a filesystem", "mkdir -p /tmp/m.$$ && mount -t tmpfs x /tmp/m.$$"),
-    ("create a device node", "mknod /tmp/d.$$ b 7 0"),
-    ("write to /sys", "echo 1 > /sys/kernel/mm/ksm/run"),
-    ("become root of a new user namespace", "unshare -Ur true"),
+    *ROOT_ESCAPES,
 )
 
 

@@ -503,7 +503,8 @@ ESCAPES = (
     ),
     ("a Slurm token for a year", "scontrol token lifespan=31536000"),
     ("the API server's Secrets", "curl -sSk --fail --max-time 10 https://{api}/api/v1/namespaces/kube-system/secrets"),
-    ("a cloud metadata address", "curl -sS --fail --max-time 5 http://169.254.169.254/latest/meta-data/"),
+    # A route lookup, not a connection: nothing is sent, and a route there would be the hole.
+    ("a route to a cloud metadata address", "ip route get 169.254.169.254"),
     ("root through a setuid program planted on the jail volume", f'[ "$({PLANTED}-suid -u)" = 0 ]'),
     ("a device node planted on the jail volume", f": < {PLANTED}-dev"),
 )
