@@ -8,16 +8,17 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
-from slurmctl.api.v1 import SPEC_VALID, Condition, Reason, SlurmClusterStatus
+from slurmctl.api.v1 import Condition, Reason, SlurmClusterStatus
+from slurmctl.reconcilers import conditions
 from slurmctl.reconcilers.component import Component, Obj, owned
+from slurmctl.reconcilers.conditions import make_condition
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.events import Events
 from slurmctl.reconcilers.loading import Invalid, Loaded
-from slurmctl.reconcilers.observed import condition_of, deleting, generation_of, uid
-from slurmctl.render import meta
+from slurmctl.reconcilers.observation import missing_key, read_keys
+from slurmctl.reconcilers.observed import deleting
 from slurmctl.render.kinds import SECRET, SLURM_CLUSTER, Kind
 from slurmctl.render.manifests import Inputs
 from slurmctl.runtime import ApiError, Conflict, Request, Result
@@ -57,28 +58,6 @@ class ApplyRejected(Exception):  # noqa: N818 - named after the condition reason
         message += hint
         super().__init__(message)
         self.message = message
-
-
-def now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
-
-
-def make_condition(obj: Mapping[str, Any], type_: str, *, ok: bool, reason: Reason, message: str) -> Condition:
-    """A condition for the live object `obj`; lastTransitionTime is kept verbatim while the status does not flip,
-    so an unchanged condition renders an identical intent and its apply is skipped."""
-    status = "True" if ok else "False"
-    previous = condition_of(obj, type_)
-    since = previous.get("lastTransitionTime") if previous and previous.get("status") == status else None
-    return Condition.model_validate(
-        {
-            "type": type_,
-            "status": status,
-            "observedGeneration": generation_of(obj),
-            "lastTransitionTime": since or now(),
-            "reason": reason.value,
-            "message": message,
-        }
-    )
 
 
 def status_part(status: SlurmClusterStatus) -> dict[str, Any]:
@@ -202,8 +181,12 @@ class ComponentReconciler:
             raise ApplyRejected(intent["kind"], intent["metadata"]["name"], detail) from exc
         return True
 
-    async def delete(self, loaded: Loaded, kind: Kind, name: str, *, why: str, propagation: str = "Background") -> None:
-        await self.manager.client.delete(*kind, name, namespace=loaded.namespace, propagation=propagation)
+    async def delete(
+        self, loaded: Loaded, kind: Kind, name: str, *, why: str, propagation: str = "Background", uid: str = ""
+    ) -> None:
+        """Delete a child and say why in an Event; `uid`: only that incarnation of the name (Conflict otherwise)."""
+        client = self.manager.client
+        await client.delete(*kind, name, namespace=loaded.namespace, propagation=propagation, uid=uid or None)
         self.event(loaded, "Normal", "Deleted", f"deleted {kind.kind} {name}: {why}")
 
     async def prune(self, loaded: Loaded, kind: Kind, *, keep: Iterable[str]) -> None:
@@ -257,8 +240,7 @@ class ComponentReconciler:
         """Whether this component's condition (or another it owns, `type_`) would say something new, compared with
         the status as the writer will leave it (the cache can lag a write just made, and a child's events come one
         right after another): what decides that a Warning Event is due, once per finding, not once per reconcile."""
-        said = condition_of({"status": self.ctx.status.view(loaded.obj)}, type_ or self.condition_type)
-        return said is None or said.get("reason") != reason.value or said.get("message") != message
+        return conditions.is_news(self.ctx.status.view(loaded.obj), type_ or self.condition_type, reason, message)
 
     async def pods_refused(self, loaded: Loaded, *workloads: Obj | None) -> Condition | None:
         """A PodRefused condition when the API server refuses the pods of one of these live workloads at admission
@@ -274,34 +256,13 @@ class ComponentReconciler:
         return None
 
     async def secret_ids(self, loaded: Loaded, *names: str) -> list[str] | None:
-        """The uids of key Secrets the pods mount (a new key means a new Secret, so its uid in the config hash rolls
-        the pods), or None after saying in the condition which one is missing. The cluster reconciler creates them;
-        their add events wake this reconciler again, so nothing polls."""
-        ids = []
-        for name in names:
-            secret = self.live(SECRET, name, loaded.namespace)
-            if secret is None or not meta.controlled_by(secret, loaded.cluster):
-                if secret is not None:
-                    # A deleted cluster's of the same name that the garbage collector has not removed yet, or one
-                    # someone else made: never adopted (its key would change under running pods when it goes, or be
-                    # known to whoever planted it). Its deletion wakes the cluster reconciler, which makes ours.
-                    message = (
-                        f"waiting for Secret {name} to be deleted: this cluster (uid {loaded.cluster.metadata.uid}) "
-                        "did not create it, and slurmctl uses only key material it created for the cluster"
-                    )
-                    await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=message)
-                elif self._keys_due(loaded):
-                    await self.report(
-                        loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=f"waiting for Secret {name}"
-                    )
-                return None
-            ids.append(uid(secret))
-        return ids
-
-    @staticmethod
-    def _keys_due(loaded: Loaded) -> bool:
-        """Whether a missing key Secret is news: the cluster component has passed over this generation (it creates the
-        keys before it reports SpecValid). Before that, every component of a new cluster would otherwise write a
-        "waiting" condition that the cluster's first pass makes stale a few milliseconds later."""
-        valid = loaded.condition(SPEC_VALID)
-        return valid is not None and valid.observed_generation == loaded.generation
+        """The uids of key Secrets the pods mount, or None after saying in the condition which one is missing
+        (observation.missing_key). The cluster reconciler creates them; their add events wake this reconciler again,
+        so nothing polls."""
+        ids, foreign = read_keys(self.cache, loaded, names)
+        missing = missing_key(loaded, ids, foreign, names)
+        if missing is None:
+            return [ids[name] for name in names]
+        if missing[1] is not None:
+            await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=missing[1])
+        return None

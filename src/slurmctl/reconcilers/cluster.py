@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SPEC_VALID, Phase, Reason, SlurmCluster, SlurmClusterStatus
-from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler, make_condition
+from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler
 from slurmctl.reconcilers.component import Component, component_is
+from slurmctl.reconcilers.conditions import make_condition
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
 from slurmctl.reconcilers.loading import Invalid, Loaded

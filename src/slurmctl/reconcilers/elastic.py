@@ -8,7 +8,8 @@ pod. A node whose pod could not be placed or started within resumeTimeout is set
 reached", its batch jobs requeued) and POWERED_DOWN, and its pod goes the same way.
 
 Fail-safe: nothing is decided without a snapshot (the caller asks Slurm first), and a node an active job lists keeps
-its pod whatever its power state says. Fixed-size groups are not planned here (StatefulSets, reconcilers/workers.py).
+its pod whatever its power state says. Fixed-size groups are not planned here (StatefulSets,
+reconcilers/workers/plan.py).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 
-from slurmctl.reconcilers.base import now
+from slurmctl.reconcilers.conditions import now
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import DRAIN_PREFIX, cordon_reason
 from slurmctl.reconcilers.events import Events

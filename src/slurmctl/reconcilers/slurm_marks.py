@@ -13,7 +13,7 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from slurmctl.reconcilers.base import now
+from slurmctl.reconcilers.conditions import now
 from slurmctl.reconcilers.observed import WorkerPod, condition_of
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD

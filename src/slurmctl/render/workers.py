@@ -14,7 +14,7 @@ COMPONENT = "workers"
 # The preStop (images/scripts/worker-prestop: drain, wait for jobs, leave Slurm) takes at most about 17 s, then slurmd
 # stops, then munged (a native sidecar: render/pods.py munge_container).
 GRACE_SECONDS = 30
-# The component label of worker children made by releases before 0.2 (see reconcilers/workers.py).
+# The component label of worker children made by releases before 0.2 (see reconcilers/workers/reconciler.py).
 FORMER_COMPONENTS = ("worker",)
 WORKER_PRESTOP = "/usr/lib/slurmctl/worker-prestop"
 DAEMON_CONTAINER = "slurmd"
@@ -72,7 +72,7 @@ def render_worker_statefulset(
             # Slurm nodes are independent: start and replace them all at once, not one ready pod after another.
             "podManagementPolicy": "Parallel",
             # A new pod template reaches a running node only through the operator, which drains the node first and
-            # deletes its pod once no job runs there (reconcilers/workers.py), one node at a time.
+            # deletes its pod once no job runs there (reconcilers/workers/plan.py), one node at a time.
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector},
             "template": _pod_template(
@@ -98,7 +98,7 @@ def render_elastic_worker_pod(
     privileged_jobs: bool = False,
 ) -> dict[str, Any]:
     """One node of an elastic group (`autoscale`): a pod of its own, created by the operator when Slurm powers the
-    node up and deleted when Slurm powers it down (reconcilers/workers.py). No StatefulSet: Slurm picks which
+    node up and deleted when Slurm powers it down (reconcilers/workers/plan.py). No StatefulSet: Slurm picks which
     powered-down nodes it resumes, and a StatefulSet could only add and remove its highest ordinals. The pod is the
     StatefulSet template's, with the DNS name a StatefulSet would give it (`<pod>.<c>-workers`)."""
     c = meta.cluster_name(cluster)

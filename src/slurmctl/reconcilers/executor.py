@@ -1,0 +1,73 @@
+"""Carrying out a component's `Plan` (reconcilers/plan.py), the same way for every component: Slurm first (what Slurm
+is told can only hold more nodes, never release one: every release was decided on what Slurm said before), then the
+Events, the applies (bounded, concurrent), the deletes (each of the incarnation observed), the creates, and last the
+status part, with one `changed()` of the Slurm snapshot for all the Slurm actions.
+
+A refused Slurm action ends the Slurm part (the rest would meet the same Slurm) and turns the component's condition
+into what its plan said a refusal means; the rest of the plan is carried out. An API server that rejects an object
+ends the pass as `ApplyRejected` (reconcilers/base.py reports it).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from slurmctl.api.v1 import Condition, SlurmClusterStatus
+from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.plan import Plan, SlurmAction
+from slurmctl.runtime import Conflict, Result
+from slurmctl.runtime.logs import kv
+from slurmctl.slurm import SlurmError
+
+log = logging.getLogger(__name__)
+
+# The Event reason of each Slurm action once Slurm took it.
+_ANNOUNCED = {"drain": "Draining", "power_up": "PoweringUp"}
+
+
+async def execute(rec: ComponentReconciler, loaded: Loaded, plan: Plan) -> Result | None:
+    """Carry out `plan` for `rec`'s component on the cluster `loaded`; the Result asks for the plan's requeue."""
+    refused = await _slurm(rec, loaded, plan.slurm)
+    for note in plan.events:
+        rec.events.record(loaded.obj, note.type, note.reason, note.message)
+    for message, context in plan.warnings:
+        log.warning("%s %s", message, kv(namespace=loaded.namespace, name=loaded.name, **context))
+    await rec.apply(loaded, plan.apply)
+    for gone in plan.delete:
+        try:
+            await rec.delete(loaded, gone.kind, gone.name, why=gone.why, propagation=gone.propagation, uid=gone.uid)
+        except Conflict:  # another incarnation of the name by now: the next pass decides on that one
+            log.debug("delete skipped %s", kv(kind=gone.kind.kind, name=gone.name, uid=gone.uid))
+    for made in plan.create:
+        if await rec.create(loaded, made.obj):
+            rec.event(loaded, "Normal", "Created", made.announce)
+    status = plan.status
+    if refused is not None:
+        conds = [c for c in (status.conditions if status else []) if c.type != refused.type]
+        status = (status or SlurmClusterStatus()).model_copy(update={"conditions": [*conds, refused]})
+    if status is not None:
+        await rec.write_status(loaded, status)
+    return Result(requeue_after=plan.requeue_after) if plan.requeue_after is not None else None
+
+
+async def _slurm(rec: ComponentReconciler, loaded: Loaded, actions: tuple[SlurmAction, ...]) -> Condition | None:
+    """Tell Slurm what the plan says, in order; the component's condition when Slurm refuses (None: all taken)."""
+    if not actions:
+        return None
+    c, ns = loaded.name, loaded.namespace
+    rec.ctx.slurm.changed(c, ns)
+    for action in actions:
+        try:
+            api = rec.ctx.slurm.client(c, ns)
+            if action.verb == "drain":
+                await api.drain(action.nodes, reason=action.reason)
+            else:
+                await api.power_up(action.nodes)
+        except SlurmError as exc:
+            message = f"{action.failed}: {exc}"
+            if rec.is_news(loaded, action.failed_reason, message):  # once per finding, not once per pass
+                log.warning("slurm refused %s", kv(namespace=ns, name=c, action=action.verb, error=str(exc)))
+            return rec.condition(loaded, ok=False, reason=action.failed_reason, message=message)
+        rec.event(loaded, "Normal", _ANNOUNCED[action.verb], action.announce)
+    return None

@@ -1,0 +1,118 @@
+"""A cluster as one pass of a component saw it: the `Observation` a pure `plan()` decides on (reconcilers/plan.py).
+
+Everything a plan reads is read here, before it decides: the loaded cluster, the status as the status writer will
+leave it, the key Secrets' ids, the jail gate, the worker children and the nodes that must leave, Slurm's snapshot (or
+why Slurm could not be asked) and the API server's admission verdicts. A plan reads no clock but `now` and asks
+nothing: given the same observation it decides the same, which is what its tests check without an API server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from slurmctl.api.v1 import SPEC_VALID, Condition, Reason, SlurmClusterStatus
+from slurmctl.reconcilers import conditions
+from slurmctl.reconcilers.drain import Leaving
+from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.observed import uid
+from slurmctl.reconcilers.plan import Obj, Plan
+from slurmctl.reconcilers.slurm_snapshot import SlurmSnapshot
+from slurmctl.render import meta
+from slurmctl.render.kinds import SECRET
+from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
+from slurmctl.runtime import Cache
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The operator's own settings that renderers read (its flags)."""
+
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN
+    network: NetworkSettings = DEFAULT_NETWORK
+    privileged_jobs: bool = False
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One cluster at `now`. `slurm` is None when nothing this pass decides needs Slurm (it was not asked); an
+    unreachable Slurm is a snapshot with its error. `refusals` are the API server's refusals of the pods of live
+    workloads, by workload name (reconcilers/admission.py)."""
+
+    loaded: Loaded
+    now: datetime
+    said: Mapping[str, Any]  # the cluster's status as the status writer will leave it
+    settings: Settings = Settings()
+    keys: Mapping[str, str] = field(default_factory=dict)  # key Secret -> uid, of those the cluster created
+    foreign_keys: frozenset[str] = frozenset()  # key Secrets of the cluster's names that it did not create
+    jail_open: bool = False
+    statefulsets: Mapping[str, Obj] = field(default_factory=dict)  # the component's own, by name
+    pods: Mapping[str, Obj] = field(default_factory=dict)  # the worker pods, by name
+    leaving: tuple[Leaving, ...] = ()
+    slurm: SlurmSnapshot | None = None
+    refusals: Mapping[str, str] = field(default_factory=dict)
+
+    def condition(self, type_: str, *, ok: bool, reason: Reason, message: str) -> Condition:
+        """A condition as it will be written: its transition time kept from the status while it does not flip."""
+        current = {**self.loaded.obj, "status": self.said}
+        return conditions.make_condition(current, type_, ok=ok, reason=reason, message=message, at=self.now)
+
+    def is_news(self, type_: str, reason: Reason, message: str) -> bool:
+        return conditions.is_news(self.said, type_, reason, message)
+
+    def wait_for_keys(self, type_: str, *names: str) -> Plan | None:
+        """None when the key Secrets the pods mount are all there; else the plan of a component that waits for them,
+        saying which one in its condition (`type_`) once that is news (`missing_key`)."""
+        missing = missing_key(self.loaded, self.keys, self.foreign_keys, names)
+        if missing is None:
+            return None
+        if missing[1] is None:
+            return Plan(type_)
+        return self.report(type_, ok=False, reason=Reason.WAITING_FOR_KEYS, message=missing[1])
+
+    def report(self, type_: str, *, ok: bool, reason: Reason, message: str) -> Plan:
+        """A plan that only says something in the component's condition (what it waits for, or why it failed)."""
+        cond = self.condition(type_, ok=ok, reason=reason, message=message)
+        return Plan(type_, status=SlurmClusterStatus(conditions=[cond]))
+
+
+def read_keys(cache: Cache, loaded: Loaded, names: Iterable[str]) -> tuple[dict[str, str], frozenset[str]]:
+    """The uids of the key Secrets of these names that the cluster created (a new key means a new Secret, so its uid
+    in the config hash rolls the pods), and the names taken by a Secret it did not create."""
+    ids: dict[str, str] = {}
+    foreign: set[str] = set()
+    for name in names:
+        secret = cache.get(*SECRET, name, namespace=loaded.namespace)
+        if secret is not None and meta.controlled_by(secret, loaded.cluster):
+            ids[name] = uid(secret)
+        elif secret is not None:
+            foreign.add(name)
+    return ids, frozenset(foreign)
+
+
+def missing_key(
+    loaded: Loaded, keys: Mapping[str, str], foreign: Collection[str], names: Iterable[str]
+) -> tuple[str, str | None] | None:
+    """The first of these key Secrets that is not there, and what the component's condition says of it (None while
+    that is not news); None when all are there.
+
+    A Secret of the name that this cluster did not create (a deleted cluster's the garbage collector has not removed
+    yet, or one someone else made) is never adopted: its key would change under running pods when it goes, or be known
+    to whoever planted it; its deletion wakes the cluster reconciler, which makes ours. A missing one is news only once
+    the cluster component has passed over this generation (it creates the keys before it reports SpecValid): before
+    that every component of a new cluster would write a "waiting" condition made stale milliseconds later."""
+    for name in names:
+        if name in keys:
+            continue
+        if name in foreign:
+            message = (
+                f"waiting for Secret {name} to be deleted: this cluster (uid {loaded.cluster.metadata.uid}) "
+                "did not create it, and slurmctl uses only key material it created for the cluster"
+            )
+            return name, message
+        valid = loaded.condition(SPEC_VALID)
+        due = valid is not None and valid.observed_generation == loaded.generation
+        return name, f"waiting for Secret {name}" if due else None
+    return None

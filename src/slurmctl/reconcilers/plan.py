@@ -1,0 +1,81 @@
+"""What a component decided in one pass, as data: a `Plan` is the pure output of a component's `plan(observation)`
+and the only input of the generic executor (reconcilers/executor.py).
+
+Deciding and writing are apart so that the decision can be tested without an API server or a Slurm (an observation
+in, a plan out) and so that every component writes the same way: bounded concurrent applies, deletes that name the
+incarnation they mean (a uid precondition), Slurm actions that mark the shared snapshot stale, one status part.
+Nothing here knows a component; each step says why it is taken, and that reason is what the Event and log say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from slurmctl.api.v1 import Reason, SlurmClusterStatus
+from slurmctl.render.kinds import Kind
+
+Obj = dict[str, Any]
+SlurmVerb = Literal["drain", "power_up"]
+
+
+@dataclass(frozen=True)
+class Note:
+    """An Event on the cluster: `Normal` for what a user may want to follow, `Warning` for what they must notice."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete a child, only the incarnation observed (`uid`: a precondition, so a pod re-created under the same name
+    since the observation is never the one deleted). Its Event says `why`."""
+
+    kind: Kind
+    name: str
+    why: str
+    uid: str = ""
+    propagation: Literal["Background", "Foreground", "Orphan"] = "Background"
+
+
+@dataclass(frozen=True)
+class Create:
+    """Create an object that is never updated in place (an elastic worker's pod); `announce` is its Event once made
+    (none when one of that name exists still: the next pass looks again)."""
+
+    obj: Obj
+    announce: str
+
+
+@dataclass(frozen=True)
+class SlurmAction:
+    """Change Slurm: drain `nodes` (with `reason`) or power them up. `announce` is the Event once Slurm took it. When
+    Slurm refuses, the component's condition becomes `failed_reason` with `failed: <Slurm's error>` (the rest of the
+    plan is still carried out: every other step was decided on what Slurm said before)."""
+
+    verb: SlurmVerb
+    nodes: tuple[str, ...]
+    announce: str
+    failed: str
+    failed_reason: Reason
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One pass of a component. `status` is its part of the cluster's status (None: leave the status as it is), and
+    `condition` the type of the condition in it that a refused Slurm action overwrites; `warnings` are log lines (a
+    finding the log must hold once, e.g. Slurm unreachable), with their key=value context."""
+
+    condition: str
+    apply: tuple[Obj, ...] = ()
+    slurm: tuple[SlurmAction, ...] = ()
+    delete: tuple[Delete, ...] = ()
+    create: tuple[Create, ...] = ()
+    events: tuple[Note, ...] = ()
+    warnings: tuple[tuple[str, Mapping[str, str]], ...] = ()
+    status: SlurmClusterStatus | None = None
+    requeue_after: float | None = None

@@ -1,0 +1,99 @@
+"""The `workers` component: one StatefulSet per worker group, the workers' headless Service, the elastic groups' pods,
+WorkersReady. Each pass observes the cluster (`observe`), decides purely (workers/plan.py) and has the generic
+executor carry the plan out (reconcilers/executor.py).
+
+Every deletion of a worker pod or StatefulSet goes through the drain gate (workers/plan.py): scale-in (the StatefulSet
+loses its highest ordinals only once they are released), a removed group (its StatefulSet is pruned once all its nodes
+are), a pod re-created for a new template (deleted by the operator, one node at a time), and the pods a re-created
+StatefulSet left behind (below). Which nodes must go is read from reconcilers/worker_pods.py, as the Slurm node loop
+reads it.
+
+A StatefulSet's selector is immutable. Releases before 0.2 labelled worker children `component: worker`; the
+component is now `workers` everywhere (controller, label, field manager). A live StatefulSet whose selector differs
+from the rendered one is therefore deleted with orphan propagation (its pods keep running their jobs) and applied anew
+once it is gone (its deletion event wakes this reconciler). The pods it left behind, which the new StatefulSet does
+not select, then leave like a roll: one at a time, drained, deleted by the operator once Slurm says their node runs
+no job (or its drainTimeout passed), and the new StatefulSet creates a pod of the same name once the name is free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.component import Component, component_is
+from slurmctl.reconcilers.conditions import now
+from slurmctl.reconcilers.context import Context
+from slurmctl.reconcilers.drain import Leaving
+from slurmctl.reconcilers.executor import execute
+from slurmctl.reconcilers.jail_gate import jail_gate_open
+from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.observation import Observation, Settings, read_keys
+from slurmctl.reconcilers.observed import cluster_of_pod, worker_replicas
+from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE, SlurmSnapshot
+from slurmctl.reconcilers.worker_pods import WorkerPods
+from slurmctl.reconcilers.workers.plan import plan
+from slurmctl.render import meta
+from slurmctl.render.kinds import POD
+from slurmctl.runtime import Result
+from slurmctl.runtime.handlers import enqueue_mapped
+from slurmctl.runtime.manager import ControllerBuilder
+from slurmctl.slurm import SlurmUnavailable
+
+# Why the drain gate cannot ask a cluster without slurmrestd.
+REST_DISABLED = "slurmrestd is disabled (spec.rest.enabled is false)"
+
+
+class WorkersReconciler(ComponentReconciler):
+    def __init__(self, ctx: Context, component: Component) -> None:
+        super().__init__(ctx, component)
+        self.workers = WorkerPods(self.cache, component.labels)
+
+    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
+        return await execute(self, loaded, plan(await self.observe(loaded)))
+
+    def watch(self, builder: ControllerBuilder) -> None:
+        """Worker pods (owned by the StatefulSets, not the cluster): a re-created pod turning ready lets the next
+        node of a roll go."""
+        builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(*self.decl.labels)])
+
+    async def observe(self, loaded: Loaded) -> Observation:
+        """What the plan reads, read once. Slurm is asked only when a node must go (the drain gate) or elastic groups
+        follow its power states, and the API server's admission only for live StatefulSets: what the plan will not
+        read is not fetched (a new cluster waiting for its keys or its jail asks neither)."""
+        c, ns = loaded.name, loaded.namespace
+        keys, foreign = read_keys(self.cache, loaded, [meta.munge_secret(c)])
+        statefulsets = {sts["metadata"]["name"]: sts for sts in self.workers.statefulsets(loaded)}
+        obs = Observation(
+            loaded,
+            now(),
+            self.ctx.status.view(loaded.obj),
+            Settings(self.ctx.cluster_domain, self.ctx.network, self.ctx.loader.policy.allow_privileged_jobs),
+            keys=keys,
+            foreign_keys=foreign,
+            jail_open=jail_gate_open(self.cache, loaded),
+            statefulsets=statefulsets,
+        )
+        if not keys or not (obs.jail_open or statefulsets):
+            return obs
+        leaving = tuple(self.workers.leaving(loaded, worker_replicas(statefulsets.values())))
+        pods = {pod["metadata"]["name"]: pod for pod in self.workers.pods(c, ns)}
+        refusals = {}
+        for group in loaded.cluster.spec.workers:
+            name = meta.worker_group(c, group.name)
+            if group.autoscale is None and (message := await self.ctx.admission.refusal(statefulsets.get(name))):
+                refusals[name] = message
+        return dataclasses.replace(
+            obs, leaving=leaving, pods=pods, slurm=await self._slurm(loaded, leaving), refusals=refusals
+        )
+
+    async def _slurm(self, loaded: Loaded, leaving: tuple[Leaving, ...]) -> SlurmSnapshot | None:
+        """Slurm's snapshot, no older than the drain gate allows while a node must go (else than the node loop's, for
+        the elastic groups); None when nothing needs it."""
+        elastic = any(g.autoscale is not None for g in loaded.cluster.spec.workers)
+        if not leaving and not elastic:
+            return None
+        if leaving and not loaded.cluster.spec.rest.enabled:
+            return SlurmSnapshot(self.manager.clock.monotonic(), error=SlurmUnavailable(REST_DISABLED))
+        max_age = GATE_MAX_AGE if leaving else NODE_LOOP_MAX_AGE
+        return await self.ctx.slurm.snapshot(loaded.name, loaded.namespace, max_age=max_age)

@@ -1,0 +1,218 @@
+"""The workers component's decisions as data: an observation in, a plan out; no API server, no Slurm, no clock."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from slurmctl.api.v1 import API_VERSION, KIND, SPEC_VALID, WORKERS_READY, Policy
+from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Leaving
+from slurmctl.reconcilers.loading import Loaded, Loader
+from slurmctl.reconcilers.observation import Observation
+from slurmctl.reconcilers.slurm_snapshot import SlurmSnapshot
+from slurmctl.reconcilers.workers.plan import plan
+from slurmctl.render import meta
+from slurmctl.render.kinds import POD, STATEFULSET
+from slurmctl.slurm import ExitCode, Job, Node, SlurmUnavailable
+from test.unit.reconcilers.env import NAME, NS, spec
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+STS = meta.worker_group(NAME, "cpu")
+MUNGE = meta.munge_secret(NAME)
+SELECTOR = meta.selector(NAME, "workers", **{meta.LABEL_WORKER_GROUP: "cpu"})
+
+
+def loaded(size: int = 2, **extra: Any) -> Loaded:
+    obj = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": NAME, "namespace": NS, "uid": "cluster-uid", "generation": 1, "resourceVersion": "1"},
+        "spec": spec(size=size, **extra),
+        "status": {
+            "conditions": [
+                {
+                    "type": SPEC_VALID,
+                    "status": "True",
+                    "observedGeneration": 1,
+                    "lastTransitionTime": "2026-12-01T00:00:00Z",
+                    "reason": "Valid",
+                    "message": "",
+                }
+            ]
+        },
+    }
+    found = Loader(policy=Policy(allow_root_logins=True)).load(obj)
+    assert isinstance(found, Loaded), found
+    return found
+
+
+def statefulset(replicas: int, *, ready: int | None = None, uid: str = "sts-uid") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": STS, "namespace": NS, "uid": uid},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": SELECTOR},
+        },
+        "status": {"readyReplicas": replicas if ready is None else ready},
+    }
+
+
+def node(name: str, *state: str, reason: str = "", since: datetime | None = None) -> Node:
+    return Node(
+        name=name,
+        state=frozenset(state or ("IDLE",)),
+        reason=reason,
+        reason_set_by="slurm" if reason else "",
+        reason_changed_at=since,
+        features=(),
+        partitions=("main",),
+        cpus=2,
+        alloc_cpus=0,
+    )
+
+
+def running(job_id: int, *nodes: str) -> Job:
+    exit_code = ExitCode(status=("PENDING",), return_code=None, signal=None)
+    return Job(job_id=job_id, name="j", user="u", state="RUNNING", nodes=nodes, exit_code=exit_code)
+
+
+def observe(cluster: Loaded, **facts: Any) -> Observation:
+    base = Observation(cluster, NOW, cluster.obj["status"], keys={MUNGE: "munge-uid"}, jail_open=True)
+    return dataclasses.replace(base, **facts)
+
+
+def test_a_new_cluster_waits_for_its_jail_and_asks_for_nothing() -> None:
+    p = plan(observe(loaded(), jail_open=False))
+    assert not p.apply and not p.delete and not p.slurm
+    assert p.status is not None
+    (cond,) = p.status.conditions
+    assert (cond.type, cond.reason, cond.message) == (
+        WORKERS_READY,
+        "WaitingForJail",
+        "waiting for the populate-jail Job to succeed",
+    )
+
+
+def test_a_missing_key_is_said_and_nothing_is_applied() -> None:
+    p = plan(observe(loaded(), keys={}))
+    assert not p.apply
+    assert p.status is not None and p.status.conditions[0].message == f"waiting for Secret {MUNGE}"
+
+
+def test_a_growing_group_is_applied_at_its_size_with_an_event_and_slurm_is_not_needed() -> None:
+    p = plan(observe(loaded(size=3), statefulsets={STS: statefulset(2)}))
+    (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
+    assert sts["spec"]["replicas"] == 3
+    assert [(n.reason, n.message) for n in p.events] == [("Scaled", "worker group cpu: 2 -> 3 nodes")]
+    assert not p.slurm and not p.delete and p.requeue_after is None
+
+
+def test_scale_in_drains_the_leaving_node_and_keeps_its_replica_until_slurm_released_it() -> None:
+    leaving = (Leaving(f"{STS}-1", "cpu", "scale-in of worker group cpu to 1"),)
+    snapshot = SlurmSnapshot(
+        0.0, nodes=(node(f"{STS}-0"), node(f"{STS}-1", "ALLOCATED")), jobs=(running(7, f"{STS}-1"),)
+    )
+    p = plan(observe(loaded(size=1), statefulsets={STS: statefulset(2)}, leaving=leaving, slurm=snapshot))
+    (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
+    assert sts["spec"]["replicas"] == 2  # held: job 7 runs there
+    (drain,) = p.slurm
+    assert (drain.verb, drain.nodes, drain.reason) == (
+        "drain",
+        (f"{STS}-1",),
+        "slurmctl: scale-in of worker group cpu to 1",
+    )
+    assert p.status is not None and p.status.conditions[0].reason == "Draining"
+    assert "job 7" in p.status.conditions[0].message
+    assert p.requeue_after == DRAIN_POLL_SECONDS
+
+
+def test_a_drained_idle_node_is_released_and_the_group_shrinks() -> None:
+    leaving = (Leaving(f"{STS}-1", "cpu", "scale-in of worker group cpu to 1"),)
+    drained = node(f"{STS}-1", "IDLE", "DRAIN", reason="slurmctl: scale-in of worker group cpu to 1", since=NOW)
+    snapshot = SlurmSnapshot(0.0, nodes=(node(f"{STS}-0"), drained))
+    p = plan(observe(loaded(size=1), statefulsets={STS: statefulset(2)}, leaving=leaving, slurm=snapshot))
+    (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
+    assert sts["spec"]["replicas"] == 1
+    assert not p.slurm
+    assert ("Scaled", "worker group cpu: 2 -> 1 nodes") in [(n.reason, n.message) for n in p.events]
+
+
+def test_nothing_goes_while_slurm_cannot_be_asked_and_the_log_says_so_once() -> None:
+    leaving = (Leaving(f"{STS}-1", "cpu", "scale-in of worker group cpu to 1"),)
+    down = SlurmSnapshot(0.0, error=SlurmUnavailable("no ready slurmrestd pod"))
+    obs = observe(loaded(size=1), statefulsets={STS: statefulset(2)}, leaving=leaving, slurm=down)
+    p = plan(obs)
+    (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
+    assert sts["spec"]["replicas"] == 2
+    assert p.status is not None
+    cond = p.status.conditions[0]
+    assert cond.reason == "SlurmUnreachable" and cond.message.endswith("no ready slurmrestd pod")
+    assert [w[0] for w in p.warnings] == ["drain gate closed"]
+    # Said already: the next pass says it again in the status, and logs nothing.
+    said = {"conditions": [cond.model_dump(mode="json", by_alias=True, exclude_none=True)]}
+    again = dataclasses.replace(obs, loaded=_with_status(obs.loaded, said), said=said)
+    assert plan(again).warnings == ()
+
+
+def test_a_pod_re_created_for_a_new_template_is_deleted_only_as_the_observed_incarnation() -> None:
+    name = f"{STS}-1"
+    leaving = (Leaving(name, "cpu", "re-created for a new pod template of worker group cpu", recreate=True),)
+    drained = node(name, "IDLE", "DRAIN", reason="slurmctl: x", since=NOW)
+    pod = {"metadata": {"name": name, "namespace": NS, "uid": "pod-uid-1"}}
+    obs = observe(
+        loaded(size=2),
+        statefulsets={STS: statefulset(2)},
+        leaving=leaving,
+        slurm=SlurmSnapshot(0.0, nodes=(node(f"{STS}-0"), drained)),
+        pods={name: pod},
+    )
+    (gone,) = plan(obs).delete
+    assert (gone.kind, gone.name, gone.uid) == (POD, name, "pod-uid-1")
+    assert gone.why.endswith("its node is drained and runs no job")
+
+
+def test_a_drain_timeout_releases_the_node_with_a_warning() -> None:
+    name = f"{STS}-1"
+    leaving = (Leaving(name, "cpu", "scale-in of worker group cpu to 1"),)
+    busy = node(name, "ALLOCATED", "DRAIN", reason="slurmctl: x", since=NOW - timedelta(minutes=11))
+    group = {"name": "cpu", "size": 1, "drainTimeout": "10m", "resources": {"requests": {"cpu": 2, "memory": "4Gi"}}}
+    cluster = loaded(workers=[group])
+    snapshot = SlurmSnapshot(0.0, nodes=(node(f"{STS}-0"), busy), jobs=(running(9, name),))
+    p = plan(observe(cluster, statefulsets={STS: statefulset(2)}, leaving=leaving, slurm=snapshot))
+    assert [(n.type, n.reason) for n in p.events if n.type == "Warning"] == [("Warning", "DrainTimedOut")]
+    (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
+    assert sts["spec"]["replicas"] == 1
+
+
+def test_a_removed_groups_statefulset_stays_while_its_nodes_must_be_waited_for() -> None:
+    old = meta.worker_group(NAME, "old")
+    leaving = (Leaving(f"{old}-0", "old", "worker group old removed"),)
+    snapshot = SlurmSnapshot(0.0, nodes=(node(f"{old}-0", "ALLOCATED"),), jobs=(running(3, f"{old}-0"),))
+    statefulsets = {
+        STS: statefulset(2),
+        old: {**statefulset(1, uid="old-uid"), "metadata": {"name": old, "uid": "old-uid"}},
+    }
+    held = plan(observe(loaded(), statefulsets=statefulsets, leaving=leaving, slurm=snapshot))
+    assert not [d for d in held.delete if d.kind == STATEFULSET]
+    gone = SlurmSnapshot(0.0)  # Slurm no longer knows the node: nothing runs there
+    p = plan(observe(loaded(), statefulsets=statefulsets, leaving=leaving, slurm=gone))
+    (pruned,) = [d for d in p.delete if d.kind == STATEFULSET]
+    assert (pruned.name, pruned.uid, pruned.why) == (old, "old-uid", "no longer in the spec")
+
+
+def test_a_refused_statefulset_is_named_in_the_condition_while_its_group_is_short() -> None:
+    message = "StatefulSet c-worker-cpu: pods refused: violates PodSecurity"
+    obs = observe(loaded(), statefulsets={STS: statefulset(2, ready=0)}, refusals={STS: message})
+    p = plan(obs)
+    assert p.status is not None and p.status.conditions[0].reason == "PodRefused"
+    assert [(n.type, n.message) for n in p.events] == [("Warning", message)]
+
+
+def _with_status(cluster: Loaded, status: dict[str, Any]) -> Loaded:
+    obj = {**cluster.obj, "status": status, "metadata": {**cluster.obj["metadata"], "resourceVersion": "2"}}
+    found = Loader(policy=Policy(allow_root_logins=True)).load(obj)
+    assert isinstance(found, Loaded)
+    return found
