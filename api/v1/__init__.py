@@ -16,6 +16,18 @@ from .cluster import (
     ObjectMeta,
     SlurmCluster,
 )
+from .components import (
+    AccountingSpec,
+    ControllerSpec,
+    ExternalDatabase,
+    LoginService,
+    LoginSpec,
+    MariaDBSpec,
+    MariaDBStorage,
+    RestSpec,
+    StateVolume,
+)
+from .containers import ContainersSpec, PyxisPlugin
 from .defaults import (
     COMPONENTS,
     DEFAULT_PARTITION,
@@ -28,37 +40,13 @@ from .defaults import (
     Component,
     default_image,
 )
+from .health_checks import GpuHealthCheck, HealthChecks, NcclBenchmark
+from .jail import JailSpec, PopulateJailSpec, SubMount
 from .policy import CONTROL_PLANE_LABELS, DEFAULT_VOLUME_SOURCES, OPEN_POLICY, PYXIS_KEY, Policy, image_prefix_problem
 from .problems import Problem
 from .schema import crd
-from .spec import (
-    AccountingSpec,
-    Autoscale,
-    ContainersSpec,
-    ControllerSpec,
-    ExternalDatabase,
-    GpuHealthCheck,
-    HealthChecks,
-    JailSpec,
-    LoginService,
-    LoginSpec,
-    MariaDBSpec,
-    MariaDBStorage,
-    NcclBenchmark,
-    Partition,
-    PopulateJailSpec,
-    PyxisPlugin,
-    RestSpec,
-    SlurmClusterSpec,
-    SlurmConfig,
-    SlurmSpec,
-    StateVolume,
-    SubMount,
-    TopologyBlock,
-    TopologySpec,
-    TopologyTree,
-    WorkerGroup,
-)
+from .slurm_spec import SlurmConfig, SlurmSpec
+from .spec import SlurmClusterSpec
 from .status import (
     ACCOUNTING_READY,
     BENCHMARK_SCHEDULED,
@@ -79,6 +67,7 @@ from .status import (
     WorkerGroupStatus,
     ready_summary,
 )
+from .topology import TopologyBlock, TopologySpec, TopologyTree
 from .types import (
     ApiModel,
     Duration,
@@ -92,6 +81,7 @@ from .types import (
     parse_quantity,
 )
 from .validation import check_cluster, validate_spec
+from .workers import Autoscale, Partition, WorkerGroup
 
 __all__ = [
     "ACCOUNTING_READY",

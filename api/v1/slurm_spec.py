@@ -1,0 +1,122 @@
+"""`spec.slurm`: where the default images come from and what slurm.conf says beyond slurmctl's defaults, as typed
+keys (SlurmConfig) or raw extra lines, and the escape hatch that lets those lines set the keys slurmctl owns.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .defaults import (
+    ACCOUNTING_SLURM_KEYS,
+    GPU_HEALTH_CHECK_SLURM_KEYS,
+    IMAGE_REGISTRY,
+    MAX_EXTRA_CONFIG_LENGTH,
+    OPERATOR_OWNED_SLURM_KEYS,
+    TOPOLOGY_SLURM_KEYS,
+)
+from .types import NO_WHITESPACE_PATTERN, ApiModel
+
+DebugLevel = Literal["quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3", "debug4", "debug5"]
+SelectTypeParameters = Literal["CR_CPU", "CR_CPU_Memory", "CR_Core", "CR_Core_Memory", "CR_Socket", "CR_Socket_Memory"]
+
+
+class SlurmConfig(ApiModel):
+    """Common slurm.conf keys with types; unset keys keep slurmctl's (or Slurm's) defaults."""
+
+    max_job_count: int | None = Field(
+        None, ge=1, le=10_000_000, description="MaxJobCount: jobs slurmctld keeps in memory at once."
+    )
+    min_job_age: int | None = Field(
+        None, ge=0, le=86_400 * 30, description="MinJobAge: seconds a finished job stays visible in squeue."
+    )
+    message_timeout: int | None = Field(
+        None, ge=1, le=100, description="MessageTimeout: seconds to wait for a reply between Slurm daemons."
+    )
+    complete_wait: int | None = Field(
+        None, ge=0, le=65_535, description="CompleteWait: seconds to wait for completing jobs before scheduling."
+    )
+    def_mem_per_cpu: int | None = Field(
+        None,
+        ge=1,
+        alias="defMemPerCPU",
+        description="DefMemPerCPU: default memory in MiB per allocated CPU when a job asks for none.",
+    )
+    select_type_parameters: SelectTypeParameters | None = Field(
+        None, description="SelectTypeParameters of select/cons_tres: what a job allocation consumes."
+    )
+    slurmctld_timeout: int | None = Field(
+        None,
+        ge=10,
+        le=65_535,
+        description="SlurmctldTimeout: seconds a standby slurmctld (spec.controller.standby) waits for an unresponsive "
+        "primary before it takes control (slurmctl's default 120).",
+    )
+    slurmctld_debug: DebugLevel | None = Field(None, description="SlurmctldDebug: slurmctld's log level.")
+    slurmd_debug: DebugLevel | None = Field(None, description="SlurmdDebug: slurmd's log level.")
+
+    def slurm_conf(self) -> dict[str, str]:
+        """The keys that are set, spelled as slurm.conf spells them, in a stable order."""
+        names = {
+            "max_job_count": "MaxJobCount",
+            "min_job_age": "MinJobAge",
+            "message_timeout": "MessageTimeout",
+            "complete_wait": "CompleteWait",
+            "def_mem_per_cpu": "DefMemPerCPU",
+            "select_type_parameters": "SelectTypeParameters",
+            "slurmctld_timeout": "SlurmctldTimeout",
+            "slurmctld_debug": "SlurmctldDebug",
+            "slurmd_debug": "SlurmdDebug",
+        }
+        values = ((key, getattr(self, field)) for field, key in names.items())
+        return {key: str(value) for key, value in values if value is not None}
+
+
+class SlurmSpec(ApiModel):
+    """Slurm itself: where images come from, and slurm.conf overrides. The Slurm version is the one the images carry
+    (24.11 for slurmctl's own); the rendered configuration targets it, so there is no separate version field."""
+
+    image_registry: str = Field(
+        IMAGE_REGISTRY,
+        max_length=512,
+        pattern=NO_WHITESPACE_PATTERN,
+        description="Registry and path prefix of the default images, <registry>/<component>:<tag>.",
+    )
+    image_tag: str | None = Field(
+        None,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+        description="Tag of the default images; empty means the operator's own version, so upgrades roll images.",
+    )
+    cgroup_version: Literal["auto", "v1", "v2"] = Field(
+        "auto",
+        description=(
+            "cgroup version of the worker nodes' kernels, for cgroup.conf: auto lets slurmd detect it on each node "
+            "(CgroupPlugin=autodetect), which suits clusters that mix kernels; v1 or v2 force a plugin."
+        ),
+    )
+    config: SlurmConfig = Field(
+        default_factory=SlurmConfig, description="Typed slurm.conf keys that override slurmctl's defaults."
+    )
+    extra_config: str | None = Field(
+        None,
+        max_length=MAX_EXTRA_CONFIG_LENGTH,
+        description="Raw lines appended to slurm.conf after the generated ones (Slurm takes the last value). Keys "
+        "slurmctl owns are refused unless allowOperatorOwnedKeys is true: "
+        + ", ".join(OPERATOR_OWNED_SLURM_KEYS)
+        + "; with accounting enabled also "
+        + ", ".join(ACCOUNTING_SLURM_KEYS)
+        + "; with the GPU health check also "
+        + ", ".join(GPU_HEALTH_CHECK_SLURM_KEYS)
+        + "; with spec.topology also "
+        + ", ".join(TOPOLOGY_SLURM_KEYS)
+        + ".",
+    )
+    allow_operator_owned_keys: bool = Field(
+        False,
+        description="Escape hatch: let extraConfig set the keys slurmctl owns (see extraConfig). These carry "
+        "slurmctl's contract with its pods (controller address, ports, munge auth, users, state paths, the jail's "
+        "chroot plugin, the generated node and partition records); overriding them can break the cluster or switch "
+        "the jail off, and is unsupported.",
+    )
