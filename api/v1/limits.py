@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Annotated, Final
 
 from pydantic import ConfigDict, Field, StringConstraints
-from pydantic.config import JsonDict
 
 from .cel import Rule, validations
+from .fields import LIST_SET
 from .types import ApiModel
 
 MAX_ACCOUNTS: Final = 256
@@ -39,7 +39,6 @@ Description = Annotated[str, StringConstraints(max_length=256, pattern=r"^[^\x00
 # Keys are checked by validation (TRES_PATTERN, then against the TRES the cluster tracks): a CRD schema cannot
 # constrain map keys (no patternProperties), so the operator reports them as SpecValid=False naming the key.
 TresLimits = dict[str, TresCount]
-_LIST_SET: JsonDict = {"x-kubernetes-list-type": "set"}
 _TRES_EXAMPLE = " per TRES, e.g. {cpu: 8, mem: 16384, gres/gpu: 2} (mem in MiB)."
 
 
@@ -105,14 +104,14 @@ class AccountSpec(ApiModel):
         max_length=MAX_USERS_PER_ACCOUNT,
         description="Users of the account (jail user names). A user's default account is the first account, in spec "
         "order, that lists them.",
-        json_schema_extra=_LIST_SET,
+        json_schema_extra=LIST_SET,
     )
     qos: list[SlurmName] = Field(
         default_factory=list,
         max_length=MAX_QOS,
         description="QOS the account's jobs may use: QOS declared in spec.accounting.qos, or normal. Empty keeps "
         "Slurm's default (inherited from the parent).",
-        json_schema_extra=_LIST_SET,
+        json_schema_extra=LIST_SET,
     )
     default_qos: SlurmName | None = Field(None, description="QOS of jobs that ask for none; one of qos.")
     max_jobs_per_user: Count | None = Field(

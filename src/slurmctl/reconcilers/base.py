@@ -13,13 +13,14 @@ from typing import Any
 from slurmctl.api.v1 import Condition, Reason, SlurmClusterStatus
 from slurmctl.reconcilers import conditions
 from slurmctl.reconcilers.component import Component, Obj, owned
-from slurmctl.reconcilers.conditions import make_condition
+from slurmctl.reconcilers.conditions import make_condition, now
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.events import Events
+from slurmctl.reconcilers.jail_gate import jail_gate_open
 from slurmctl.reconcilers.loading import Invalid, Loaded
-from slurmctl.reconcilers.observation import missing_key, read_keys
+from slurmctl.reconcilers.observation import Observation, inputs, key_secrets, missing_key, read_keys
 from slurmctl.reconcilers.observed import deleting
-from slurmctl.render.kinds import SECRET, SLURM_CLUSTER, Kind
+from slurmctl.render.kinds import DEPLOYMENT, SECRET, SLURM_CLUSTER, STATEFULSET, Kind
 from slurmctl.render.manifests import Inputs
 from slurmctl.runtime import ApiError, Conflict, Request, Result
 from slurmctl.runtime.errors import rejection
@@ -122,18 +123,34 @@ class ComponentReconciler:
     async def reconcile_valid(self, loaded: Loaded) -> Result | None:
         raise NotImplementedError
 
+    async def observe(self, loaded: Loaded) -> Observation:
+        """The cluster as this component's plan reads it: the key Secrets, the jail gate, its own children, and the
+        API server's refusals of the pods of its workloads (asked only of one short of pods, reconcilers/admission.py).
+        """
+        keys = read_keys(self.cache, loaded, key_secrets(loaded.name))
+        children = {kind: {o["metadata"]["name"]: o for o in self.owned(loaded, kind)} for kind in self.decl.owns}
+        refusals: dict[str, str] = {}
+        for kind in (STATEFULSET, DEPLOYMENT):
+            for name, workload in children.get(kind, {}).items():
+                if (message := await self.ctx.admission.refusal(workload)) is not None:
+                    refusals[name] = message
+        return Observation(
+            loaded,
+            now(),
+            self.ctx.status.view(loaded.obj),
+            self.ctx.settings,
+            keys=keys.ids,
+            key_fields=keys.fields,
+            foreign_keys=keys.foreign,
+            jail_open=jail_gate_open(self.cache, loaded),
+            children=children,
+            refusals=refusals,
+        )
+
     # ---- desired state ----------------------------------------------------------------------------------------
     def inputs(self, loaded: Loaded, **known: Any) -> Inputs:
-        """The renderer's inputs: the loaded cluster and its configs, what this reconcile read (`known`), and the
-        operator's cluster domain."""
-        return Inputs(
-            cluster=loaded.cluster,
-            configs=loaded.configs,
-            cluster_domain=self.ctx.cluster_domain,
-            network=self.ctx.network,
-            privileged_jobs=self.ctx.loader.policy.allow_privileged_jobs,
-            **known,
-        )
+        """The renderer's inputs (observation.inputs), for the components that do not plan from an observation yet."""
+        return inputs(loaded, self.ctx.settings, **known)
 
     def desired(self, inputs: Inputs) -> list[Obj]:
         """This component's objects: the very renderer `slurmctl render` calls."""
@@ -259,10 +276,10 @@ class ComponentReconciler:
         """The uids of key Secrets the pods mount, or None after saying in the condition which one is missing
         (observation.missing_key). The cluster reconciler creates them; their add events wake this reconciler again,
         so nothing polls."""
-        ids, foreign = read_keys(self.cache, loaded, names)
-        missing = missing_key(loaded, ids, foreign, names)
+        keys = read_keys(self.cache, loaded, names)
+        missing = missing_key(loaded, keys.ids, keys.foreign, names)
         if missing is None:
-            return [ids[name] for name in names]
+            return [keys.ids[name] for name in names]
         if missing[1] is not None:
             await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=missing[1])
         return None

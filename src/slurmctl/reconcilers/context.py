@@ -10,6 +10,7 @@ from slurmctl.reconcilers.admission import Admission
 from slurmctl.reconcilers.component import Component, Reconciler
 from slurmctl.reconcilers.loading import Loader
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
+from slurmctl.reconcilers.observation import Settings
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.reconcilers.status import StatusWriter
 from slurmctl.render import meta
@@ -37,6 +38,11 @@ class Context:
     slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
     status: StatusWriter = field(init=False)  # every component's status goes through it
     admission: Admission = field(init=False)  # whether the API server admits a workload's pods
+
+    @property
+    def settings(self) -> Settings:
+        """The operator's settings that renderers read."""
+        return Settings(self.cluster_domain, self.network, self.loader.policy.allow_privileged_jobs)
 
     def __post_init__(self) -> None:
         self.slurm = SlurmAccess(

@@ -17,11 +17,12 @@ from slurmctl.api.v1 import SPEC_VALID, Condition, Reason, SlurmClusterStatus
 from slurmctl.reconcilers import conditions
 from slurmctl.reconcilers.drain import Leaving
 from slurmctl.reconcilers.loading import Loaded
-from slurmctl.reconcilers.observed import uid
-from slurmctl.reconcilers.plan import Obj, Plan
+from slurmctl.reconcilers.observed import data_keys, uid
+from slurmctl.reconcilers.plan import Delete, Note, Obj, Plan
 from slurmctl.reconcilers.slurm_snapshot import SlurmSnapshot
 from slurmctl.render import meta
-from slurmctl.render.kinds import SECRET
+from slurmctl.render.kinds import SECRET, Kind
+from slurmctl.render.manifests import Inputs
 from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
 from slurmctl.runtime import Cache
 
@@ -46,13 +47,31 @@ class Observation:
     said: Mapping[str, Any]  # the cluster's status as the status writer will leave it
     settings: Settings = Settings()
     keys: Mapping[str, str] = field(default_factory=dict)  # key Secret -> uid, of those the cluster created
+    key_fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # key Secret -> the keys of its data
     foreign_keys: frozenset[str] = frozenset()  # key Secrets of the cluster's names that it did not create
     jail_open: bool = False
-    statefulsets: Mapping[str, Obj] = field(default_factory=dict)  # the component's own, by name
+    children: Mapping[Kind, Mapping[str, Obj]] = field(default_factory=dict)  # the component's own, by kind and name
     pods: Mapping[str, Obj] = field(default_factory=dict)  # the worker pods, by name
     leaving: tuple[Leaving, ...] = ()
     slurm: SlurmSnapshot | None = None
     refusals: Mapping[str, str] = field(default_factory=dict)
+
+    def owned(self, kind: Kind) -> Mapping[str, Obj]:
+        """The component's children of a kind, by name."""
+        return self.children.get(kind, {})
+
+    def prune(self, kind: Kind, keep: Iterable[str]) -> list[Delete]:
+        """Deletions of the component's children of a kind that the spec no longer asks for (never claims: user
+        data), each of the incarnation observed."""
+        wanted = set(keep)
+        return [
+            Delete(kind, name, "no longer in the spec", uid=uid(child))
+            for name, child in self.owned(kind).items()
+            if name not in wanted
+        ]
+
+    def inputs(self, **known: Any) -> Inputs:
+        return inputs(self.loaded, self.settings, **known)
 
     def condition(self, type_: str, *, ok: bool, reason: Reason, message: str) -> Condition:
         """A condition as it will be written: its transition time kept from the status while it does not flip."""
@@ -61,6 +80,11 @@ class Observation:
 
     def is_news(self, type_: str, reason: Reason, message: str) -> bool:
         return conditions.is_news(self.said, type_, reason, message)
+
+    def warn_once(self, type_: str, reason: Reason, message: str) -> tuple[Note, ...]:
+        """The Warning Event of a finding that the component's condition (`type_`) is about to say: only when that is
+        news, so a finding is one Event, not one per pass."""
+        return (Note("Warning", reason.value, message),) if self.is_news(type_, reason, message) else ()
 
     def wait_for_keys(self, type_: str, *names: str) -> Plan | None:
         """None when the key Secrets the pods mount are all there; else the plan of a component that waits for them,
@@ -78,18 +102,47 @@ class Observation:
         return Plan(type_, status=SlurmClusterStatus(conditions=[cond]))
 
 
-def read_keys(cache: Cache, loaded: Loaded, names: Iterable[str]) -> tuple[dict[str, str], frozenset[str]]:
-    """The uids of the key Secrets of these names that the cluster created (a new key means a new Secret, so its uid
-    in the config hash rolls the pods), and the names taken by a Secret it did not create."""
+def inputs(loaded: Loaded, settings: Settings, **known: Any) -> Inputs:
+    """The renderer's inputs: the loaded cluster and its configs, what was observed (`known`: key ids, replicas), and
+    the operator's settings."""
+    return Inputs(
+        cluster=loaded.cluster,
+        configs=loaded.configs,
+        cluster_domain=settings.cluster_domain,
+        network=settings.network,
+        privileged_jobs=settings.privileged_jobs,
+        **known,
+    )
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The cluster's key Secrets as the cache holds them: the uid of each it created (a new key means a new Secret,
+    so its uid in the config hash rolls the pods), the keys of their data, and the names taken by a Secret it did not
+    create."""
+
+    ids: Mapping[str, str]
+    fields: Mapping[str, tuple[str, ...]]
+    foreign: frozenset[str]
+
+
+def read_keys(cache: Cache, loaded: Loaded, names: Iterable[str]) -> Keys:
     ids: dict[str, str] = {}
+    fields: dict[str, tuple[str, ...]] = {}
     foreign: set[str] = set()
     for name in names:
         secret = cache.get(*SECRET, name, namespace=loaded.namespace)
         if secret is not None and meta.controlled_by(secret, loaded.cluster):
             ids[name] = uid(secret)
+            fields[name] = tuple(data_keys(secret))
         elif secret is not None:
             foreign.add(name)
-    return ids, frozenset(foreign)
+    return Keys(ids, fields, frozenset(foreign))
+
+
+def key_secrets(c: str) -> tuple[str, ...]:
+    """The key Secrets the cluster component creates for a cluster, which other components' pods mount."""
+    return meta.munge_secret(c), meta.jwt_key_secret(c), meta.ssh_host_keys_secret(c)
 
 
 def missing_key(

@@ -1,4 +1,5 @@
-"""The `rest` component: slurmrestd's Deployment and Service, and RestReady.
+"""The `rest` component: slurmrestd's Deployment and Service, and RestReady, planned purely from the observation
+(`plan`).
 
 slurmrestd needs no key of its own (slurmctld verifies the callers' tokens) and mounts only the configs ConfigMap, so
 nothing gates it; disabling it removes both objects (the JWT key stays: slurmctld still verifies users' tokens).
@@ -6,31 +7,39 @@ nothing gates it; disabling it removes both objects (the JWT key stays: slurmctl
 
 from __future__ import annotations
 
-from slurmctl.api.v1 import Reason, SlurmClusterStatus
+from slurmctl.api.v1 import REST_READY, Reason, SlurmClusterStatus
 from slurmctl.reconcilers.base import ComponentReconciler
+from slurmctl.reconcilers.executor import execute
 from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import available_replicas
+from slurmctl.reconcilers.plan import Note, Plan
 from slurmctl.render import meta
 from slurmctl.render.kinds import DEPLOYMENT, SERVICE
+from slurmctl.render.manifests import rest_objects
+from slurmctl.runtime import Result
 
 
 class RestReconciler(ComponentReconciler):
-    async def reconcile_valid(self, loaded: Loaded) -> None:
-        if not loaded.cluster.spec.rest.enabled:
-            await self._remove(loaded)
-            return
-        await self.apply(loaded, self.desired(self.inputs(loaded)))
-        deployment = self.live(DEPLOYMENT, meta.rest(loaded.name), loaded.namespace)
-        if available_replicas(deployment) >= 1:
-            cond = self.condition(loaded, ok=True, reason=Reason.READY, message="slurmrestd is ready")
-        elif (refused := await self.pods_refused(loaded, deployment)) is not None:
-            cond = refused
-        else:
-            cond = self.condition(loaded, ok=False, reason=Reason.NOT_READY, message="slurmrestd is not ready yet")
-        await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
+    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
+        return await execute(self, loaded, plan(await self.observe(loaded)))
 
-    async def _remove(self, loaded: Loaded) -> None:
-        for kind in (DEPLOYMENT, SERVICE):
-            await self.prune(loaded, kind, keep=[])
-        if loaded.condition(self.condition_type) is not None:  # it was enabled once
-            await self.report(loaded, ok=False, reason=Reason.DISABLED, message="spec.rest.enabled is false")
+
+def plan(obs: Observation) -> Plan:
+    if not obs.loaded.cluster.spec.rest.enabled:
+        removed = (*obs.prune(DEPLOYMENT, keep=()), *obs.prune(SERVICE, keep=()))
+        if obs.loaded.condition(REST_READY) is None:  # never enabled: nothing to say
+            return Plan(REST_READY, delete=removed)
+        said = obs.report(REST_READY, ok=False, reason=Reason.DISABLED, message="spec.rest.enabled is false")
+        return Plan(REST_READY, delete=removed, status=said.status)
+    name = meta.rest(obs.loaded.name)
+    events: tuple[Note, ...] = ()
+    if available_replicas(obs.owned(DEPLOYMENT).get(name)) >= 1:
+        cond = obs.condition(REST_READY, ok=True, reason=Reason.READY, message="slurmrestd is ready")
+    elif (refused := obs.refusals.get(name)) is not None:
+        events = obs.warn_once(REST_READY, Reason.POD_REFUSED, refused)
+        cond = obs.condition(REST_READY, ok=False, reason=Reason.POD_REFUSED, message=refused)
+    else:
+        cond = obs.condition(REST_READY, ok=False, reason=Reason.NOT_READY, message="slurmrestd is not ready yet")
+    intents = rest_objects(obs.inputs())
+    return Plan(REST_READY, apply=tuple(intents), events=events, status=SlurmClusterStatus(conditions=[cond]))

@@ -103,7 +103,7 @@ def test_a_missing_key_is_said_and_nothing_is_applied() -> None:
 
 
 def test_a_growing_group_is_applied_at_its_size_with_an_event_and_slurm_is_not_needed() -> None:
-    p = plan(observe(loaded(size=3), statefulsets={STS: statefulset(2)}))
+    p = plan(observe(loaded(size=3), children={STATEFULSET: {STS: statefulset(2)}}))
     (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
     assert sts["spec"]["replicas"] == 3
     assert [(n.reason, n.message) for n in p.events] == [("Scaled", "worker group cpu: 2 -> 3 nodes")]
@@ -115,7 +115,7 @@ def test_scale_in_drains_the_leaving_node_and_keeps_its_replica_until_slurm_rele
     snapshot = SlurmSnapshot(
         0.0, nodes=(node(f"{STS}-0"), node(f"{STS}-1", "ALLOCATED")), jobs=(running(7, f"{STS}-1"),)
     )
-    p = plan(observe(loaded(size=1), statefulsets={STS: statefulset(2)}, leaving=leaving, slurm=snapshot))
+    p = plan(observe(loaded(size=1), children={STATEFULSET: {STS: statefulset(2)}}, leaving=leaving, slurm=snapshot))
     (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
     assert sts["spec"]["replicas"] == 2  # held: job 7 runs there
     (drain,) = p.slurm
@@ -133,7 +133,7 @@ def test_a_drained_idle_node_is_released_and_the_group_shrinks() -> None:
     leaving = (Leaving(f"{STS}-1", "cpu", "scale-in of worker group cpu to 1"),)
     drained = node(f"{STS}-1", "IDLE", "DRAIN", reason="slurmctl: scale-in of worker group cpu to 1", since=NOW)
     snapshot = SlurmSnapshot(0.0, nodes=(node(f"{STS}-0"), drained))
-    p = plan(observe(loaded(size=1), statefulsets={STS: statefulset(2)}, leaving=leaving, slurm=snapshot))
+    p = plan(observe(loaded(size=1), children={STATEFULSET: {STS: statefulset(2)}}, leaving=leaving, slurm=snapshot))
     (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
     assert sts["spec"]["replicas"] == 1
     assert not p.slurm
@@ -143,7 +143,7 @@ def test_a_drained_idle_node_is_released_and_the_group_shrinks() -> None:
 def test_nothing_goes_while_slurm_cannot_be_asked_and_the_log_says_so_once() -> None:
     leaving = (Leaving(f"{STS}-1", "cpu", "scale-in of worker group cpu to 1"),)
     down = SlurmSnapshot(0.0, error=SlurmUnavailable("no ready slurmrestd pod"))
-    obs = observe(loaded(size=1), statefulsets={STS: statefulset(2)}, leaving=leaving, slurm=down)
+    obs = observe(loaded(size=1), children={STATEFULSET: {STS: statefulset(2)}}, leaving=leaving, slurm=down)
     p = plan(obs)
     (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
     assert sts["spec"]["replicas"] == 2
@@ -164,7 +164,7 @@ def test_a_pod_re_created_for_a_new_template_is_deleted_only_as_the_observed_inc
     pod = {"metadata": {"name": name, "namespace": NS, "uid": "pod-uid-1"}}
     obs = observe(
         loaded(size=2),
-        statefulsets={STS: statefulset(2)},
+        children={STATEFULSET: {STS: statefulset(2)}},
         leaving=leaving,
         slurm=SlurmSnapshot(0.0, nodes=(node(f"{STS}-0"), drained)),
         pods={name: pod},
@@ -181,7 +181,7 @@ def test_a_drain_timeout_releases_the_node_with_a_warning() -> None:
     group = {"name": "cpu", "size": 1, "drainTimeout": "10m", "resources": {"requests": {"cpu": 2, "memory": "4Gi"}}}
     cluster = loaded(workers=[group])
     snapshot = SlurmSnapshot(0.0, nodes=(node(f"{STS}-0"), busy), jobs=(running(9, name),))
-    p = plan(observe(cluster, statefulsets={STS: statefulset(2)}, leaving=leaving, slurm=snapshot))
+    p = plan(observe(cluster, children={STATEFULSET: {STS: statefulset(2)}}, leaving=leaving, slurm=snapshot))
     assert [(n.type, n.reason) for n in p.events if n.type == "Warning"] == [("Warning", "DrainTimedOut")]
     (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
     assert sts["spec"]["replicas"] == 1
@@ -195,17 +195,17 @@ def test_a_removed_groups_statefulset_stays_while_its_nodes_must_be_waited_for()
         STS: statefulset(2),
         old: {**statefulset(1, uid="old-uid"), "metadata": {"name": old, "uid": "old-uid"}},
     }
-    held = plan(observe(loaded(), statefulsets=statefulsets, leaving=leaving, slurm=snapshot))
+    held = plan(observe(loaded(), children={STATEFULSET: statefulsets}, leaving=leaving, slurm=snapshot))
     assert not [d for d in held.delete if d.kind == STATEFULSET]
     gone = SlurmSnapshot(0.0)  # Slurm no longer knows the node: nothing runs there
-    p = plan(observe(loaded(), statefulsets=statefulsets, leaving=leaving, slurm=gone))
+    p = plan(observe(loaded(), children={STATEFULSET: statefulsets}, leaving=leaving, slurm=gone))
     (pruned,) = [d for d in p.delete if d.kind == STATEFULSET]
     assert (pruned.name, pruned.uid, pruned.why) == (old, "old-uid", "no longer in the spec")
 
 
 def test_a_refused_statefulset_is_named_in_the_condition_while_its_group_is_short() -> None:
     message = "StatefulSet c-worker-cpu: pods refused: violates PodSecurity"
-    obs = observe(loaded(), statefulsets={STS: statefulset(2, ready=0)}, refusals={STS: message})
+    obs = observe(loaded(), children={STATEFULSET: {STS: statefulset(2, ready=0)}}, refusals={STS: message})
     p = plan(obs)
     assert p.status is not None and p.status.conditions[0].reason == "PodRefused"
     assert [(n.type, n.message) for n in p.events] == [("Warning", message)]

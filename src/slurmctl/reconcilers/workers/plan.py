@@ -72,12 +72,12 @@ def plan(obs: Observation) -> Plan:
     munge = meta.munge_secret(c)
     if (waiting := obs.wait_for_keys(WORKERS_READY, munge)) is not None:
         return waiting
-    if not obs.jail_open and not obs.statefulsets:
+    if not obs.jail_open and not obs.owned(STATEFULSET):
         message = "waiting for the populate-jail Job to succeed"
         return obs.report(WORKERS_READY, ok=False, reason=Reason.WAITING_FOR_JAIL, message=message)
     groups = sorted(loaded.cluster.spec.workers, key=lambda g: g.name)
     fixed = [g for g in groups if g.autoscale is None]
-    live = worker_replicas(obs.statefulsets.values())
+    live = worker_replicas(obs.owned(STATEFULSET).values())
     gate, slurm, events = _gate(obs)
     replicas: dict[str, int] = {}
     for group in fixed:
@@ -102,7 +102,7 @@ def plan(obs: Observation) -> Plan:
     # A StatefulSet no group has (a removed group's) goes once all its nodes may go.
     held = {statefulset_of(going.node) for going in obs.leaving if going.node not in gate.released}
     keep = {*(meta.worker_group(c, g.name) for g in groups), *held}
-    for name, sts in obs.statefulsets.items():
+    for name, sts in obs.owned(STATEFULSET).items():
         if name not in keep:
             deletes.append(Delete(STATEFULSET, name, "no longer in the spec", uid=uid(sts)))
     for going in obs.leaving:
@@ -209,7 +209,7 @@ def _selectors_hold(obs: Observation, intents: Sequence[Obj]) -> tuple[list[Obj]
     apply: list[Obj] = []
     deletes: list[Delete] = []
     for intent in intents:
-        live = obs.statefulsets.get(intent["metadata"]["name"])
+        live = obs.owned(STATEFULSET).get(intent["metadata"]["name"])
         if (
             Kind(intent["apiVersion"], intent["kind"]) != STATEFULSET
             or live is None
@@ -229,8 +229,7 @@ def _refused(obs: Observation, fixed: Sequence[WorkerGroup], events: list[Note])
         message = obs.refusals.get(meta.worker_group(obs.loaded.name, group.name))
         if message is None:
             continue
-        if obs.is_news(WORKERS_READY, Reason.POD_REFUSED, message):
-            events.append(Note("Warning", Reason.POD_REFUSED.value, message))
+        events.extend(obs.warn_once(WORKERS_READY, Reason.POD_REFUSED, message))
         return obs.condition(WORKERS_READY, ok=False, reason=Reason.POD_REFUSED, message=message)
     return None
 
@@ -248,7 +247,7 @@ def _status(  # noqa: PLR0917 - one pass's findings, each its own
         WorkerGroupStatus(
             name=group.name,
             desired=group.size,
-            ready=min(group.size, ready_replicas(obs.statefulsets.get(meta.worker_group(c, group.name)))),
+            ready=min(group.size, ready_replicas(obs.owned(STATEFULSET).get(meta.worker_group(c, group.name)))),
         )
         for group in groups
     ]

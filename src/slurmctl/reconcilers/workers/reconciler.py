@@ -22,19 +22,17 @@ import dataclasses
 
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.component import Component, component_is
-from slurmctl.reconcilers.conditions import now
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import Leaving
 from slurmctl.reconcilers.executor import execute
-from slurmctl.reconcilers.jail_gate import jail_gate_open
 from slurmctl.reconcilers.loading import Loaded
-from slurmctl.reconcilers.observation import Observation, Settings, read_keys
+from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import cluster_of_pod, worker_replicas
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE, SlurmSnapshot
 from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.reconcilers.workers.plan import plan
 from slurmctl.render import meta
-from slurmctl.render.kinds import POD
+from slurmctl.render.kinds import POD, STATEFULSET
 from slurmctl.runtime import Result
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
@@ -58,34 +56,16 @@ class WorkersReconciler(ComponentReconciler):
         builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(*self.decl.labels)])
 
     async def observe(self, loaded: Loaded) -> Observation:
-        """What the plan reads, read once. Slurm is asked only when a node must go (the drain gate) or elastic groups
-        follow its power states, and the API server's admission only for live StatefulSets: what the plan will not
-        read is not fetched (a new cluster waiting for its keys or its jail asks neither)."""
-        c, ns = loaded.name, loaded.namespace
-        keys, foreign = read_keys(self.cache, loaded, [meta.munge_secret(c)])
-        statefulsets = {sts["metadata"]["name"]: sts for sts in self.workers.statefulsets(loaded)}
-        obs = Observation(
-            loaded,
-            now(),
-            self.ctx.status.view(loaded.obj),
-            Settings(self.ctx.cluster_domain, self.ctx.network, self.ctx.loader.policy.allow_privileged_jobs),
-            keys=keys,
-            foreign_keys=foreign,
-            jail_open=jail_gate_open(self.cache, loaded),
-            statefulsets=statefulsets,
-        )
-        if not keys or not (obs.jail_open or statefulsets):
+        """What the plan reads, read once: the component's observation, plus the worker pods, the nodes that must go
+        and Slurm's snapshot. Slurm is asked only when a node must go (the drain gate) or elastic groups follow its
+        power states: a new cluster waiting for its keys or its jail asks nothing."""
+        obs = await super().observe(loaded)
+        statefulsets = obs.owned(STATEFULSET)
+        if meta.munge_secret(loaded.name) not in obs.keys or not (obs.jail_open or statefulsets):
             return obs
         leaving = tuple(self.workers.leaving(loaded, worker_replicas(statefulsets.values())))
-        pods = {pod["metadata"]["name"]: pod for pod in self.workers.pods(c, ns)}
-        refusals = {}
-        for group in loaded.cluster.spec.workers:
-            name = meta.worker_group(c, group.name)
-            if group.autoscale is None and (message := await self.ctx.admission.refusal(statefulsets.get(name))):
-                refusals[name] = message
-        return dataclasses.replace(
-            obs, leaving=leaving, pods=pods, slurm=await self._slurm(loaded, leaving), refusals=refusals
-        )
+        pods = {pod["metadata"]["name"]: pod for pod in self.workers.pods(loaded.name, loaded.namespace)}
+        return dataclasses.replace(obs, leaving=leaving, pods=pods, slurm=await self._slurm(loaded, leaving))
 
     async def _slurm(self, loaded: Loaded, leaving: tuple[Leaving, ...]) -> SlurmSnapshot | None:
         """Slurm's snapshot, no older than the drain gate allows while a node must go (else than the node loop's, for
