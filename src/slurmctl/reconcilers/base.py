@@ -20,7 +20,9 @@ from slurmctl.reconcilers.jail_gate import jail_gate_open
 from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.observation import Observation, inputs, key_secrets, missing_key, read_keys
 from slurmctl.reconcilers.observed import deleting
-from slurmctl.render.kinds import DEPLOYMENT, SECRET, SLURM_CLUSTER, STATEFULSET, Kind
+from slurmctl.reconcilers.plan import Note
+from slurmctl.render import meta
+from slurmctl.render.kinds import DEPLOYMENT, JOB, POD, SECRET, SLURM_CLUSTER, STATEFULSET, Kind
 from slurmctl.render.manifests import Inputs
 from slurmctl.runtime import ApiError, Conflict, Request, Result
 from slurmctl.runtime.errors import rejection
@@ -129,8 +131,13 @@ class ComponentReconciler:
         """
         keys = read_keys(self.cache, loaded, key_secrets(loaded.name))
         children = {kind: {o["metadata"]["name"]: o for o in self.owned(loaded, kind)} for kind in self.decl.owns}
+        pods: dict[str, Obj] = {}
+        for label in self.decl.labels:  # pods are owned by the workloads, not the cluster: found by their labels
+            selector = meta.selector(loaded.name, label)
+            found = self.cache.list(*POD, namespace=loaded.namespace, labels=selector)
+            pods.update((pod["metadata"]["name"], pod) for pod in found)
         refusals: dict[str, str] = {}
-        for kind in (STATEFULSET, DEPLOYMENT):
+        for kind in (STATEFULSET, DEPLOYMENT, JOB):
             for name, workload in children.get(kind, {}).items():
                 if (message := await self.ctx.admission.refusal(workload)) is not None:
                     refusals[name] = message
@@ -144,6 +151,7 @@ class ComponentReconciler:
             foreign_keys=keys.foreign,
             jail_open=jail_gate_open(self.cache, loaded),
             children=children,
+            pods=dict(sorted(pods.items())),
             refusals=refusals,
         )
 
@@ -199,12 +207,22 @@ class ComponentReconciler:
         return True
 
     async def delete(
-        self, loaded: Loaded, kind: Kind, name: str, *, why: str, propagation: str = "Background", uid: str = ""
+        self,
+        loaded: Loaded,
+        kind: Kind,
+        name: str,
+        *,
+        why: str,
+        propagation: str = "Background",
+        uid: str = "",
+        event: Note | None = None,
     ) -> None:
-        """Delete a child and say why in an Event; `uid`: only that incarnation of the name (Conflict otherwise)."""
+        """Delete a child and say why in an Event (`event`, else "Deleted"); `uid`: only that incarnation of the name
+        (Conflict otherwise)."""
         client = self.manager.client
         await client.delete(*kind, name, namespace=loaded.namespace, propagation=propagation, uid=uid or None)
-        self.event(loaded, "Normal", "Deleted", f"deleted {kind.kind} {name}: {why}")
+        said = event or Note("Normal", "Deleted", f"deleted {kind.kind} {name}: {why}")
+        self.events.record(loaded.obj, said.type, said.reason, said.message)
 
     async def prune(self, loaded: Loaded, kind: Kind, *, keep: Iterable[str]) -> None:
         """Delete this component's children of a kind that the spec no longer asks for (never claims: user data)."""

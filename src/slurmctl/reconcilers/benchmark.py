@@ -16,14 +16,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurmctl.api.v1 import Reason, SlurmClusterStatus
-from slurmctl.api.v1.status import BENCHMARK_PASSED
+from slurmctl.api.v1.status import BENCHMARK_PASSED, BENCHMARK_SCHEDULED
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.component import component_is
+from slurmctl.reconcilers.executor import execute
 from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import BenchmarkRun, cluster_of_pod, last_benchmark_run
+from slurmctl.reconcilers.plan import Note, Plan
 from slurmctl.render import meta
 from slurmctl.render.benchmark import COMPONENT
 from slurmctl.render.kinds import CRONJOB, POD
+from slurmctl.render.manifests import benchmark_objects
+from slurmctl.runtime import Result
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
 
@@ -36,37 +41,38 @@ class BenchmarkReconciler(ComponentReconciler):
         """The benchmark Jobs' pods: a run's outcome is its pod's termination message."""
         builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(COMPONENT)])
 
-    async def reconcile_valid(self, loaded: Loaded) -> None:
-        spec = loaded.cluster.spec
-        nccl = spec.health_checks.nccl_benchmark
-        name = meta.nccl_benchmark(loaded.name)
-        intents = self.desired(self.inputs(loaded))
-        await self.apply(loaded, intents)
-        await self.prune(loaded, CRONJOB, keep=[o["metadata"]["name"] for o in intents])
-        if not spec.gpu_groups:
-            if nccl.enabled:
-                reason, message = (
-                    Reason.NO_GPU_WORKERS,
-                    "spec.healthChecks.ncclBenchmark is enabled but no group has GPUs",
-                )
-            else:
-                reason, message = Reason.DISABLED, "spec.healthChecks.ncclBenchmark.enabled is false"
-            cond = self.condition(loaded, ok=False, reason=reason, message=message)
-        elif nccl.enabled:
-            message = f"CronJob {name} runs on schedule {nccl.schedule!r}"
-            cond = self.condition(loaded, ok=True, reason=Reason.SCHEDULED, message=message)
+    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
+        return await execute(self, loaded, plan(await self.observe(loaded)))
+
+
+def plan(obs: Observation) -> Plan:
+    spec = obs.loaded.cluster.spec
+    nccl = spec.health_checks.nccl_benchmark
+    name = meta.nccl_benchmark(obs.loaded.name)
+    intents = benchmark_objects(obs.inputs())
+    prune = obs.prune(CRONJOB, keep=[o["metadata"]["name"] for o in intents])
+    if not spec.gpu_groups:
+        if nccl.enabled:
+            reason, message = Reason.NO_GPU_WORKERS, "spec.healthChecks.ncclBenchmark is enabled but no group has GPUs"
         else:
-            message = f"CronJob {name} is suspended: spec.healthChecks.ncclBenchmark.enabled is false"
-            cond = self.condition(loaded, ok=False, reason=Reason.DISABLED, message=message)
-        conditions = [cond]
-        pods = self.cache.list(*POD, namespace=loaded.namespace, labels=meta.selector(loaded.name, COMPONENT))
-        run = last_benchmark_run(pods)
-        if run is not None:  # none finished yet (or all gone with their Jobs): the last word stands
-            ok, reason, message = benchmark_result(run)
-            if not ok and self.is_news(loaded, reason, message, type_=BENCHMARK_PASSED):
-                self.warn(loaded, f"Benchmark{reason.value}", message)
-            conditions.append(self.condition(loaded, ok=ok, reason=reason, message=message, type_=BENCHMARK_PASSED))
-        await self.write_status(loaded, SlurmClusterStatus(conditions=conditions))
+            reason, message = Reason.DISABLED, "spec.healthChecks.ncclBenchmark.enabled is false"
+        cond = obs.condition(BENCHMARK_SCHEDULED, ok=False, reason=reason, message=message)
+    elif nccl.enabled:
+        message = f"CronJob {name} runs on schedule {nccl.schedule!r}"
+        cond = obs.condition(BENCHMARK_SCHEDULED, ok=True, reason=Reason.SCHEDULED, message=message)
+    else:
+        message = f"CronJob {name} is suspended: spec.healthChecks.ncclBenchmark.enabled is false"
+        cond = obs.condition(BENCHMARK_SCHEDULED, ok=False, reason=Reason.DISABLED, message=message)
+    conditions = [cond]
+    events: tuple[Note, ...] = ()
+    run = last_benchmark_run(obs.pods.values())
+    if run is not None:  # none finished yet (or all gone with their Jobs): the last word stands
+        ok, reason, message = benchmark_result(run)
+        if not ok and obs.is_news(BENCHMARK_PASSED, reason, message):
+            events = (Note("Warning", f"Benchmark{reason.value}", message),)
+        conditions.append(obs.condition(BENCHMARK_PASSED, ok=ok, reason=reason, message=message))
+    status = SlurmClusterStatus(conditions=conditions)
+    return Plan(BENCHMARK_SCHEDULED, apply=tuple(intents), delete=tuple(prune), events=events, status=status)
 
 
 def benchmark_result(run: BenchmarkRun) -> tuple[bool, Reason, str]:

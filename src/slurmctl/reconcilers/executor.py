@@ -1,6 +1,6 @@
 """Carrying out a component's `Plan` (reconcilers/plan.py), the same way for every component: Slurm first (what Slurm
 is told can only hold more nodes, never release one: every release was decided on what Slurm said before), then the
-Events, the applies (bounded, concurrent), the deletes (each of the incarnation observed), the creates, and last the
+Events, the deletes (each of the incarnation observed), the applies (bounded, concurrent), the creates, and last the
 status part, with one `changed()` of the Slurm snapshot for all the Slurm actions.
 
 A refused Slurm action ends the Slurm part (the rest would meet the same Slurm) and turns the component's condition
@@ -33,12 +33,14 @@ async def execute(rec: ComponentReconciler, loaded: Loaded, plan: Plan) -> Resul
         rec.events.record(loaded.obj, note.type, note.reason, note.message)
     for message, context in plan.warnings:
         log.warning("%s %s", message, kv(namespace=loaded.namespace, name=loaded.name, **context))
-    await rec.apply(loaded, plan.apply)
     for gone in plan.delete:
         try:
-            await rec.delete(loaded, gone.kind, gone.name, why=gone.why, propagation=gone.propagation, uid=gone.uid)
+            await rec.delete(
+                loaded, gone.kind, gone.name, why=gone.why, propagation=gone.propagation, uid=gone.uid, event=gone.event
+            )
         except Conflict:  # another incarnation of the name by now: the next pass decides on that one
             log.debug("delete skipped %s", kv(kind=gone.kind.kind, name=gone.name, uid=gone.uid))
+    await rec.apply(loaded, plan.apply)
     for made in plan.create:
         if await rec.create(loaded, made.obj):
             rec.event(loaded, "Normal", "Created", made.announce)

@@ -51,7 +51,7 @@ class Observation:
     foreign_keys: frozenset[str] = frozenset()  # key Secrets of the cluster's names that it did not create
     jail_open: bool = False
     children: Mapping[Kind, Mapping[str, Obj]] = field(default_factory=dict)  # the component's own, by kind and name
-    pods: Mapping[str, Obj] = field(default_factory=dict)  # the worker pods, by name
+    pods: Mapping[str, Obj] = field(default_factory=dict)  # the component's pods (by its labels), by name
     leaving: tuple[Leaving, ...] = ()
     slurm: SlurmSnapshot | None = None
     refusals: Mapping[str, str] = field(default_factory=dict)

@@ -371,3 +371,8 @@ def _report(message: str) -> Mapping[str, Any] | None:
 def _shortened(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= MAX_REFUSAL_MESSAGE else "..." + text[-(MAX_REFUSAL_MESSAGE - 3) :]
+
+
+def owner_uids(obj: Live) -> tuple[str, ...]:
+    """The uids of a live object's owners (its ownerReferences), as the informer cache indexes them."""
+    return tuple(str(ref["uid"]) for ref in _metadata(obj).get("ownerReferences") or () if "uid" in ref)

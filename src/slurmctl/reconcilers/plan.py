@@ -32,13 +32,15 @@ class Note:
 @dataclass(frozen=True)
 class Delete:
     """Delete a child, only the incarnation observed (`uid`: a precondition, so a pod re-created under the same name
-    since the observation is never the one deleted). Its Event says `why`."""
+    since the observation is never the one deleted). Its Event says `why`. Deletes come before applies: a Job deleted
+    to be run anew is applied in the same pass."""
 
     kind: Kind
     name: str
     why: str
     uid: str = ""
     propagation: Literal["Background", "Foreground", "Orphan"] = "Background"
+    event: Note | None = None  # what the Event says instead of "deleted <kind> <name>: <why>" (e.g. a re-run Job)
 
 
 @dataclass(frozen=True)

@@ -56,16 +56,15 @@ class WorkersReconciler(ComponentReconciler):
         builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(*self.decl.labels)])
 
     async def observe(self, loaded: Loaded) -> Observation:
-        """What the plan reads, read once: the component's observation, plus the worker pods, the nodes that must go
-        and Slurm's snapshot. Slurm is asked only when a node must go (the drain gate) or elastic groups follow its
+        """What the plan reads, read once: the component's observation, plus the nodes that must go and Slurm's
+        snapshot. Slurm is asked only when a node must go (the drain gate) or elastic groups follow its
         power states: a new cluster waiting for its keys or its jail asks nothing."""
         obs = await super().observe(loaded)
         statefulsets = obs.owned(STATEFULSET)
         if meta.munge_secret(loaded.name) not in obs.keys or not (obs.jail_open or statefulsets):
             return obs
         leaving = tuple(self.workers.leaving(loaded, worker_replicas(statefulsets.values())))
-        pods = {pod["metadata"]["name"]: pod for pod in self.workers.pods(loaded.name, loaded.namespace)}
-        return dataclasses.replace(obs, leaving=leaving, pods=pods, slurm=await self._slurm(loaded, leaving))
+        return dataclasses.replace(obs, leaving=leaving, slurm=await self._slurm(loaded, leaving))
 
     async def _slurm(self, loaded: Loaded, leaving: tuple[Leaving, ...]) -> SlurmSnapshot | None:
         """Slurm's snapshot, no older than the drain gate allows while a node must go (else than the node loop's, for
