@@ -21,6 +21,7 @@ from slurmctl.reconcilers.limits import LimitsRefusedError, apply_limits
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import available_replicas, cluster_of_pod, resource_version
 from slurmctl.reconcilers.slurm_access import REST_COMPONENT
+from slurmctl.reconcilers.views import Secret
 from slurmctl.render import meta
 from slurmctl.render.accounting import (
     MARIADB_API_VERSION,
@@ -177,7 +178,7 @@ class AccountingReconciler(ComponentReconciler):
                 source = await self.manager.client.get(*SECRET, db.password_secret, namespace=loaded.namespace)
             except NotFound:
                 source = None
-        encoded = ((source or {}).get("data") or {}).get(db.password_key)
+        encoded = Secret.of(source).data.get(db.password_key)
         if source is None or encoded is None:
             message = f"the database password is missing: {where} not found"
             await self._fail(loaded, Reason.PASSWORD_SECRET_MISSING, message)

@@ -22,9 +22,11 @@ from typing import Any, Protocol
 
 from cachetools import TTLCache
 
-from slurmctl.reconcilers.observed import Live, condition_of, deleting
+from slurmctl.reconcilers.observed import Live
+from slurmctl.reconcilers.views import PodTemplate, Workload, condition
 from slurmctl.runtime import ApiError, Conflict, Forbidden, Invalid
 from slurmctl.runtime.clock import Clock
+from slurmctl.runtime.objects import ObjectMeta
 
 MEMO_SECONDS = 60.0
 # A 403 that is the operator's own missing permission, not the pod's refusal: nothing to tell the cluster's owner.
@@ -48,18 +50,17 @@ class Admission:
     async def refusal(self, workload: Live | None) -> str | None:
         """Why the API server refuses the pods of a live StatefulSet, Deployment or Job, naming the workload; None
         when it is not short of pods, or its next pod would be admitted."""
-        if workload is None or deleting(workload):
+        live = Workload.of(workload)
+        kind, md = live.kind, live.metadata
+        if workload is None or md.deletion_timestamp:
             return None
-        kind = str(workload.get("kind", ""))
-        md = workload.get("metadata") or {}
         if kind == "Deployment":
-            failure = condition_of(workload, "ReplicaFailure")
-            refused = failure is not None and failure.get("status") == "True"
-            return _said(kind, md, str(failure.get("message") or "")) if failure and refused else None
-        pod = _next_pod(workload)
+            failure = condition(live.status.conditions, "ReplicaFailure")
+            return _said(kind, md, failure.message) if failure is not None and failure.true else None
+        pod = _next_pod(live)
         if pod is None:
             return None
-        identity = (kind, md.get("namespace"), md.get("name"), md.get("uid"), md.get("generation"))
+        identity = (kind, md.namespace, md.name, md.uid, md.generation)
         key = tuple(str(v) for v in (*identity, pod["metadata"].get("name")))
         if key in self._memo:
             return self._memo[key]
@@ -78,56 +79,50 @@ class Admission:
         return said
 
 
-def _said(kind: str, md: Mapping[str, Any], detail: str) -> str:
-    return f"the API server refuses the pods of {kind} {md.get('name', '')}: {detail}"
+def _said(kind: str, md: ObjectMeta, detail: str) -> str:
+    return f"the API server refuses the pods of {kind} {md.name}: {detail}"
 
 
-def _next_pod(workload: Live) -> dict[str, Any] | None:
+def _next_pod(workload: Workload) -> dict[str, Any] | None:
     """The pod a StatefulSet or Job short of pods would create next, as its controller would make it (enough for
     admission: name, labels, spec, the claims of a StatefulSet's volumeClaimTemplates); None when it is not short."""
-    kind = workload.get("kind")
-    md = workload.get("metadata") or {}
-    spec = workload.get("spec") or {}
-    status = workload.get("status") or {}
-    name = str(md.get("name", ""))
-    if kind == "StatefulSet":
-        wanted = int(spec.get("replicas", 1))
-        have = int(status.get("replicas") or 0)
-        if have >= wanted or status.get("observedGeneration") != md.get("generation"):
+    md, spec, status = workload.metadata, workload.spec, workload.status
+    if workload.kind == "StatefulSet":
+        wanted = 1 if spec.replicas is None else spec.replicas  # the API server's default
+        have = status.replicas
+        if have >= wanted or status.observed_generation != md.generation:
             return None  # complete, or its controller has not looked at this generation yet
-        template = spec.get("template") or {}
-        pod = _pod(template, md, name=f"{name}-{have}")
         claims = [
             {
-                "name": c["metadata"]["name"],
-                "persistentVolumeClaim": {"claimName": f"{c['metadata']['name']}-{name}-{have}"},
+                "name": c.metadata.name,
+                "persistentVolumeClaim": {"claimName": f"{c.metadata.name}-{md.name}-{have}"},
             }
-            for c in spec.get("volumeClaimTemplates") or []
+            for c in spec.volume_claim_templates
         ]
-        pod["spec"]["volumes"] = [*(pod["spec"].get("volumes") or []), *claims]
-        return pod
-    if kind == "Job":
-        finished = any(
-            (c := condition_of(workload, t)) is not None and c.get("status") == "True" for t in ("Complete", "Failed")
-        )
-        if finished or spec.get("suspend") or status.get("active") or not status.get("startTime"):
+        return _pod(spec.template, md, name=f"{md.name}-{have}", claims=claims)
+    if workload.kind == "Job":
+        finished = any((c := condition(status.conditions, t)) is not None and c.true for t in ("Complete", "Failed"))
+        if finished or spec.suspend or status.active or not status.start_time:
             return None  # done, suspended, running, or not yet seen by its controller
-        return _pod(spec.get("template") or {}, md, generate_name=f"{name}-")
+        return _pod(spec.template, md, generate_name=f"{md.name}-")
     return None
 
 
 def _pod(
-    template: Mapping[str, Any], owner: Mapping[str, Any], *, name: str = "", generate_name: str = ""
+    template: PodTemplate,
+    owner: ObjectMeta,
+    *,
+    name: str = "",
+    generate_name: str = "",
+    claims: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    tmd = template.get("metadata") or {}
-    metadata: dict[str, Any] = {"namespace": owner.get("namespace", "")}
+    """The pod made from `template` (its spec copied as JSON); `claims`: volumes added for a StatefulSet's claims."""
+    metadata: dict[str, Any] = {"namespace": owner.namespace}
     metadata |= {"name": name} if name else {"generateName": generate_name}
-    for field in ("labels", "annotations"):
-        if tmd.get(field):
-            metadata[field] = dict(tmd[field])
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": copy.deepcopy(dict(template.get("spec") or {})),
-    }
+    for field, value in (("labels", template.metadata.labels), ("annotations", template.metadata.annotations)):
+        if value:
+            metadata[field] = value
+    spec = copy.deepcopy(template.spec)
+    if claims is not None:
+        spec.setdefault("volumes", []).extend(claims)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

@@ -20,7 +20,15 @@ from slurmctl.reconcilers.conditions import make_condition
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
 from slurmctl.reconcilers.loading import Invalid, Loaded
-from slurmctl.reconcilers.observed import WorkerPod, cluster_of_pod, clusters_on, node_labels, topology_placement
+from slurmctl.reconcilers.observed import (
+    WorkerPod,
+    cluster_of_pod,
+    clusters_on,
+    generation_of,
+    node_labels,
+    topology_placement,
+)
+from slurmctl.reconcilers.views import Cluster, ClusterStatus, condition
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
@@ -99,7 +107,7 @@ class ClusterReconciler(ComponentReconciler):
             out = []
             for req in mapper(obj):
                 live = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
-                if live is not None and ((live.get("spec") or {}).get("topology")):
+                if live is not None and Cluster.of(live).spec.topology:
                     out.append(req)
             return out
 
@@ -143,17 +151,16 @@ class ClusterReconciler(ComponentReconciler):
 
     async def invalid(self, invalid: Invalid) -> None:
         """An invalid spec changes no child: only the status says what is wrong, naming each field."""
-        md = invalid.obj.get("metadata") or {}
         message = "; ".join(invalid.problems)
         # What the status says once what is pending or just written is written: the cached object can lag a status
         # write still in the writer's window, and a second pass in that window must not repeat the Event.
-        current = {"metadata": md, "status": self.ctx.status.view(invalid.obj)}
+        current = {**invalid.obj, "status": self.ctx.status.view(invalid.obj)}
         cond = make_condition(current, self.condition_type, ok=False, reason=Reason.INVALID_SPEC, message=message)
-        conditions = current["status"].get("conditions") or []
-        previous = next((c for c in conditions if c.get("type") == self.condition_type), None)
-        if previous is None or previous.get("message") != message or previous.get("status") != "False":
+        previous = condition(ClusterStatus.of(current["status"]).conditions, self.condition_type)
+        if previous is None or previous.message != message or previous.status != "False":
             self.warn(invalid, Reason.INVALID_SPEC.value, message)  # logged as a warning too
-        status = SlurmClusterStatus(phase="Failed", observed_generation=md.get("generation", 0), conditions=[cond])
+        generation = generation_of(invalid.obj)
+        status = SlurmClusterStatus(phase="Failed", observed_generation=generation, conditions=[cond])
         await self.write_status(invalid, status)
 
     def rejected_status(self, loaded: Loaded, rejected: ApplyRejected) -> SlurmClusterStatus:
@@ -200,12 +207,13 @@ class ClusterReconciler(ComponentReconciler):
         """The status writer wrote `after` over `before`: an Event when that moved a phase derived from the
         conditions of a valid spec."""
         loaded = self.ctx.loader.load(obj)
-        phase = after.get("phase")
-        valid = next((c for c in after.get("conditions") or [] if c.get("type") == SPEC_VALID), None)
-        if isinstance(loaded, Invalid) or phase is None or valid is None or valid.get("status") != "True":
+        written = ClusterStatus.of(after)
+        phase = written.phase
+        valid = condition(written.conditions, SPEC_VALID)
+        if isinstance(loaded, Invalid) or phase is None or valid is None or not valid.true:
             return
-        if valid.get("observedGeneration") == loaded.generation:
-            self._phase_event(loaded, before.get("phase"), phase)
+        if valid.observed_generation == loaded.generation:
+            self._phase_event(loaded, ClusterStatus.of(before).phase, phase)
 
     def _phase_event(self, loaded: Loaded, previous: str | None, phase: str) -> None:
         """An Event when the phase moves (a Warning into Degraded). Writes of the same cluster can follow each other

@@ -11,6 +11,7 @@ from typing import Any
 
 from slurmctl.runtime import WARNING, Manager
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.objects import meta_of
 
 log = logging.getLogger(__name__)
 
@@ -23,14 +24,14 @@ class Events:
     controller: str
 
     def record(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        md = obj.get("metadata") or {}
+        md = meta_of(obj)
         log.log(
             logging.WARNING if type_ == WARNING else logging.INFO,
             "event %s",
             kv(
                 controller=self.controller,
-                namespace=md.get("namespace", ""),
-                name=md.get("name", ""),
+                namespace=md.namespace,
+                name=md.name,
                 type=type_,
                 reason=reason,
                 message=message,

@@ -16,6 +16,7 @@ from slurmctl.api.v1 import Condition, ObjectMeta, Policy, SlurmCluster, SlurmCl
 from slurmctl.reconcilers.observed import resource_version
 from slurmctl.render import meta
 from slurmctl.render.slurm_conf import render_slurm_configs
+from slurmctl.runtime.objects import meta_of
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,8 @@ class Loader:
         self.parsed = 0  # how many times an object was actually parsed (tests check the memo works)
 
     def load(self, obj: Mapping[str, Any]) -> Loaded | Invalid:
-        md = obj.get("metadata") or {}
-        key = (str(md.get("uid", "")), str(md.get("generation", "")))
+        md = meta_of(obj)
+        key = (md.uid, "" if md.generation is None else str(md.generation))
         known = self._memo.get(key) if key[1] else None
         if known is not None:
             self._memo.move_to_end(key)

@@ -1,7 +1,10 @@
-"""Typed readers of live objects from the cache: the only place that digs through their `status` and `metadata`.
+"""Typed readers of live objects from the cache: what the cluster *is* (a Job's outcome, ready replicas, the uid of a
+Secret), read into small frozen values the reconcilers branch on.
 
-Renderers build objects from the spec; what the cluster *is* (a Job's outcome, ready replicas, the uid of a Secret)
-is read here, once, into small frozen values the reconcilers branch on.
+Renderers build objects from the spec; what the cluster is comes from the live objects' JSON through the typed views
+of reconcilers/views.py (and runtime/objects.py for metadata). Two readers here hand back JSON as it is, and are the
+only ones that read it key by key: `condition_of` (its callers keep a condition's lastTransitionTime verbatim, or
+compare it with the one they would write) and `trimmed_node` (what the Node cache keeps, as the API wrote it).
 """
 
 from __future__ import annotations
@@ -13,86 +16,59 @@ from datetime import datetime
 from typing import Any
 
 from slurmctl.api.v1 import CONTROL_PLANE_LABELS, SlurmCluster
+from slurmctl.reconcilers.views import Condition, Node, Pod, Secret, Workload, condition
 from slurmctl.render.benchmark import CONTAINER as BENCHMARK_CONTAINER
 from slurmctl.render.meta import LABEL_EVICTABLE, LABEL_INSTANCE
 from slurmctl.render.populate_jail import GENERATION_ANNOTATION, REFUSED_EXIT_CODE
 from slurmctl.render.workers import DAEMON_CONTAINER
 from slurmctl.runtime import Request
+from slurmctl.runtime.objects import meta_of
 
 Live = Mapping[str, Any]
 
 
-def _status(obj: Live | None) -> Mapping[str, Any]:
-    return (obj or {}).get("status") or {}
-
-
-def _metadata(obj: Live | None) -> Mapping[str, Any]:
-    return (obj or {}).get("metadata") or {}
-
-
-def _spec(obj: Live | None) -> Mapping[str, Any]:
-    return (obj or {}).get("spec") or {}
-
-
-def _conditions(obj: Live | None) -> list[Mapping[str, Any]]:
-    return list(_status(obj).get("conditions") or [])
-
-
-def _container_statuses(pod: Live) -> list[Mapping[str, Any]]:
-    return list(_status(pod).get("containerStatuses") or [])
-
-
 def labels_of(obj: Live | None) -> dict[str, str]:
     """A live object's labels (a copy); empty when it has none (or does not exist)."""
-    return dict(_metadata(obj).get("labels") or {})
+    return meta_of(obj).labels
 
 
 def generation_of(obj: Live | None) -> int:
     """A live object's metadata.generation; 0 when unknown."""
-    return _int(_metadata(obj).get("generation"))
+    return meta_of(obj).generation or 0
 
 
 def data_keys(obj: Live | None) -> list[str]:
     """The keys of a Secret's (or ConfigMap's) data; none when it has none (or does not exist)."""
-    return list((obj or {}).get("data") or {})
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
+    return list(Secret.of(obj).data)
 
 
 def ready_replicas(obj: Live | None) -> int:
     """Ready pods of a StatefulSet; 0 when it does not exist."""
-    return _int(_status(obj).get("readyReplicas"))
+    return Workload.of(obj).status.ready_replicas
 
 
 def available_replicas(obj: Live | None) -> int:
     """Available pods of a Deployment; 0 when it does not exist."""
-    return _int(_status(obj).get("availableReplicas"))
+    return Workload.of(obj).status.available_replicas
 
 
 def spec_replicas(obj: Live | None) -> int | None:
     """The replicas a live workload asks for; None when it does not exist."""
-    return None if obj is None else _int(_spec(obj).get("replicas"))
+    return None if obj is None else Workload.of(obj).spec.replicas or 0
 
 
 def match_labels(obj: Live | None) -> dict[str, str]:
     """A live workload's selector (immutable once created)."""
-    return dict((_spec(obj).get("selector") or {}).get("matchLabels") or {})
+    return Workload.of(obj).spec.selector.match_labels
 
 
 def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
     """Replicas of each live worker StatefulSet by its name (groups no longer in the spec, and StatefulSets whose name
     is not their group's, included); those being deleted are left out."""
     out: dict[str, int] = {}
-    for sts in statefulsets:
-        name = _metadata(sts).get("name")
-        replicas = spec_replicas(sts)
-        if name and replicas is not None and not deleting(sts):
-            out[name] = replicas
+    for sts in map(Workload.of, statefulsets):
+        if sts.metadata.name and not sts.metadata.deletion_timestamp:
+            out[sts.metadata.name] = sts.spec.replicas or 0
     return out
 
 
@@ -111,57 +87,64 @@ def outdated_pods(statefulset: Live | None, pods: Iterable[Live]) -> list[str] |
     while the StatefulSet controller has not yet observed the latest template (its revision is not known)."""
     if statefulset is None:
         return None
-    status = _status(statefulset)
-    update = status.get("updateRevision")
-    if not update or status.get("observedGeneration") != _metadata(statefulset).get("generation"):
+    sts = Workload.of(statefulset)
+    update = sts.status.update_revision
+    if not update or sts.status.observed_generation != sts.metadata.generation:
         return None
-    names = [
-        _metadata(p).get("name", "") for p in pods if not deleting(p) and labels_of(p).get(REVISION_LABEL) != update
-    ]
+    names = [p.metadata.name for p in map(Pod.of, pods) if not p.terminating and _revision(p) != update]
     return sorted(names, key=lambda n: (len(n), n))
 
 
+def _revision(pod: Pod) -> str | None:
+    return pod.metadata.labels.get(REVISION_LABEL)
+
+
 def pod_ready(pod: Live) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in _conditions(pod))
+    return Pod.of(pod).ready
 
 
 def unschedulable(node: Live | None) -> bool:
     """A cordoned Kubernetes node (`kubectl cordon`, the first step of `kubectl drain`): no new pod lands there."""
-    return bool(_spec(node).get("unschedulable"))
+    return Node.of(node).spec.unschedulable
 
 
 def node_ready(node: Live | None) -> bool | None:
     """A Kubernetes node's Ready condition: True, False (NotReady: the kubelet says so, or the node lifecycle
     controller set it Unknown because the kubelet stopped reporting), None when the node has none (or is unknown)."""
     cond = _ready_condition(node)
-    return None if cond is None else cond.get("status") == "True"
+    return None if cond is None else cond.true
 
 
 def ready_since(node: Live | None) -> str:
     """When the Ready condition last changed (its lastTransitionTime, as the API wrote it); "" when unknown. Tells one
     NotReady spell from the next."""
-    return str((_ready_condition(node) or {}).get("lastTransitionTime") or "")
+    cond = _ready_condition(node)
+    return "" if cond is None else cond.last_transition_time
 
 
-def _ready_condition(node: Live | None) -> Mapping[str, Any] | None:
-    return condition_of(node, "Ready")
+def _ready_condition(node: Live | None) -> Condition | None:
+    return condition(Node.of(node).status.conditions, "Ready")
 
 
 def condition_of(obj: Live | None, type_: str) -> Mapping[str, Any] | None:
-    """A live object's status condition of a type (a Node's Ready, a Deployment's ReplicaFailure); None without one."""
-    return next((c for c in _conditions(obj) if c.get("type") == type_), None)
+    """A live object's status condition of a type (a Node's Ready, a Deployment's ReplicaFailure), as its JSON: the
+    callers keep its lastTransitionTime verbatim (base.make_condition) or compare it with the one they would write
+    (slurm_marks); None without one."""
+    status = (obj or {}).get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
 
 
 def trimmed_node(node: Live) -> dict[str, Any]:
     """What the operator keeps of a Node in its cache: its identity and labels, whether it is cordoned, and its Ready
     condition's status and lastTransitionTime (a Node's status, with its image list, is most of its size; the other
-    conditions and the heartbeat times change often and nothing here reads them)."""
-    md = _metadata(node)
+    conditions and the heartbeat times change often and nothing here reads them). The Node's JSON enters the cache
+    here, and what is kept of it is copied as the API wrote it (a key it did not write stays out)."""
+    md = node.get("metadata") or {}
     kept: dict[str, Any] = {k: md[k] for k in ("name", "uid", "resourceVersion") if k in md}
     if md.get("labels"):
         kept["labels"] = dict(md["labels"])
     out: dict[str, Any] = {"metadata": kept, "spec": {"unschedulable": unschedulable(node)}}
-    if (ready := _ready_condition(node)) is not None:
+    if (ready := condition_of(node, "Ready")) is not None:
         cond = {k: ready[k] for k in ("type", "status", "lastTransitionTime") if k in ready}
         out["status"] = {"conditions": [cond]}
     return out
@@ -205,20 +188,20 @@ class WorkerPod:
     created: datetime | None = None  # its creationTimestamp; None when unknown
 
     @classmethod
-    def of(cls, pod: Live) -> WorkerPod:
-        md = _metadata(pod)
-        statuses = _container_statuses(pod)
-        slurmd: Mapping[str, Any] = next((c for c in statuses if c.get("name") == DAEMON_CONTAINER), {})
+    def of(cls, live: Live) -> WorkerPod:
+        pod = Pod.of(live)
+        md = pod.metadata
+        slurmd = pod.container(DAEMON_CONTAINER)
         return cls(
-            name=str(md.get("name", "")),
-            node_name=str(_spec(pod).get("nodeName") or ""),
-            has_address=bool(_status(pod).get("podIP")),
-            ready=pod_ready(pod),
-            slurmd_running="running" in (slurmd.get("state") or {}),
-            terminating=deleting(pod),
-            evictable=labels_of(pod).get(LABEL_EVICTABLE) == "true",
-            uid=str(md.get("uid", "")),
-            created=timestamp(md.get("creationTimestamp")),
+            name=md.name,
+            node_name=pod.spec.node_name,
+            has_address=bool(pod.status.pod_ip),
+            ready=pod.ready,
+            slurmd_running=slurmd is not None and slurmd.state.running is not None,
+            terminating=pod.terminating,
+            evictable=md.labels.get(LABEL_EVICTABLE) == "true",
+            uid=md.uid,
+            created=timestamp(md.creation_timestamp),
         )
 
 
@@ -232,27 +215,28 @@ def timestamp(value: Any) -> datetime | None:
 
 def cluster_of_pod(pod: Live) -> list[Request]:
     """The SlurmCluster a pod belongs to, by its instance label (pods are owned by workloads, not the cluster)."""
-    instance = labels_of(pod).get(LABEL_INSTANCE)
-    return [Request(_metadata(pod).get("namespace") or "", instance)] if instance else []
+    md = meta_of(pod)
+    instance = md.labels.get(LABEL_INSTANCE)
+    return [Request(md.namespace, instance)] if instance else []
 
 
 def clusters_on(node: Live, pods: Iterable[Live]) -> list[Request]:
     """The SlurmClusters with one of `pods` on this Kubernetes node: those its cordon or labels concern."""
-    name = _metadata(node).get("name")
-    on_node = (pod for pod in pods if _spec(pod).get("nodeName") == name)
+    name = meta_of(node).name
+    on_node = (pod for pod in pods if Pod.of(pod).spec.node_name == name)
     return sorted({req for pod in on_node for req in cluster_of_pod(pod)})
 
 
 def deleting(obj: Live | None) -> bool:
-    return bool(_metadata(obj).get("deletionTimestamp"))
+    return bool(meta_of(obj).deletion_timestamp)
 
 
 def uid(obj: Live) -> str:
-    return str(_metadata(obj).get("uid", ""))
+    return meta_of(obj).uid
 
 
 def resource_version(obj: Live) -> str:
-    return str(_metadata(obj).get("resourceVersion", ""))
+    return meta_of(obj).resource_version
 
 
 # Kept short in conditions and Events; the copier's own explanation fits well within it.
@@ -263,12 +247,11 @@ def refusal(pods: Iterable[Live]) -> str | None:
     """What the newest of a populate-jail Job's pods said when it refused the jail volume (its container ended with
     `REFUSED_EXIT_CODE`: the volume holds someone else's files), "" when it said nothing; None when none refused."""
     said: list[tuple[str, str]] = []
-    for pod in pods:
-        for container in _container_statuses(pod):
-            terminated = (container.get("state") or {}).get("terminated") or {}
-            if terminated.get("exitCode") == REFUSED_EXIT_CODE:
-                created = str(_metadata(pod).get("creationTimestamp") or "")
-                said.append((created, str(terminated.get("message") or "").strip()))
+    for pod in map(Pod.of, pods):
+        for container in pod.status.container_statuses:
+            terminated = container.state.terminated
+            if terminated is not None and terminated.exit_code == REFUSED_EXIT_CODE:
+                said.append((pod.metadata.creation_timestamp, terminated.message.strip()))
     if not said:
         return None
     message = max(said)[1]
@@ -287,24 +270,21 @@ class JobState:
     refusal: str | None = None  # what a pod said when it refused the volume (see `refusal`); None when none did
 
     @classmethod
-    def of(cls, job: Live, pods: Iterable[Live] = ()) -> JobState:
+    def of(cls, live: Live, pods: Iterable[Live] = ()) -> JobState:
         """`pods`: the Job's own pods (owned by its uid), where a refusal shows: a Job's status counts failed pods,
         it does not say why they failed."""
-        status = _status(job)
-        failed: Mapping[str, Any] = next(
-            (c for c in _conditions(job) if c.get("type") == "Failed" and c.get("status") == "True"),
-            {},
-        )
-        raw = (_metadata(job).get("annotations") or {}).get(GENERATION_ANNOTATION)
+        job = Workload.of(live)
+        failed = next((c for c in job.status.conditions if c.type == "Failed" and c.true), None)
+        raw = job.metadata.annotations.get(GENERATION_ANNOTATION)
         try:
             generation = int(raw) if raw is not None else None
         except ValueError:
             generation = None
         return cls(
-            uid=uid(job),
-            succeeded=_int(status.get("succeeded")) >= 1,
-            failed=bool(failed),
-            failure=f"{failed.get('reason', 'Failed')}: {failed.get('message', 'the Job failed')}" if failed else "",
+            uid=job.metadata.uid,
+            succeeded=job.status.succeeded >= 1,
+            failed=failed is not None,
+            failure="" if failed is None else f"{failed.reason or 'Failed'}: {failed.message or 'the Job failed'}",
             generation=generation,
             refusal=refusal(pods),
         )
@@ -339,24 +319,23 @@ class BenchmarkRun:
 def last_benchmark_run(pods: Iterable[Live]) -> BenchmarkRun | None:
     """The run whose benchmark container ended last among the benchmark Jobs' pods; None while none has ended."""
     runs: list[tuple[str, str, BenchmarkRun]] = []
-    for pod in pods:
-        md = _metadata(pod)
-        statuses = _container_statuses(pod)
-        container: Mapping[str, Any] = next((c for c in statuses if c.get("name") == BENCHMARK_CONTAINER), {})
-        terminated = (container.get("state") or {}).get("terminated")
-        if not terminated:
+    for pod in map(Pod.of, pods):
+        md = pod.metadata
+        container = pod.container(BENCHMARK_CONTAINER)
+        terminated = None if container is None else container.state.terminated
+        if terminated is None:
             continue
-        owner: Mapping[str, Any] = next((o for o in md.get("ownerReferences") or [] if o.get("kind") == "Job"), {})
-        message = str(terminated.get("message") or "").strip()
+        owner = next((o.name for o in md.owner_references if o.kind == "Job"), "")
+        message = terminated.message.strip()
         report = _report(message)
         run = BenchmarkRun(
-            job=str(owner.get("name") or labels_of(pod).get("job-name") or md.get("name", "")),
-            finished=str(terminated.get("finishedAt") or ""),
-            exit_code=_int(terminated.get("exitCode")),
+            job=owner or md.labels.get("job-name") or md.name,
+            finished=terminated.finished_at,
+            exit_code=terminated.exit_code,
             report=report,
             said="" if report is not None else _shortened(message),
         )
-        runs.append((run.finished, str(md.get("creationTimestamp") or ""), run))
+        runs.append((run.finished, md.creation_timestamp, run))
     return max(runs, key=lambda r: (r[0], r[1]))[2] if runs else None
 
 

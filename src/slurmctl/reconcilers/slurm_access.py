@@ -21,14 +21,15 @@ from typing import Any, Protocol
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from slurmctl.reconcilers.observed import deleting, pod_ready, uid
 from slurmctl.reconcilers.slurm_metrics import SlurmCollector, collector_for
 from slurmctl.reconcilers.slurm_snapshot import PARTITIONS_MAX_AGE, SlurmSnapshot
+from slurmctl.reconcilers.views import Pod, Secret
 from slurmctl.render import meta
 from slurmctl.render.cluster import JWT_KEY
 from slurmctl.render.kinds import POD, SECRET
 from slurmctl.runtime.cache import Cache
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
+from slurmctl.runtime.objects import meta_of
 from slurmctl.slurm import (
     DEFAULT_MAX_ANSWER_BYTES,
     AccountingKind,
@@ -77,8 +78,9 @@ class SlurmApi(Protocol):
 Connect = Callable[[str, Callable[[], str]], SlurmApi]  # (base URL, token source) -> client
 
 
-def _ready(pod: Mapping[str, Any]) -> bool:
-    return pod_ready(pod) and bool((pod.get("status") or {}).get("podIP")) and not deleting(pod)
+def _ready(live: Mapping[str, Any]) -> bool:
+    pod = Pod.of(live)
+    return pod.ready and bool(pod.status.pod_ip) and not pod.terminating
 
 
 def _of_deployment(pod: Mapping[str, Any], deployment: str) -> bool:
@@ -87,11 +89,11 @@ def _of_deployment(pod: Mapping[str, Any], deployment: str) -> bool:
     authentication: whoever may create pods in the namespace may also mount the cluster's key Secrets, so they are
     trusted with the cluster already (docs/security.md, "Who may create SlurmClusters")."""
     return any(
-        ref.get("controller") is True
-        and ref.get("kind") == "ReplicaSet"
-        and str(ref.get("apiVersion", "")).startswith("apps/")
-        and str(ref.get("name", "")).startswith(f"{deployment}-")
-        for ref in (pod.get("metadata") or {}).get("ownerReferences") or ()
+        ref.controller
+        and ref.kind == "ReplicaSet"
+        and ref.api_version.startswith("apps/")
+        and ref.name.startswith(f"{deployment}-")
+        for ref in meta_of(pod).owner_references
     )
 
 
@@ -210,14 +212,14 @@ class SlurmAccess:
 
     def _token(self, c: str, namespace: str) -> TokenSource:
         name = meta.jwt_key_secret(c)
-        secret = self._cache.get(*SECRET, name, namespace=namespace)
-        data = (secret or {}).get("data") or {}
-        if secret is None or JWT_KEY not in data:
+        live = self._cache.get(*SECRET, name, namespace=namespace)
+        secret = Secret.of(live)
+        if live is None or JWT_KEY not in secret.data:
             raise SlurmUnavailable(f"the JWT key Secret {name} is missing")
-        key_uid = uid(secret)
+        key_uid = secret.metadata.uid
         cached = self._tokens.get((namespace, c))
         if cached is None or cached[0] != key_uid:
-            key = base64.b64decode(data[JWT_KEY])
+            key = base64.b64decode(secret.data[JWT_KEY])
             cached = self._tokens[(namespace, c)] = (key_uid, TokenSource(key, user=TOKEN_USER))
         return cached[1]
 

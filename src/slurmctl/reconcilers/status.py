@@ -23,13 +23,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from slurmctl.api.v1 import API_VERSION, KIND, Reason
+from slurmctl.reconcilers.views import ClusterStatus
 from slurmctl.render.kinds import SLURM_CLUSTER
 from slurmctl.runtime import ApiError, Manager, NotFound
 from slurmctl.runtime.apply import covers
 from slurmctl.runtime.clock import sleep_or_event
 from slurmctl.runtime.errors import outage_reason, rejection
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.objects import ObjectMeta, meta_of, view
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +61,8 @@ Written = Callable[[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], No
 
 def overlay(base: Mapping[str, Any], part: Mapping[str, Any]) -> Status:
     """`part` over `base`: conditions replace those of their type (the others stay, in order), every other field is
-    replaced whole (a component's part carries all its worker rows)."""
+    replaced whole (a component's part carries all its worker rows). JSON over JSON, key by key: what comes out is
+    written as it is, every field of each condition kept."""
     merged = dict(base)
     for field, value in part.items():
         if field == "conditions":
@@ -74,6 +79,18 @@ def _not_older(live_rv: str, written_rv: str) -> bool:
         return int(live_rv) >= int(written_rv)
     except ValueError:
         return live_rv == written_rv
+
+
+class _Cluster(msgspec.Struct, frozen=True, gc=False):
+    """What the writer reads of a SlurmCluster, cached or as a write's answer: its metadata, and its status as the
+    JSON the writer merges parts into and writes back whole."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    status: Status = {}
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> _Cluster:
+        return view(obj, cls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,9 +232,9 @@ class StatusWriter:
         finally:
             self._writing.pop(key, None)
         self._failures.pop(key, None)
-        rv = (applied.get("metadata") or {}).get("resourceVersion")
-        if rv:
-            self._written[key] = _Written(str(rv), applied.get("status") or status)
+        answer = _Cluster.of(applied)
+        if answer.metadata.resource_version:
+            self._written[key] = _Written(answer.metadata.resource_version, answer.status or status)
         if self.written is not None:
             self.written(obj, base, status)
         await self._release_former_managers(key, applied)
@@ -241,14 +258,13 @@ class StatusWriter:
         """Managers of older releases still co-own the fields this writer now owns; an empty apply by each hands
         them over, so that a field this writer leaves out (a removed group's row) is removed. Only the answer to a
         write shows them (the cache keeps no managedFields), and after the first write of a cluster there are none."""
-        md = applied.get("metadata") or {}
         former = {
-            entry.get("manager", "")
-            for entry in md.get("managedFields") or []
-            if entry.get("operation") == "Apply"
-            and entry.get("subresource") == "status"
-            and str(entry.get("manager", "")).startswith(_FORMER_MANAGER_PREFIX)
-            and entry.get("manager") != self.field_manager
+            entry.manager
+            for entry in meta_of(applied).managed_fields
+            if entry.operation == "Apply"
+            and entry.subresource == "status"
+            and entry.manager.startswith(_FORMER_MANAGER_PREFIX)
+            and entry.manager != self.field_manager
         }
         try:
             for manager in sorted(former):
@@ -260,43 +276,40 @@ class StatusWriter:
             log.warning("status take-over failed %s", kv(namespace=key[0], name=key[1], error=exc.message))
             return
         if former:
-            rv = (applied.get("metadata") or {}).get("resourceVersion")
-            if rv:
-                self._written[key] = _Written(str(rv), applied.get("status") or {})
+            answer = _Cluster.of(applied)
+            if answer.metadata.resource_version:
+                self._written[key] = _Written(answer.metadata.resource_version, answer.status)
 
     def _base(self, key: Key, obj: Mapping[str, Any]) -> Status:
         """The status as last written: `obj`'s own when it is not older than this writer's last write, else that
         write's. The last write is kept (until the next, or the cluster is gone), not dropped once one copy shows
         the cache caught up: a reconcile still holding a copy loaded before the write must see it too."""
-        live: Status = dict(obj.get("status") or {})
+        live = _Cluster.of(obj)  # its status a copy: the cached object is never changed
         written = self._written.get(key)
         if written is None:
-            return live
-        live_rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            return live.status
+        live_rv = live.metadata.resource_version
         if live_rv and _not_older(live_rv, written.resource_version):
-            return live
+            return live.status
         return written.status
 
 
 def _is_failure(part: Mapping[str, Any]) -> bool:
     """Whether a part reports a failure (a False condition neither on its way nor switched off): news at once."""
     return any(
-        c.get("status") == "False"
-        and not (Reason.means_progress(c.get("reason", "")) or c.get("reason") == Reason.DISABLED)
-        for c in part.get("conditions") or []
+        c.status == "False" and not (Reason.means_progress(c.reason) or c.reason == Reason.DISABLED)
+        for c in ClusterStatus.of(part).conditions
     )
 
 
 def _key(obj: Mapping[str, Any]) -> Key:
-    md = obj.get("metadata") or {}
-    return str(md.get("namespace") or ""), str(md.get("name") or "")
+    md = meta_of(obj)
+    return md.namespace, md.name
 
 
 def _changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
     """What a write changes, for the debug log: condition types (with their new reason), other fields."""
-    old = {c["type"]: c for c in before.get("conditions") or []}
-    changed = [
-        f"{c['type']}={c.get('reason')}" for c in after.get("conditions") or [] if not covers(old.get(c["type"]), c)
-    ]
+    old = {c.type: c for c in ClusterStatus.of(before).conditions}
+    changed = [f"{c.type}={c.reason}" for c in ClusterStatus.of(after).conditions if old.get(c.type) != c]
     changed += [f"{k}={v}" for k, v in after.items() if k != "conditions" and before.get(k) != v]
     return changed

@@ -32,6 +32,7 @@ from slurmctl.runtime.client import Obj, drop_nones
 from slurmctl.runtime.errors import NotFound
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.metrics import Metrics, default_metrics
+from slurmctl.runtime.objects import meta_of
 from slurmctl.runtime.wire import canonical
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ def covers(live: Any, want: Any) -> bool:
 
 
 def _rv(obj: Mapping[str, Any] | None) -> str | None:
-    return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
+    return None if obj is None else meta_of(obj).resource_version or None
 
 
 class Applier:
@@ -139,17 +140,17 @@ class Applier:
 
     async def apply_status(self, obj: Mapping[str, Any], *, field_manager: str) -> Obj:
         """Apply only `obj["status"]` to the /status subresource, under a manager of its own (e.g. per component)."""
-        meta = obj.get("metadata") or {}
+        meta = meta_of(obj)
         body = {
             "apiVersion": obj["apiVersion"],
             "kind": obj["kind"],
-            "metadata": {k: meta[k] for k in ("name", "namespace") if meta.get(k)},
-            "status": obj.get("status") or {},
+            "metadata": {k: v for k, v in (("name", meta.name), ("namespace", meta.namespace)) if v},
+            "status": obj.get("status") or {},  # the caller's JSON, sent as it is: none, an empty status
         }
         return await self._apply(drop_nones(body), field_manager=field_manager, subresource="status")
 
     async def _apply(self, body: Obj, *, field_manager: str, subresource: str | None) -> Obj:
-        meta = body.get("metadata") or {}
+        meta = body["metadata"]  # rewritten below (the digest annotation), so read as JSON
         api_version, kind = body["apiVersion"], body["kind"]
         namespace, name = meta.get("namespace") or "", meta["name"]
         key = (api_version, kind, namespace, name, field_manager, subresource or "")
@@ -191,7 +192,7 @@ class Applier:
         # component its condition). No reason to re-apply while the live object still holds this intent.
         if subresource is not None:
             return covers(live.get(subresource), body.get(subresource))
-        stamped = ((live.get("metadata") or {}).get("annotations") or {}).get(self._digest_annotation)
+        stamped = meta_of(live).annotations.get(self._digest_annotation)
         # Objects from a LIST carry no apiVersion/kind; the key already says what they are.
         content = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
         return stamped == digest and covers(live, content)

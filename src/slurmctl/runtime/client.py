@@ -35,6 +35,7 @@ from slurmctl.runtime.errors import (
 )
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.metrics import Metrics, default_metrics
+from slurmctl.runtime.objects import meta_of
 from slurmctl.runtime.wire import decode, encode
 
 log = logging.getLogger(__name__)
@@ -376,7 +377,7 @@ class Client:
     ) -> Obj:
         """Server-side apply (`application/apply-patch+yaml`) of `body` under `field_manager`. Not retried. `body`
         is sent as it is: no `None`s (SSA reads `null` as "remove this field"; `Applier` drops them)."""
-        meta = body.get("metadata") or {}
+        meta = body["metadata"]
         res = await self.resource(body["apiVersion"], body["kind"])
         query = {"fieldManager": field_manager, "force": "true" if force else "false"}
         path = res.path(meta.get("namespace"), meta["name"], subresource)
@@ -387,7 +388,7 @@ class Client:
         """POST `body`. `dry_run`: every admission check runs and nothing is stored (`dryRun=All`), which is how to
         learn whether the API server would admit an object without making it."""
         res = await self.resource(body["apiVersion"], body["kind"])
-        path = res.path((body.get("metadata") or {}).get("namespace"))
+        path = res.path(meta_of(body).namespace)
         obj: Obj = await self.request("POST", path, query={"dryRun": "All"} if dry_run else None, body=body)
         return obj
 

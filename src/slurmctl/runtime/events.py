@@ -17,6 +17,7 @@ from typing import Any
 from slurmctl.runtime.client import Client, Obj
 from slurmctl.runtime.errors import ApiError, NotFound, outage_reason
 from slurmctl.runtime.logs import Throttle, kv
+from slurmctl.runtime.objects import meta_of
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +61,19 @@ class EventRecorder:
 
     def record(self, obj: Mapping[str, Any], type: str, reason: str, message: str) -> None:
         """Queue an Event about `obj` (type Normal or Warning); drops it, with a log line, if the queue is full."""
-        meta = obj.get("metadata") or {}
+        meta = meta_of(obj)
         involved = {
             "apiVersion": obj.get("apiVersion"),
             "kind": obj.get("kind"),
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
+            "name": meta.name,
+            "namespace": meta.namespace,
+            "uid": meta.uid,
+            "resourceVersion": meta.resource_version,
         }
         try:
             self._queue.put_nowait(({k: v for k, v in involved.items() if v}, type, reason, message[:MAX_MESSAGE]))
         except asyncio.QueueFull:
-            log.warning("event dropped, recorder queue full %s", kv(reason=reason, object=meta.get("name", "")))
+            log.warning("event dropped, recorder queue full %s", kv(reason=reason, object=meta.name))
 
     async def run(self) -> None:
         while True:

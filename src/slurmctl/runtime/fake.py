@@ -29,6 +29,7 @@ from slurmctl.runtime.cache import Cache
 from slurmctl.runtime.client import KNOWN, Client, Obj, Resource, drop_nones
 from slurmctl.runtime.errors import ApiError, Conflict, Invalid, NotFound
 from slurmctl.runtime.informer import Informer
+from slurmctl.runtime.objects import meta_of
 from slurmctl.runtime.store import Store, object_key
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
@@ -220,7 +221,7 @@ class FakeClient(Client):
         self, body: Mapping[str, Any], *, field_manager: str, subresource: str | None = None, force: bool = True
     ) -> Obj:
         body = drop_nones(body)
-        api_version, kind, md = body["apiVersion"], body["kind"], body.get("metadata") or {}
+        api_version, kind, md = body["apiVersion"], body["kind"], body["metadata"]
         self._check_served(api_version, kind)
         key = _key(api_version, kind, md.get("namespace"), md["name"])
         live = self.objects.get(key)
@@ -349,7 +350,7 @@ class FakeClient(Client):
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or ())
+    return any(ref.uid == uid for ref in meta_of(obj).owner_references)
 
 
 def _merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
@@ -374,8 +375,8 @@ class SelectedView(Store):
         self._wanted = dict(wanted)
 
     def _selected(self, obj: Obj) -> bool:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        return all(str(labels.get(k)) == v for k, v in self._wanted.items())
+        labels = meta_of(obj).labels
+        return all(labels.get(k) == v for k, v in self._wanted.items())
 
     def __len__(self) -> int:
         return len(self.list())

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from slurmctl.runtime.informer import Event, EventType
+from slurmctl.runtime.objects import ObjectMeta, meta_of
 
 Obj = dict[str, Any]
 
@@ -26,8 +28,8 @@ class Request:
 
     @classmethod
     def for_object(cls, obj: Obj) -> Request:
-        meta = obj.get("metadata") or {}
-        return cls(meta.get("namespace") or "", meta.get("name") or "")
+        meta = meta_of(obj)
+        return cls(meta.namespace, meta.name)
 
 
 Handler = Callable[[Event], Iterable[Request]]
@@ -56,12 +58,10 @@ def enqueue_owner(owner_api_version: str, owner_kind: str) -> Handler:
     def handler(event: Event) -> Iterable[Request]:
         found: set[Request] = set()
         for obj in _objects(event):
-            meta = obj.get("metadata") or {}
-            for ref in meta.get("ownerReferences") or ():
-                if not isinstance(ref, dict) or not ref.get("controller"):
-                    continue
-                if ref.get("kind") == owner_kind and str(ref.get("apiVersion", "")).rpartition("/")[0] == group:
-                    found.add(Request(meta.get("namespace") or "", str(ref.get("name", ""))))
+            meta = meta_of(obj)
+            for ref in meta.owner_references:
+                if ref.controller and ref.kind == owner_kind and ref.api_version.rpartition("/")[0] == group:
+                    found.add(Request(meta.namespace, ref.name))
         return found
 
     return handler
@@ -79,20 +79,20 @@ def enqueue_mapped(mapper: Callable[[Obj], Iterable[Request]]) -> Handler:
     return handler
 
 
-def _meta_changed(field: str) -> Predicate:
+def _meta_changed(field: Callable[[ObjectMeta], object]) -> Predicate:
     def predicate(event: Event) -> bool:
         if event.type is not EventType.UPDATED or event.old is None:
             return True
-        return bool((event.old.get("metadata") or {}).get(field) != (event.obj.get("metadata") or {}).get(field))
+        return field(meta_of(event.old)) != field(meta_of(event.obj))
 
     return predicate
 
 
-generation_changed: Predicate = _meta_changed("generation")
+generation_changed: Predicate = _meta_changed(attrgetter("generation"))
 """Updates pass only when metadata.generation changed (spec edits, not status writes); adds and deletes pass."""
-labels_changed: Predicate = _meta_changed("labels")
-annotations_changed: Predicate = _meta_changed("annotations")
-resource_version_changed: Predicate = _meta_changed("resourceVersion")
+labels_changed: Predicate = _meta_changed(attrgetter("labels"))
+annotations_changed: Predicate = _meta_changed(attrgetter("annotations"))
+resource_version_changed: Predicate = _meta_changed(attrgetter("resource_version"))
 
 
 def any_of(*predicates: Predicate) -> Predicate:

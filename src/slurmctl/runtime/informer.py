@@ -22,6 +22,7 @@ from slurmctl.runtime.client import Client, Obj, Resource
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.errors import ApiError, Gone, ServerError
 from slurmctl.runtime.logs import kv
+from slurmctl.runtime.objects import ListPage, meta_of, view
 from slurmctl.runtime.store import Store, object_key
 
 log = logging.getLogger(__name__)
@@ -115,13 +116,15 @@ def _retryable(exc: BaseException) -> bool:
 
 
 def _strip(obj: Obj, keep_managed_fields: bool) -> Obj:
+    """The object as the API server sent it, before anything keeps it: the one place its JSON is changed in place
+    (managedFields, often most of a small object's size, are read by nothing that reads the cache)."""
     if not keep_managed_fields:
         (obj.get("metadata") or {}).pop("managedFields", None)
     return obj
 
 
 def _rv(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+    return meta_of(obj).resource_version
 
 
 class Informer:
@@ -228,13 +231,12 @@ class Informer:
         items: list[Obj] = []
         token: str | None = None
         while True:
-            page = await self._source.list_page(limit=self._page_size, continue_token=token)
-            items.extend(self._kept(o) for o in page.get("items") or [])
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or None
+            page = view(await self._source.list_page(limit=self._page_size, continue_token=token), ListPage)
+            items.extend(self._kept(o) for o in page.items)
+            token = page.metadata.continue_ or None
             if token is None:
                 break
-        self._resource_version = str(meta.get("resourceVersion", ""))
+        self._resource_version = page.metadata.resource_version
         self._replace(items)
         self._touch()
         self._synced.set()

@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from slurmctl.runtime.client import Client, Obj
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.errors import ApiError, NotFound
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.metrics import Metrics, default_metrics
+from slurmctl.runtime.objects import view
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,21 @@ class LeaderElectionConfig:
 
 def _micro_time(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
+    """What the elector reads of a Lease's spec."""
+
+    holder_identity: str = ""  # "" once released
+    lease_duration_seconds: int | None = None
+    lease_transitions: int = 0
+
+
+def _spec(lease: Obj) -> tuple[dict[str, Any], LeaseSpec]:
+    """A Lease's spec as the API server sent it (what is written back, with the fields this elector does not know,
+    and what tells one record from the next) and as read."""
+    spec: dict[str, Any] = lease.get("spec") or {}
+    return spec, view(spec, LeaseSpec)
 
 
 class LeaderElector:
@@ -90,18 +108,18 @@ class LeaderElector:
             created = await self._client.create(body)
             self._observe(created["spec"])
             return True, 0.0
-        spec: dict[str, Any] = lease.get("spec") or {}
+        spec, read = _spec(lease)
         self._observe(spec)
-        holder = spec.get("holderIdentity") or ""
+        holder = read.holder_identity
         if holder and holder != cfg.identity:
-            remaining = self._observed_at + float(spec.get("leaseDurationSeconds") or cfg.lease_duration)
+            remaining = self._observed_at + float(read.lease_duration_seconds or cfg.lease_duration)
             remaining -= self._clock.monotonic()
             if remaining > 0:
                 return False, remaining
         if holder == cfg.identity:
             new_spec = {**spec, **mine}
         else:
-            transitions = int(spec.get("leaseTransitions") or 0) + 1
+            transitions = read.lease_transitions + 1
             new_spec = {**spec, **mine, "acquireTime": now, "leaseTransitions": transitions}
         updated = await self._client.replace({**lease, "spec": new_spec})  # carries resourceVersion: CAS
         self._observe(updated["spec"])
@@ -151,8 +169,8 @@ class LeaderElector:
         self._status.set(0)
         try:
             lease = await self._client.get(*LEASE, cfg.name, namespace=cfg.namespace)
-            spec = lease.get("spec") or {}
-            if spec.get("holderIdentity") != cfg.identity:
+            spec, read = _spec(lease)
+            if read.holder_identity != cfg.identity:
                 return
             now = _micro_time(datetime.now(UTC))
             released = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now, "acquireTime": now}

@@ -17,6 +17,7 @@ from typing import Any
 
 from cachetools import LRUCache
 
+from slurmctl.runtime.objects import ObjectMeta, meta_of
 from slurmctl.runtime.wire import decode, encode
 
 Obj = dict[str, Any]
@@ -27,16 +28,12 @@ Index = tuple[str, list[str], list[tuple[str, str]]]
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace") or ""
-    return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
+    return meta_of(obj).key
 
 
-def _index_values(obj: Obj) -> Index:
-    meta = obj.get("metadata") or {}
-    owners = [ref["uid"] for ref in meta.get("ownerReferences") or () if isinstance(ref, dict) and "uid" in ref]
-    labels = [(k, str(v)) for k, v in (meta.get("labels") or {}).items()]
-    return meta.get("namespace") or "", owners, labels
+def _index_values(meta: ObjectMeta) -> Index:
+    owners = [ref.uid for ref in meta.owner_references if ref.uid]
+    return meta.namespace, owners, list(meta.labels.items())
 
 
 class Store:
@@ -74,7 +71,8 @@ class Store:
 
     def put(self, obj: Obj) -> Obj | None:
         """Insert or replace; returns the previous object."""
-        key = object_key(obj)
+        meta = meta_of(obj)  # read once: the key and the indexes
+        key = meta.key
         old = self.get(key)
         if old is not None:
             self._unindex(key)
@@ -83,7 +81,7 @@ class Store:
             self._hot[key] = obj
         else:
             self._items[key] = obj
-        self._indexed[key] = index = _index_values(obj)
+        self._indexed[key] = index = _index_values(meta)
         namespace, owners, labels = index
         self._by_namespace[namespace].add(key)
         for uid in owners:

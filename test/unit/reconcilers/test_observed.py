@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from slurmctl.api.v1 import SlurmCluster
-from slurmctl.reconcilers.observed import MAX_REFUSAL_MESSAGE, JobState, data_keys, generation_of, labels_of
+from slurmctl.reconcilers.observed import (
+    MAX_REFUSAL_MESSAGE,
+    JobState,
+    WorkerPod,
+    data_keys,
+    generation_of,
+    labels_of,
+)
 from slurmctl.render.populate_jail import GENERATION_ANNOTATION, REFUSED_EXIT_CODE, render_populate_jail_job
 from test.unit.render.samples import sample_doc
 
@@ -118,3 +125,11 @@ def test_readers_of_labels_generation_and_data_keys() -> None:
     assert obj["metadata"]["labels"] == {"a": "1"}, "a copy"
     assert generation_of(obj) == 4
     assert data_keys(obj) == ["ssh_host_ed25519_key", "k"]
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [{}, {"status": None, "spec": None}, {"status": {"containerStatuses": None, "conditions": None, "podIP": None}}],
+)
+def test_a_pod_without_status_is_an_unscheduled_pod_that_is_not_ready(pod: dict[str, Any]) -> None:
+    assert WorkerPod.of({"metadata": {"name": "w-0"}, **pod}) == WorkerPod("w-0", "", False, False, False, False, False)
