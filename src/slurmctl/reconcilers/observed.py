@@ -354,4 +354,4 @@ def _shortened(text: str) -> str:
 
 def owner_uids(obj: Live) -> tuple[str, ...]:
     """The uids of a live object's owners (its ownerReferences), as the informer cache indexes them."""
-    return tuple(str(ref["uid"]) for ref in _metadata(obj).get("ownerReferences") or () if "uid" in ref)
+    return tuple(ref.uid for ref in meta_of(obj).owner_references if ref.uid)
