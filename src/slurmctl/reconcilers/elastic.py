@@ -20,7 +20,9 @@ from typing import Any
 
 from slurmctl.api.v1 import WorkerGroup, WorkerGroupStatus
 from slurmctl.reconcilers.observed import deleting, pod_ready
+from slurmctl.reconcilers.views import Pod, condition
 from slurmctl.render import meta
+from slurmctl.runtime.objects import meta_of
 from slurmctl.slurm import Node
 
 # What the kubelet says of a container that cannot start from its image.
@@ -46,19 +48,15 @@ def node_names(c: str, group: WorkerGroup) -> list[str]:
 def why_not_running(pod: Mapping[str, Any]) -> str:
     """Why a pending pod does not run, when that needs a person: the scheduler cannot place it, or its image cannot
     be pulled. "" while it is merely on its way."""
-    status = pod.get("status") or {}
-    for cond in status.get("conditions") or []:
-        if (
-            cond.get("type") == "PodScheduled"
-            and cond.get("status") == "False"
-            and cond.get("reason") == "Unschedulable"
-        ):
-            return f"cannot be placed: {cond.get('message') or 'Unschedulable'}"
-    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
-        waiting = (container.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in _IMAGE_FAILURES:
-            detail = f"{waiting.get('reason')} {waiting.get('message', '')}".strip()
-            return f"container {container.get('name')} cannot start: {detail}"
+    status = Pod.of(pod).status
+    scheduled = condition(status.conditions, "PodScheduled")
+    if scheduled is not None and scheduled.status == "False" and scheduled.reason == "Unschedulable":
+        return f"cannot be placed: {scheduled.message or 'Unschedulable'}"
+    for container in (*status.init_container_statuses, *status.container_statuses):
+        waiting = container.state.waiting
+        if waiting is not None and waiting.reason in _IMAGE_FAILURES:
+            detail = f"{waiting.reason} {waiting.message}".strip()
+            return f"container {container.name} cannot start: {detail}"
     return ""
 
 
@@ -144,8 +142,7 @@ def plan_elastic(
 def is_elastic_pod(pod: Mapping[str, Any]) -> bool:
     """An elastic group's pod: owned by its SlurmCluster directly (a fixed group's pods are their StatefulSet's, and a
     pod a deleted StatefulSet left behind has no owner)."""
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(o.get("controller") and o.get("kind") == "SlurmCluster" for o in owners)
+    return any(o.controller and o.kind == "SlurmCluster" for o in meta_of(pod).owner_references)
 
 
 def stray_elastic_pods(
@@ -157,7 +154,7 @@ def stray_elastic_pods(
     prefix = meta.worker_group(c, "")
     out = []
     for pod in pods:
-        name = str((pod.get("metadata") or {}).get("name", ""))
+        name = meta_of(pod).name
         if is_elastic_pod(pod) and name not in wanted and not deleting(pod):
             out.append((name, name.removeprefix(prefix).rpartition("-")[0]))
     return out

@@ -53,9 +53,15 @@ class Terminated(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=F
     finished_at: str = ""
 
 
+class Waiting(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
+    reason: str = ""  # ContainerCreating, ImagePullBackOff, CrashLoopBackOff, ...
+    message: str = ""
+
+
 class ContainerState(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
     running: dict[str, Any] | None = None  # None: not running
     terminated: Terminated | None = None  # None: not ended
+    waiting: Waiting | None = None  # None: not waiting
 
 
 class ContainerStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
@@ -70,6 +76,7 @@ class PodSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=Fals
 class PodStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
     pod_ip: str = msgspec.field(name="podIP", default="")  # "" until its sandbox is up
     conditions: tuple[Condition, ...] = ()
+    init_container_statuses: tuple[ContainerStatus, ...] = ()
     container_statuses: tuple[ContainerStatus, ...] = ()
 
 
