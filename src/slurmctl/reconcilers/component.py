@@ -58,6 +58,7 @@ class Component:
     required: Callable[[SlurmCluster], bool] = always  # whether its condition must be True for Available
     after: tuple[str, ...] = ()  # components whose children's events wake it (keys, the jail gate)
     watch_status: bool = False  # wake on every change of the SlurmCluster, status included (the phase)
+    reads_slurm: bool = False  # wake when the cluster's Slurm snapshot says something new (SlurmAccess.listen)
     former_names: tuple[str, ...] = ()  # labels older releases put on its children, still recognised
 
     @property

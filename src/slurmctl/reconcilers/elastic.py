@@ -25,6 +25,9 @@ from slurmctl.render import meta
 from slurmctl.runtime.objects import meta_of
 from slurmctl.slurm import Node
 
+# With elastic groups, the Slurm node loop polls Slurm's power states at least this often (Slurm's power saving itself
+# acts about every 10 s); a new state wakes the workers component (SlurmAccess.listen).
+ELASTIC_POLL_SECONDS = 10.0
 # What the kubelet says of a container that cannot start from its image.
 _IMAGE_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 

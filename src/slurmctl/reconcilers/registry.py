@@ -12,7 +12,7 @@ writer, in the write that changes them (see reconcilers/status.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from slurmctl.api.v1 import (
@@ -62,8 +62,9 @@ from slurmctl.render.kinds import (
 from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES, HOST_KEY_TYPES
 from slurmctl.render.workers import FORMER_COMPONENTS
-from slurmctl.runtime import Event, Manager, all_of, any_of, generation_changed
+from slurmctl.runtime import Event, Manager, Request, all_of, any_of, generation_changed
 from slurmctl.runtime.handlers import enqueue_mapped
+from slurmctl.runtime.workqueue import WorkQueue
 from slurmctl.slurm import DEFAULT_MAX_ANSWER_BYTES
 
 
@@ -87,7 +88,7 @@ COMPONENTS: Final[tuple[Component, ...]] = (
               owns=(STATEFULSET, SERVICE), image="controller", after=("cluster",)),
     Component("workers", WORKERS_READY, reconciler=WorkersReconciler, render=manifests.workers_objects,
               owns=(STATEFULSET, SERVICE, PDB), image="worker", after=("cluster", "populate-jail"),
-              former_names=FORMER_COMPONENTS),
+              former_names=FORMER_COMPONENTS, reads_slurm=True),
     Component("login", LOGIN_READY, reconciler=LoginReconciler, render=manifests.login_objects,
               owns=(STATEFULSET, SERVICE, CONFIGMAP), image="login", after=("cluster", "populate-jail")),
     Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, render=manifests.accounting_objects,
@@ -168,9 +169,18 @@ async def register(
             for kind in source.owns:
                 builder.owns(*kind, predicates=[component_is(*source.labels)])
         reconciler.watch(builder)
+        if component.reads_slurm:
+            ctx.slurm.listen(_enqueue(builder.controller.queue))
     if "workers" in by_name:
         _register_slurm_nodes(manager, ctx)
     return ctx
+
+
+def _enqueue(queue: WorkQueue[Request]) -> Callable[[str, str], None]:
+    def enqueue(c: str, namespace: str) -> None:
+        queue.add(Request(namespace, c))
+
+    return enqueue
 
 
 def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:

@@ -121,6 +121,8 @@ class SlurmAccess:
         self._tokens: dict[tuple[str, str], tuple[str, TokenSource]] = {}  # (ns, cluster) -> (key uid, source)
         self._snapshots: dict[tuple[str, str], SlurmSnapshot] = {}
         self._reading: dict[tuple[str, str], asyncio.Lock] = {}
+        self._seen: dict[tuple[str, str], object] = {}  # what the listeners were last told of, per cluster
+        self._listeners: list[Callable[[str, str], None]] = []
         self.metrics: SlurmCollector | None = collector_for(registry) if registry is not None else None
 
     def address(self, c: str, namespace: str) -> str | None:
@@ -205,8 +207,19 @@ class SlurmAccess:
             return SlurmSnapshot(started, error=exc)
         return SlurmSnapshot(started, nodes, jobs, partitions, partitions_at)
 
+    def listen(self, listener: Callable[[str, str], None]) -> None:
+        """Call `listener(cluster, namespace)` whenever a snapshot says something new of the cluster's nodes and their
+        jobs (`SlurmSnapshot.digest`): the snapshot is a source, as an informer is, and whoever took it (the node
+        loop's poll, the drain gate) wakes every component that decides on it."""
+        self._listeners.append(listener)
+
     def _keep(self, key: tuple[str, str], snapshot: SlurmSnapshot) -> None:
         self._snapshots[key] = snapshot
+        digest = snapshot.digest
+        if self._seen.get(key) != digest:
+            self._seen[key] = digest
+            for listener in self._listeners:
+                listener(key[1], key[0])
         if self.metrics is not None:
             self.metrics.set(*key, snapshot)
 
@@ -228,6 +241,7 @@ class SlurmAccess:
         self._tokens.pop((namespace, c), None)
         self._snapshots.pop((namespace, c), None)
         self._reading.pop((namespace, c), None)
+        self._seen.pop((namespace, c), None)
         if self.metrics is not None:
             self.metrics.forget(namespace, c)
 

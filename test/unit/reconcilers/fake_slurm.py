@@ -244,9 +244,12 @@ def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME, clock: Clock | None
     )
     if env.get(SECRET, meta.jwt_key_secret(name)) is None:  # the cluster reconciler's, when it made it already
         env.secret(meta.jwt_key_secret(name), {JWT_KEY: b"k" * 32}, labels=meta.labels(name, "cluster"))
-    env.ctx.slurm = SlurmAccess(
+    access = SlurmAccess(
         env.manager.cache,
         connect=lambda url, token: slurm,
         clock=clock or EveryLookIsLater(),
         registry=env.manager.metrics.registry,
     )
+    for listener in env.ctx.slurm._listeners:  # who the registry said a new snapshot wakes
+        access.listen(listener)
+    env.ctx.slurm = access

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from slurmctl.reconcilers.slurm_metrics import collector_for, endpoint
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE, PARTITIONS_MAX_AGE
-from slurmctl.runtime import Result
+from slurmctl.runtime import Request, Result
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
 from test.unit.runtime.fakes import FakeClock
@@ -104,3 +104,24 @@ def test_requests_to_slurmrestd_are_counted_by_endpoint() -> None:
     assert f'{series}{{cluster="{NAME}",endpoint="node",method="DELETE",namespace="{NS}"}} 1.0' in text
     collector.forget(NS, NAME)
     assert "slurmctl_slurmrestd_requests_total{" not in generate_latest(registry).decode()
+
+
+async def test_a_snapshot_that_says_something_new_wakes_the_workers_and_one_that_does_not_wakes_nobody() -> None:
+    async with Env() as env:
+        slurm, clock = FakeSlurm(), FakeClock()
+        await started(env, slurm, clock)
+        told: list[tuple[str, str]] = []
+        env.ctx.slurm.listen(lambda c, ns: told.append((ns, c)))
+        queue = next(ctrl for ctrl in env.manager._controllers if ctrl.name == "workers").queue
+        while len(queue):  # what the set-up's events queued: handed out and done, as a running controller would
+            queue.done(await asyncio.wait_for(queue.get(), timeout=5))
+        await env.poll_slurm()
+        assert told == [(NS, NAME)], "the first snapshot is news"
+        assert await asyncio.wait_for(queue.get(), timeout=5) == Request(NS, NAME), "it wakes the workers component"
+        await clock.advance(NODE_LOOP_MAX_AGE + 1)
+        await env.poll_slurm()
+        assert slurm.reads["nodes"] == 2 and told == [(NS, NAME)], "a new read that says the same wakes nobody"
+        slurm.run_job(7, f"{CPU}-1")
+        await clock.advance(NODE_LOOP_MAX_AGE + 1)
+        await env.poll_slurm()
+        assert told == [(NS, NAME)] * 2, "a job that started on a node is news"

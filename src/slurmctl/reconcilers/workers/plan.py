@@ -35,9 +35,6 @@ from slurmctl.render.kinds import POD, STATEFULSET, Kind
 from slurmctl.render.manifests import Inputs, workers_objects
 from slurmctl.render.workers import render_elastic_worker_pod
 
-# With elastic groups, Slurm's power states are looked at this often while nothing is on its way (Slurm's power saving
-# itself acts about every 10 s), and every DRAIN_POLL_SECONDS while a node powers up or down.
-ELASTIC_POLL_SECONDS = 10.0
 # What WorkersReady says when Slurm refuses what the gate or the elastic groups ask of it.
 GATE_CLOSED = "nodes must go but Slurm cannot be asked whether they run jobs, so none goes"
 ELASTIC_WAIT = "elastic worker groups wait for Slurm's power states"
@@ -131,11 +128,13 @@ def plan(obs: Observation) -> Plan:
             deletes.append(Delete(POD, name, why, uid=_uid(obs.pods.get(name))))
     refused = _refused(obs, fixed, events)
     status, warnings = _status(obs, fixed, gate, elastic, refused, events)
+    # Slurm's snapshot wakes this component when it says something new (SlurmAccess.listen; the node loop polls it,
+    # every ELASTIC_POLL_SECONDS with elastic groups). Looked at again sooner only while something is on its way: a
+    # node that must go (the gate decides on a snapshot no older than GATE_MAX_AGE, and a drainTimeout ends without
+    # Slurm saying anything), or a node powering up or down.
     requeue = None
     if obs.leaving or (elastic and elastic.plan and elastic.plan.in_flight):
         requeue = DRAIN_POLL_SECONDS
-    elif elastic:
-        requeue = ELASTIC_POLL_SECONDS
     return Plan(
         WORKERS_READY,
         apply=tuple(apply),
