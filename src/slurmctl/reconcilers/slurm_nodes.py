@@ -1,5 +1,6 @@
 """Slurm's view on Kubernetes, from each cluster's Slurm snapshot (reconcilers/slurm_snapshot.py) every
-`POLL_SECONDS` (and when a worker pod's Kubernetes node is cordoned or uncordoned, or a worker pod's readiness
+`POLL_SECONDS` (`ELASTIC_POLL_SECONDS` with elastic groups; a snapshot that says something new wakes the components
+that decide on it, SlurmAccess.listen) (and when a worker pod's Kubernetes node is cordoned or uncordoned, or a worker pod's readiness
 changes). This loop is what keeps each cluster's snapshot fresh while slurmrestd is ready: it takes a new one when the
 last is older than NODE_LOOP_MAX_AGE (another reader, the drain gate, may have taken one just before):
 
@@ -38,6 +39,7 @@ from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
 from slurmctl.reconcilers.base import status_part
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Upkeep, evictable, jobs_by_node, upkeep
+from slurmctl.reconcilers.elastic import ELASTIC_POLL_SECONDS
 from slurmctl.reconcilers.events import Events
 from slurmctl.reconcilers.eviction_hold import EvictionHold
 from slurmctl.reconcilers.loading import Invalid, Loaded
@@ -187,6 +189,9 @@ class SlurmNodesReconciler:
         # A node drained for a cordon is often idle at once: look again soon, so that `kubectl drain` waits little.
         # A NotReady node is looked at again when it reaches the threshold.
         after = DRAIN_POLL_SECONDS if plan.drain else POLL_SECONDS
+        if loaded.cluster.spec.elastic_groups:
+            # Slurm powers elastic nodes up for jobs: a new power state wakes the workers (the snapshot is a source).
+            after = min(after, ELASTIC_POLL_SECONDS)
         if snapshot is before:
             # Decided on an earlier read (a pod event woke this pass): what the event changed in Slurm (a slurmd
             # registering, or gone) is looked at once that read is too old to share.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from slurmctl.reconcilers.elastic import ELASTIC_POLL_SECONDS
 from slurmctl.render.kinds import CONFIGMAP, POD, STATEFULSET
 from slurmctl.runtime import Result
 from test.unit.reconcilers.env import NAME, NS, Env, spec
@@ -126,3 +127,18 @@ async def test_a_pod_that_cannot_be_placed_and_a_node_slurm_gave_up_on_are_repor
         cond = env.condition("WorkersReady")
         assert cond is not None and cond["reason"] == "Unschedulable" and "resumeTimeout" in cond["message"]
         assert f"scontrol update nodename={node(1)} state=resume" in cond["message"]
+
+
+async def test_the_node_loop_looks_at_the_power_states_every_ten_seconds_and_a_new_one_wakes_the_workers() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await elastic_cluster(env, slurm)
+        told: list[str] = []
+        env.ctx.slurm.listen(lambda c, ns: told.append(c))
+        assert await env.poll_slurm() == Result(requeue_after=ELASTIC_POLL_SECONDS)
+        assert told == [], "nothing new since the workers' last read"
+        slurm.add_node(node(1), "IDLE", "CLOUD", "POWERING_UP", "NOT_RESPONDING")  # Slurm chose node 1 for a job
+        await env.poll_slurm()
+        assert told == [NAME], "the node loop's read of a new power state wakes the workers"
+        await env.run("workers")
+        assert pods(env) == [node(1)]
