@@ -9,8 +9,9 @@ rolling out is `Reconciling`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from slurmctl.api.v1 import SPEC_VALID, Phase, Reason, SlurmCluster, SlurmClusterStatus
@@ -18,8 +19,10 @@ from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler
 from slurmctl.reconcilers.component import Component, component_is
 from slurmctl.reconcilers.conditions import make_condition
 from slurmctl.reconcilers.context import Context
+from slurmctl.reconcilers.executor import execute
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
 from slurmctl.reconcilers.loading import Invalid, Loaded
+from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import (
     WorkerPod,
     cluster_of_pod,
@@ -28,13 +31,15 @@ from slurmctl.reconcilers.observed import (
     node_labels,
     topology_placement,
 )
+from slurmctl.reconcilers.plan import Create, Plan
 from slurmctl.reconcilers.views import Cluster, ClusterStatus, condition
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
+from slurmctl.render.manifests import cluster_objects
 from slurmctl.render.workers import COMPONENT as WORKERS_COMPONENT
 from slurmctl.render.workers import FORMER_COMPONENTS as FORMER_WORKERS_COMPONENTS
-from slurmctl.runtime import Event, EventType, Request
+from slurmctl.runtime import Event, EventType, Request, Result
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
 
@@ -68,7 +73,7 @@ def node_labels_changed(event: Event) -> bool:
 
 
 def aggregate_phase(
-    cluster: SlurmCluster, *, required: Iterable[str], previous: Phase | None, previous_generation: int | None
+    cluster: SlurmCluster, *, required: Iterable[str], previous: str | None, previous_generation: int | None
 ) -> Phase:
     """The phase from the `required` condition types (those of the components that count for Available)."""
     generation = cluster.metadata.generation or 0
@@ -83,6 +88,36 @@ def aggregate_phase(
         return "Degraded"
     was_available = previous in ("Available", "Degraded") and previous_generation == generation
     return "Degraded" if was_available else "Reconciling"
+
+
+KeyMakers = Mapping[str, Callable[[], Awaitable[dict[str, Any]]]]
+
+
+def plan(obs: Observation, *, required: Sequence[str], keys: Callable[[SlurmCluster], KeyMakers]) -> Plan:
+    """The configs (topology.conf from where the workers run), then the key Secrets that are missing (created, never
+    applied: POST fails on an existing Secret, so a stale cache can never make the operator overwrite, i.e. rotate, a
+    key that pods already use; none while the configs are rejected, so no other component starts on them), SpecValid
+    and the phase. `required`: the condition types that count for Available; `keys`: how each key Secret is made."""
+    cluster = obs.loaded.cluster
+    said = ClusterStatus.of(obs.said)
+    phase = aggregate_phase(
+        cluster.model_copy(update={"status": SlurmClusterStatus.model_validate(obs.said)}),
+        required=required,
+        previous=said.phase,
+        previous_generation=said.observed_generation,
+    )
+    cond = obs.condition(SPEC_VALID, ok=True, reason=Reason.VALID, message="the spec is valid")
+    missing = [
+        Create(None, make=make)
+        for name, make in keys(cluster).items()
+        if name not in obs.keys and name not in obs.foreign_keys
+    ]
+    return Plan(
+        SPEC_VALID,
+        apply=tuple(cluster_objects(obs.inputs(placement=obs.placement))),
+        create=tuple(missing),
+        status=SlurmClusterStatus(phase=phase, observed_generation=obs.loaded.generation, conditions=[cond]),
+    )
 
 
 class ClusterReconciler(ComponentReconciler):
@@ -168,8 +203,12 @@ class ClusterReconciler(ComponentReconciler):
         cond = self.condition(loaded, ok=False, reason=Reason.APPLY_REJECTED, message=rejected.message)
         return SlurmClusterStatus(phase="Failed", observed_generation=loaded.generation, conditions=[cond])
 
-    async def reconcile_valid(self, loaded: Loaded) -> None:
-        cluster = loaded.cluster
+    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
+        obs = dataclasses.replace(await self.observe(loaded), placement=self.placement(loaded))
+        return await execute(self, loaded, plan(obs, required=self._required(loaded.cluster), keys=self._keys))
+
+    def _keys(self, cluster: SlurmCluster) -> KeyMakers:
+        """How each key Secret is made, called only when it is created (key material is never rotated)."""
 
         async def munge() -> dict[str, Any]:
             return render_munge_secret(cluster, new_munge_key())
@@ -183,25 +222,8 @@ class ClusterReconciler(ComponentReconciler):
                 return render_ssh_host_keys_secret(cluster, await asyncio.to_thread(new_ssh_host_keys, types))
             return render_ssh_host_keys_secret(cluster, new_ssh_host_keys(types))  # well under a millisecond
 
-        # The configs first: no key (which lets the other components start) while they are rejected. Then the keys
-        # at once.
-        await self.apply(loaded, self.desired(self.inputs(loaded, placement=self.placement(loaded))))
-        await asyncio.gather(
-            self.create_once(loaded, meta.munge_secret(loaded.name), munge),
-            self.create_once(loaded, meta.jwt_key_secret(loaded.name), jwt),
-            self.create_once(loaded, meta.ssh_host_keys_secret(loaded.name), host_keys),
-        )
-        status = self.ctx.status.view(loaded.obj)  # the cache may lag what the writer has written or will
-        phase = aggregate_phase(
-            cluster.model_copy(update={"status": SlurmClusterStatus.model_validate(status)}),
-            required=self._required(cluster),
-            previous=status.get("phase"),
-            previous_generation=status.get("observedGeneration"),
-        )
-        cond = self.condition(loaded, ok=True, reason=Reason.VALID, message="the spec is valid")
-        await self.write_status(
-            loaded, SlurmClusterStatus(phase=phase, observed_generation=loaded.generation, conditions=[cond])
-        )
+        c = meta.cluster_name(cluster)
+        return {meta.munge_secret(c): munge, meta.jwt_key_secret(c): jwt, meta.ssh_host_keys_secret(c): host_keys}
 
     def phase_written(self, obj: Mapping[str, Any], before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
         """The status writer wrote `after` over `before`: an Event when that moved a phase derived from the

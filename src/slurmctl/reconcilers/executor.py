@@ -1,7 +1,8 @@
 """Carrying out a component's `Plan` (reconcilers/plan.py), the same way for every component: Slurm first (what Slurm
 is told can only hold more nodes, never release one: every release was decided on what Slurm said before), then the
-Events, the deletes (each of the incarnation observed), the applies (bounded, concurrent), the creates, and last the
-status part, with one `changed()` of the Slurm snapshot for all the Slurm actions.
+Events, the deletes (each of the incarnation observed), the applies (bounded, concurrent), the creates (at once; none
+while an apply is rejected), and last the status part, with one `changed()` of the Slurm snapshot for all the Slurm
+actions.
 
 A refused Slurm action ends the Slurm part (the rest would meet the same Slurm) and turns the component's condition
 into what its plan said a refusal means; the rest of the plan is carried out. An API server that rejects an object
@@ -10,12 +11,13 @@ ends the pass as `ApplyRejected` (reconcilers/base.py reports it).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from slurmctl.api.v1 import Condition, SlurmClusterStatus
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.loading import Loaded
-from slurmctl.reconcilers.plan import Plan, SlurmAction
+from slurmctl.reconcilers.plan import Create, Plan, SlurmAction
 from slurmctl.runtime import Conflict, Result
 from slurmctl.runtime.logs import kv
 from slurmctl.slurm import SlurmError
@@ -41,9 +43,14 @@ async def execute(rec: ComponentReconciler, loaded: Loaded, plan: Plan) -> Resul
         except Conflict:  # another incarnation of the name by now: the next pass decides on that one
             log.debug("delete skipped %s", kv(kind=gone.kind.kind, name=gone.name, uid=gone.uid))
     await rec.apply(loaded, plan.apply)
-    for made in plan.create:
-        if await rec.create(loaded, made.obj):
-            rec.event(loaded, "Normal", "Created", made.announce)
+
+    async def create(one: Create) -> bool:
+        return await rec.create(loaded, await one.body())
+
+    made = await asyncio.gather(*(create(one) for one in plan.create))
+    for one, created in zip(plan.create, made, strict=True):
+        if created and one.announce:
+            rec.event(loaded, "Normal", "Created", one.announce)
     status = plan.status
     if refused is not None:
         conds = [c for c in (status.conditions if status else []) if c.type != refused.type]

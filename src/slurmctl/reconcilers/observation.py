@@ -24,6 +24,7 @@ from slurmctl.render import meta
 from slurmctl.render.kinds import SECRET, Kind
 from slurmctl.render.manifests import Inputs
 from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
+from slurmctl.render.topology import Placement
 from slurmctl.runtime import Cache
 
 
@@ -55,6 +56,7 @@ class Observation:
     leaving: tuple[Leaving, ...] = ()
     slurm: SlurmSnapshot | None = None
     refusals: Mapping[str, str] = field(default_factory=dict)
+    placement: Placement = field(default_factory=dict)  # Slurm node -> its Kubernetes node's labels (spec.topology)
 
     def owned(self, kind: Kind) -> Mapping[str, Obj]:
         """The component's children of a kind, by name."""

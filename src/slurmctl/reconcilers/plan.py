@@ -9,7 +9,7 @@ Nothing here knows a component; each step says why it is taken, and that reason 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -45,11 +45,19 @@ class Delete:
 
 @dataclass(frozen=True)
 class Create:
-    """Create an object that is never updated in place (an elastic worker's pod); `announce` is its Event once made
-    (none when one of that name exists still: the next pass looks again)."""
+    """Create an object that is never updated in place (an elastic worker's pod, a key Secret); `announce` is its
+    Event once made ("": none), none when one of that name exists (the next pass looks again). Key material is made
+    only when it is created (`make`, called by the executor): a plan stays a pure decision."""
 
-    obj: Obj
-    announce: str
+    obj: Obj | None
+    announce: str = ""
+    make: Callable[[], Awaitable[Obj]] | None = None
+
+    async def body(self) -> Obj:
+        if self.obj is not None:
+            return self.obj
+        assert self.make is not None, "a Create has an object or a way to make one"
+        return await self.make()
 
 
 @dataclass(frozen=True)

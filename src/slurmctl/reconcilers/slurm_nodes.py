@@ -1,8 +1,9 @@
 """Slurm's view on Kubernetes, from each cluster's Slurm snapshot (reconcilers/slurm_snapshot.py) every
-`POLL_SECONDS` (`ELASTIC_POLL_SECONDS` with elastic groups; a snapshot that says something new wakes the components
-that decide on it, SlurmAccess.listen) (and when a worker pod's Kubernetes node is cordoned or uncordoned, or a worker pod's readiness
-changes). This loop is what keeps each cluster's snapshot fresh while slurmrestd is ready: it takes a new one when the
-last is older than NODE_LOOP_MAX_AGE (another reader, the drain gate, may have taken one just before):
+`POLL_SECONDS`, `ELASTIC_POLL_SECONDS` with elastic groups (and when a worker pod's Kubernetes node is cordoned or
+uncordoned, or a worker pod's readiness changes); a snapshot that says something new wakes the components that decide
+on it (SlurmAccess.listen). This loop is what keeps each cluster's snapshot fresh while slurmrestd is ready: it takes
+a new one when the last is older than NODE_LOOP_MAX_AGE (another reader, the drain gate, may have taken one just
+before):
 
 - each worker pod's `SlurmNodeState` condition (reason: the Slurm state, e.g. Idle, Allocated, Drained; message:
   Slurm's reason), applied to pods/status only when it differs from what the pod carries;
