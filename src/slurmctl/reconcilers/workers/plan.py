@@ -99,9 +99,7 @@ def plan(obs: Observation) -> Plan:
     # A StatefulSet no group has (a removed group's) goes once all its nodes may go.
     held = {statefulset_of(going.node) for going in obs.leaving if going.node not in gate.released}
     keep = {*(meta.worker_group(c, g.name) for g in groups), *held}
-    for name, sts in obs.owned(STATEFULSET).items():
-        if name not in keep:
-            deletes.append(Delete(STATEFULSET, name, "no longer in the spec", uid=uid(sts)))
+    deletes.extend(obs.prune(STATEFULSET, keep))
     for going in obs.leaving:
         if going.recreate and going.node in gate.released:
             why = f"{going.why}; its node is drained and runs no job"
