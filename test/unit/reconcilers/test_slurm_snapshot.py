@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from slurmctl.reconcilers.slurm_metrics import collector_for, endpoint
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE, PARTITIONS_MAX_AGE
+from slurmctl.render.kinds import STATEFULSET
 from slurmctl.runtime import Request, Result
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
@@ -125,3 +126,19 @@ async def test_a_snapshot_that_says_something_new_wakes_the_workers_and_one_that
         await clock.advance(NODE_LOOP_MAX_AGE + 1)
         await env.poll_slurm()
         assert told == [(NS, NAME)] * 2, "a job that started on a node is news"
+
+
+async def test_a_drain_slurm_refuses_closes_the_gate_in_the_condition_and_nothing_goes() -> None:
+    async with Env() as env:
+        slurm, clock = FakeSlurm(), FakeClock()
+        await started(env, slurm, clock, size=3)
+        await env.poll_slurm()
+        env.edit(lambda s: s["workers"][0].update(size=2))
+        slurm.down = "slurmctld is restarting"  # after the read: the gate decides on it, the drain is refused
+        await env.run("workers")
+        assert slurm.calls == [], "Slurm took nothing"
+        condition = env.condition("WorkersReady")
+        assert condition is not None and condition["reason"] == "SlurmUnreachable"
+        assert condition["message"].endswith(": slurmctld is restarting")
+        sts = env.get(STATEFULSET, CPU)
+        assert sts is not None and sts["spec"]["replicas"] == 3, "its node stays"

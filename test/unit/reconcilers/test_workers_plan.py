@@ -3,48 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from slurmctl.api.v1 import API_VERSION, KIND, SPEC_VALID, WORKERS_READY, Policy
+from slurmctl.api.v1 import WORKERS_READY, Policy
 from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Leaving
 from slurmctl.reconcilers.loading import Loaded, Loader
-from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.slurm_snapshot import SlurmSnapshot
 from slurmctl.reconcilers.workers.plan import plan
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET
 from slurmctl.slurm import ExitCode, Job, Node, SlurmUnavailable
-from test.unit.reconcilers.env import NAME, NS, spec
+from test.unit.reconcilers.env import NAME, NS
+from test.unit.reconcilers.plans import NOW, loaded, observe
 
-NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 STS = meta.worker_group(NAME, "cpu")
 MUNGE = meta.munge_secret(NAME)
 SELECTOR = meta.selector(NAME, "workers", **{meta.LABEL_WORKER_GROUP: "cpu"})
-
-
-def loaded(size: int = 2, **extra: Any) -> Loaded:
-    obj = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": NAME, "namespace": NS, "uid": "cluster-uid", "generation": 1, "resourceVersion": "1"},
-        "spec": spec(size=size, **extra),
-        "status": {
-            "conditions": [
-                {
-                    "type": SPEC_VALID,
-                    "status": "True",
-                    "observedGeneration": 1,
-                    "lastTransitionTime": "2026-12-01T00:00:00Z",
-                    "reason": "Valid",
-                    "message": "",
-                }
-            ]
-        },
-    }
-    found = Loader(policy=Policy(allow_root_logins=True)).load(obj)
-    assert isinstance(found, Loaded), found
-    return found
 
 
 def statefulset(replicas: int, *, ready: int | None = None, uid: str = "sts-uid") -> dict[str, Any]:
@@ -77,11 +52,6 @@ def node(name: str, *state: str, reason: str = "", since: datetime | None = None
 def running(job_id: int, *nodes: str) -> Job:
     exit_code = ExitCode(status=("PENDING",), return_code=None, signal=None)
     return Job(job_id=job_id, name="j", user="u", state="RUNNING", nodes=nodes, exit_code=exit_code)
-
-
-def observe(cluster: Loaded, **facts: Any) -> Observation:
-    base = Observation(cluster, NOW, cluster.obj["status"], keys={MUNGE: "munge-uid"}, jail_open=True)
-    return dataclasses.replace(base, **facts)
 
 
 def test_a_new_cluster_waits_for_its_jail_and_asks_for_nothing() -> None:
