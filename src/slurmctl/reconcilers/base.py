@@ -16,6 +16,7 @@ from slurmctl.reconcilers.component import Component, Obj, owned
 from slurmctl.reconcilers.conditions import make_condition, now
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.events import Events
+from slurmctl.reconcilers.executor import execute
 from slurmctl.reconcilers.jail_gate import jail_gate_open
 from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.observation import Observation, inputs, key_secrets, missing_key, read_keys
@@ -69,8 +70,10 @@ def status_part(status: SlurmClusterStatus) -> dict[str, Any]:
 
 
 class ComponentReconciler:
-    """Base of the per-component reconcilers, built from a `Component` declaration. Subclasses implement
-    `reconcile_valid`; an invalid spec is the cluster reconciler's to report, so the others leave everything as is.
+    """The reconciler of a component, built from its `Component` declaration: each pass observes the cluster, has the
+    declared `plan` decide and the executor carry the plan out (reconcilers/executor.py). A component that reads more
+    extends `observe`; one that does not plan yet overrides `reconcile_valid`. An invalid spec is the cluster
+    reconciler's to report, so the others leave everything as is.
     """
 
     def __init__(self, ctx: Context, component: Component) -> None:
@@ -123,7 +126,9 @@ class ComponentReconciler:
         return SlurmClusterStatus(conditions=[cond])
 
     async def reconcile_valid(self, loaded: Loaded) -> Result | None:
-        raise NotImplementedError
+        if self.decl.plan is None:
+            raise NotImplementedError(f"component {self.component} declares no plan and overrides no reconcile_valid")
+        return await execute(self, loaded, self.decl.plan(await self.observe(loaded)))
 
     async def observe(self, loaded: Loaded) -> Observation:
         """The cluster as this component's plan reads it: the key Secrets, the jail gate, its own children, and the

@@ -19,8 +19,6 @@ from slurmctl.api.v1 import Reason, SlurmClusterStatus
 from slurmctl.api.v1.status import BENCHMARK_PASSED, BENCHMARK_SCHEDULED
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.component import component_is
-from slurmctl.reconcilers.executor import execute
-from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import BenchmarkRun, cluster_of_pod, last_benchmark_run
 from slurmctl.reconcilers.plan import Note, Plan
@@ -28,7 +26,6 @@ from slurmctl.render import meta
 from slurmctl.render.benchmark import COMPONENT
 from slurmctl.render.kinds import CRONJOB, POD
 from slurmctl.render.manifests import benchmark_objects
-from slurmctl.runtime import Result
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
 
@@ -41,8 +38,6 @@ class BenchmarkReconciler(ComponentReconciler):
         """The benchmark Jobs' pods: a run's outcome is its pod's termination message."""
         builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(COMPONENT)])
 
-    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
-        return await execute(self, loaded, plan(await self.observe(loaded)))
 
 
 def plan(obs: Observation) -> Plan:

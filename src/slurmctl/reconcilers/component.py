@@ -21,6 +21,8 @@ from slurmctl.runtime.manager import ControllerBuilder
 
 if TYPE_CHECKING:
     from slurmctl.reconcilers.context import Context
+    from slurmctl.reconcilers.observation import Observation
+    from slurmctl.reconcilers.plan import Plan
 
 Obj = dict[str, Any]
 
@@ -51,8 +53,9 @@ class Component:
     name: str
     condition: str  # the one status condition this component owns
     _: KW_ONLY
-    reconciler: Callable[[Context, Component], Reconciler]  # a ComponentReconciler subclass (reconcilers/base.py)
+    reconciler: Callable[[Context, Component], Reconciler]  # ComponentReconciler or a subclass (reconcilers/base.py)
     render: Renderer  # the objects it applies, from the same inputs online and offline
+    plan: Callable[[Observation], Plan] | None = None  # its pure decision (reconcilers/plan.py); None: it decides alone
     owns: tuple[Kind, ...] = ()  # kinds of its children, found and watched by its component label
     image: Image | None = None  # the default image its pods run (`<registry>/<image>:<tag>`)
     required: Callable[[SlurmCluster], bool] = always  # whether its condition must be True for Available

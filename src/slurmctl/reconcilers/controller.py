@@ -4,9 +4,6 @@ ControllerReady condition, planned purely from the observation (`plan`)."""
 from __future__ import annotations
 
 from slurmctl.api.v1 import CONTROLLER_READY, Condition, Reason, SlurmClusterStatus, ready_summary
-from slurmctl.reconcilers.base import ComponentReconciler
-from slurmctl.reconcilers.executor import execute
-from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import ready_replicas
 from slurmctl.reconcilers.plan import Note, Plan
@@ -14,12 +11,6 @@ from slurmctl.render import meta
 from slurmctl.render.controller import controller_statefulset_names
 from slurmctl.render.kinds import STATEFULSET
 from slurmctl.render.manifests import controller_objects
-from slurmctl.runtime import Result
-
-
-class ControllerReconciler(ComponentReconciler):
-    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
-        return await execute(self, loaded, plan(await self.observe(loaded)))
 
 
 def plan(obs: Observation) -> Plan:

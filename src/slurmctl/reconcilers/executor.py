@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from slurmctl.api.v1 import Condition, SlurmClusterStatus
-from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.plan import Create, Plan, SlurmAction
 from slurmctl.runtime import Conflict, Result
 from slurmctl.runtime.logs import kv
 from slurmctl.slurm import SlurmError
+
+if TYPE_CHECKING:
+    from slurmctl.reconcilers.base import ComponentReconciler
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,6 @@ the observation (`plan`)."""
 from __future__ import annotations
 
 from slurmctl.api.v1 import LOGIN_READY, Reason, SlurmClusterStatus, ready_summary
-from slurmctl.reconcilers.base import ComponentReconciler
-from slurmctl.reconcilers.executor import execute
-from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import ready_replicas
 from slurmctl.reconcilers.plan import Note, Plan
@@ -14,12 +11,6 @@ from slurmctl.render import meta
 from slurmctl.render.kinds import SERVICE, STATEFULSET
 from slurmctl.render.manifests import login_objects
 from slurmctl.render.sshd import host_key_types
-from slurmctl.runtime import Result
-
-
-class LoginReconciler(ComponentReconciler):
-    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
-        return await execute(self, loaded, plan(await self.observe(loaded)))
 
 
 def plan(obs: Observation) -> Plan:

@@ -17,7 +17,6 @@ from __future__ import annotations
 from slurmctl.api.v1 import JAIL_POPULATED, Condition, Reason, SlurmClusterStatus
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.component import component_is
-from slurmctl.reconcilers.executor import execute
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import JobState, cluster_of_pod, owner_uids, uid
@@ -26,7 +25,6 @@ from slurmctl.render import meta
 from slurmctl.render.kinds import JOB, POD
 from slurmctl.render.manifests import populate_jail_objects
 from slurmctl.render.populate_jail import COMPONENT, volume_description
-from slurmctl.runtime import Result
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
 
@@ -36,8 +34,6 @@ class PopulateJailReconciler(ComponentReconciler):
         """The Job's pods: one that refused the volume is news even before the Job counts it as failed."""
         builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(COMPONENT)])
 
-    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
-        return await execute(self, loaded, plan(await self.observe(loaded)))
 
 
 def plan(obs: Observation) -> Plan:

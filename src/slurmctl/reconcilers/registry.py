@@ -27,18 +27,17 @@ from slurmctl.api.v1 import (
     Policy,
     SlurmCluster,
 )
+from slurmctl.reconcilers import benchmark, controller, login, populate_jail, rest, workers
 from slurmctl.reconcilers.accounting import AccountingReconciler
+from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.component import Component, component_is, never
 from slurmctl.reconcilers.context import Context
-from slurmctl.reconcilers.controller import ControllerReconciler
 from slurmctl.reconcilers.loading import Loader
-from slurmctl.reconcilers.login import LoginReconciler
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.observed import cluster_of_pod, trimmed_node
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
-from slurmctl.reconcilers.rest import RestReconciler
 from slurmctl.reconcilers.slurm_access import REST_COMPONENT
 from slurmctl.reconcilers.slurm_nodes import NAME as SLURM_NODES
 from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, ready_changed, worker_pod_changed
@@ -82,22 +81,24 @@ def _rest_enabled(cluster: SlurmCluster) -> bool:
 COMPONENTS: Final[tuple[Component, ...]] = (
     Component("cluster", SPEC_VALID, reconciler=ClusterReconciler, render=manifests.cluster_objects,
               owns=(CONFIGMAP, SECRET, NETWORK_POLICY), required=never),
-    Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler,
+    Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler, plan=populate_jail.plan,
               render=manifests.populate_jail_objects, owns=(JOB,), image="populate-jail"),
-    Component("controller", CONTROLLER_READY, reconciler=ControllerReconciler, render=manifests.controller_objects,
-              owns=(STATEFULSET, SERVICE), image="controller", after=("cluster",)),
-    Component("workers", WORKERS_READY, reconciler=WorkersReconciler, render=manifests.workers_objects,
-              owns=(STATEFULSET, SERVICE, PDB), image="worker", after=("cluster", "populate-jail"),
+    Component("controller", CONTROLLER_READY, reconciler=ComponentReconciler, plan=controller.plan,
+              render=manifests.controller_objects, owns=(STATEFULSET, SERVICE), image="controller", after=("cluster",)),
+    Component("workers", WORKERS_READY, reconciler=WorkersReconciler, plan=workers.plan,
+              render=manifests.workers_objects, owns=(STATEFULSET, SERVICE, PDB), image="worker",
+              after=("cluster", "populate-jail"),
               former_names=FORMER_COMPONENTS, reads_slurm=True),
-    Component("login", LOGIN_READY, reconciler=LoginReconciler, render=manifests.login_objects,
+    Component("login", LOGIN_READY, reconciler=ComponentReconciler, plan=login.plan, render=manifests.login_objects,
               owns=(STATEFULSET, SERVICE, CONFIGMAP), image="login", after=("cluster", "populate-jail")),
     Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, render=manifests.accounting_objects,
               owns=(DEPLOYMENT, SERVICE, SECRET), image="accounting", required=_accounting_enabled,
               after=("cluster",)),
-    Component("rest", REST_READY, reconciler=RestReconciler, render=manifests.rest_objects,
+    Component("rest", REST_READY, reconciler=ComponentReconciler, plan=rest.plan, render=manifests.rest_objects,
               owns=(DEPLOYMENT, SERVICE), image="rest", required=_rest_enabled),
-    Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, render=manifests.benchmark_objects,
-              owns=(CRONJOB,), image="nccl-benchmark", required=never, after=("cluster",)),
+    Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, plan=benchmark.plan,
+              render=manifests.benchmark_objects, owns=(CRONJOB,), image="nccl-benchmark", required=never,
+              after=("cluster",)),
 )
 # fmt: on
 

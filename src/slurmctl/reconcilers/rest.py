@@ -8,21 +8,12 @@ nothing gates it; disabling it removes both objects (the JWT key stays: slurmctl
 from __future__ import annotations
 
 from slurmctl.api.v1 import REST_READY, Reason, SlurmClusterStatus
-from slurmctl.reconcilers.base import ComponentReconciler
-from slurmctl.reconcilers.executor import execute
-from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import available_replicas
 from slurmctl.reconcilers.plan import Note, Plan
 from slurmctl.render import meta
 from slurmctl.render.kinds import DEPLOYMENT, SERVICE
 from slurmctl.render.manifests import rest_objects
-from slurmctl.runtime import Result
-
-
-class RestReconciler(ComponentReconciler):
-    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
-        return await execute(self, loaded, plan(await self.observe(loaded)))
 
 
 def plan(obs: Observation) -> Plan:

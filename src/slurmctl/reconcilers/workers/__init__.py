@@ -1,5 +1,6 @@
-"""The `workers` component: its reconciler (observe, then execute the plan) and its pure plan."""
+"""The `workers` component: its reconciler (what it observes beyond the rest) and its pure plan."""
 
+from slurmctl.reconcilers.workers.plan import plan
 from slurmctl.reconcilers.workers.reconciler import WorkersReconciler
 
-__all__ = ["WorkersReconciler"]
+__all__ = ["WorkersReconciler", "plan"]

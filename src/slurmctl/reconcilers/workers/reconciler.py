@@ -24,16 +24,13 @@ from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.component import Component, component_is
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import Leaving
-from slurmctl.reconcilers.executor import execute
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import cluster_of_pod, worker_replicas
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE, SlurmSnapshot
 from slurmctl.reconcilers.worker_pods import WorkerPods
-from slurmctl.reconcilers.workers.plan import plan
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET
-from slurmctl.runtime import Result
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
 from slurmctl.slurm import SlurmUnavailable
@@ -47,8 +44,6 @@ class WorkersReconciler(ComponentReconciler):
         super().__init__(ctx, component)
         self.workers = WorkerPods(self.cache, component.labels)
 
-    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
-        return await execute(self, loaded, plan(await self.observe(loaded)))
 
     def watch(self, builder: ControllerBuilder) -> None:
         """Worker pods (owned by the StatefulSets, not the cluster): a re-created pod turning ready lets the next
