@@ -39,7 +39,6 @@ class BenchmarkReconciler(ComponentReconciler):
         builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(COMPONENT)])
 
 
-
 def plan(obs: Observation) -> Plan:
     spec = obs.loaded.cluster.spec
     nccl = spec.health_checks.nccl_benchmark

@@ -22,7 +22,7 @@ from slurmctl.api.v1 import WorkerGroup, WorkerGroupStatus
 from slurmctl.reconcilers.observed import deleting, pod_ready
 from slurmctl.reconcilers.views import Pod, condition
 from slurmctl.render import meta
-from slurmctl.runtime.objects import meta_of
+from slurmctl.runtime.objects import ObjectMeta, meta_of
 from slurmctl.slurm import Node
 
 # With elastic groups, the Slurm node loop polls Slurm's power states at least this often (Slurm's power saving itself
@@ -143,9 +143,13 @@ def plan_elastic(
 
 
 def is_elastic_pod(pod: Mapping[str, Any]) -> bool:
-    """An elastic group's pod: owned by its SlurmCluster directly (a fixed group's pods are their StatefulSet's, and a
-    pod a deleted StatefulSet left behind has no owner)."""
-    return any(o.controller and o.kind == "SlurmCluster" for o in meta_of(pod).owner_references)
+    return is_elastic(meta_of(pod))
+
+
+def is_elastic(md: ObjectMeta) -> bool:
+    """An elastic group's pod, by its metadata: owned by its SlurmCluster directly (a fixed group's pods are their
+    StatefulSet's, and a pod a deleted StatefulSet left behind has no owner)."""
+    return any(o.controller and o.kind == "SlurmCluster" for o in md.owner_references)
 
 
 def stray_elastic_pods(
@@ -156,8 +160,7 @@ def stray_elastic_pods(
     wanted = {name for group in groups for name in node_names(c, group)}
     prefix = meta.worker_group(c, "")
     out = []
-    for pod in pods:
-        name = meta_of(pod).name
-        if is_elastic_pod(pod) and name not in wanted and not deleting(pod):
-            out.append((name, name.removeprefix(prefix).rpartition("-")[0]))
+    for md in map(meta_of, pods):
+        if is_elastic(md) and md.name not in wanted and not md.deletion_timestamp:
+            out.append((md.name, md.name.removeprefix(prefix).rpartition("-")[0]))
     return out

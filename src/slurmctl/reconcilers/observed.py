@@ -29,7 +29,7 @@ Live = Mapping[str, Any]
 
 def labels_of(obj: Live | None) -> dict[str, str]:
     """A live object's labels (a copy); empty when it has none (or does not exist)."""
-    return meta_of(obj).labels
+    return dict(meta_of(obj).labels)
 
 
 def generation_of(obj: Live | None) -> int:

@@ -35,7 +35,6 @@ class PopulateJailReconciler(ComponentReconciler):
         builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(COMPONENT)])
 
 
-
 def plan(obs: Observation) -> Plan:
     loaded = obs.loaded
     cluster = loaded.cluster

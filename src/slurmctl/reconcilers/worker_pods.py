@@ -10,25 +10,26 @@ StatefulSet (its selector changed), or the one pod of the cluster re-created nex
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from slurmctl.reconcilers.component import Obj, owned
 from slurmctl.reconcilers.drain import Leaving, leaving_nodes, statefulset_of
-from slurmctl.reconcilers.elastic import is_elastic_pod, stray_elastic_pods
+from slurmctl.reconcilers.elastic import is_elastic, stray_elastic_pods
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import (
     Live,
     clusters_on,
     deleting,
+    match_labels,
     outdated_pods,
     pod_ready,
-    selects,
     worker_replicas,
 )
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET
 from slurmctl.runtime import Cache, Request
+from slurmctl.runtime.objects import ObjectMeta, meta_of
 
 
 @dataclass(frozen=True)
@@ -58,21 +59,29 @@ class WorkerPods:
         pods = (p for label in self.labels for p in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: label}))
         return clusters_on(node, pods)
 
-    def leaving(self, loaded: Loaded, live: Mapping[str, int] | None = None) -> list[Leaving]:
+    def leaving(
+        self, loaded: Loaded, live: Mapping[str, int] | None = None, pods: Iterable[Obj] | None = None
+    ) -> list[Leaving]:
         """Every node that must go now (scale-in, removed groups, the node being re-created): what the drain gate
         drains, and what the Slurm node loop must not resume. `live`: each live worker StatefulSet's replicas by
-        name, when the caller has read them already."""
-        live = worker_replicas(self.statefulsets(loaded)) if live is None else live
+        name, and `pods`: the cluster's worker pods, when the caller has read them already. Each pod's metadata is
+        read once here (a pass looks at thousands)."""
+        statefulsets = self.statefulsets(loaded)
+        live = worker_replicas(statefulsets) if live is None else live
+        found_pods = self.pods(loaded.name, loaded.namespace) if pods is None else sorted(pods, key=_name)
+        seen = [(pod, meta_of(pod)) for pod in found_pods]
+        selectors = {_name(sts): match_labels(sts) for sts in statefulsets if not deleting(sts)}
+        unselected = _unselected(seen, selectors)
         spec = loaded.cluster.spec
-        strays = stray_elastic_pods(loaded.name, spec.elastic_groups, self.pods(loaded.name, loaded.namespace))
+        strays = stray_elastic_pods(loaded.name, spec.elastic_groups, found_pods)
         everything = (
             *leaving_nodes(loaded.name, [g for g in spec.workers if g.autoscale is None], live),
             *(
                 Leaving(pod, group, f"worker group {group} no longer has this elastic node", recreate=True)
                 for pod, group in strays
             ),
-            *self._left_behind(loaded, live),
-            *self._roll(loaded, live),
+            *_left_behind(loaded, live, unselected),
+            *self._roll(loaded, live, seen, unselected),
         )
         found: dict[str, Leaving] = {}
         for going in everything:
@@ -80,54 +89,34 @@ class WorkerPods:
                 found[going.node] = going
         return list(found.values())
 
-    def _unselected(self, loaded: Loaded) -> dict[str, list[Obj]]:
-        """Worker pods that no live StatefulSet selects, by the StatefulSet name in theirs: left behind (orphaned)
-        when a StatefulSet whose selector changed was deleted."""
-        sets = {sts["metadata"]["name"]: sts for sts in self.statefulsets(loaded) if not deleting(sts)}
-        out: dict[str, list[Obj]] = defaultdict(list)
-        for pod in self.pods(loaded.name, loaded.namespace):
-            owner = statefulset_of(pod["metadata"]["name"])
-            if not deleting(pod) and not is_elastic_pod(pod) and not selects(sets.get(owner), pod):
-                out[owner].append(pod)
-        return out
-
-    def _left_behind(self, loaded: Loaded, live: Mapping[str, int]) -> list[Leaving]:
-        """Left-behind pods no StatefulSet will re-create (a removed group's, or past its group's size): all leave
-        at once, as in a scale-in. Those it will re-create leave one at a time (`_roll`); none leaves while its
-        group's new StatefulSet is not there yet."""
-        sizes = {meta.worker_group(loaded.name, g.name): g.name for g in loaded.cluster.spec.workers}
-        out = []
-        for owner, pods in sorted(self._unselected(loaded).items()):
-            if owner in sizes and owner not in live:
-                continue
-            for pod in pods:
-                name = pod["metadata"]["name"]
-                if owner in sizes and ordinal(name) < live[owner]:
-                    continue
-                group = sizes.get(owner, owner.removeprefix(meta.worker_group(loaded.name, "")))
-                why = f"left behind by the re-created StatefulSet {owner} (worker group {group})"
-                out.append(Leaving(name, group, why, recreate=True))
-        return out
-
-    def _roll(self, loaded: Loaded, live: Mapping[str, int]) -> list[Leaving]:
+    def _roll(
+        self,
+        loaded: Loaded,
+        live: Mapping[str, int],
+        seen: Sequence[tuple[Obj, ObjectMeta]],
+        unselected: Mapping[str, list[Obj]],
+    ) -> list[Leaving]:
         """The one worker to re-create next (only the operator deletes worker pods: OnDelete StatefulSets): in the
         first group, by name, that is not shrinking and whose other pods are all ready, a pod left behind by its
         re-created StatefulSet (which creates one of the same name once it is gone), else the highest outdated
         ordinal (a new pod template), so at most one node of the cluster is out at a time."""
         c, ns = loaded.name, loaded.namespace
-        unselected = self._unselected(loaded)
+        by_group: dict[str, list[tuple[Obj, ObjectMeta]]] = defaultdict(list)
+        for pod, md in seen:
+            by_group[md.labels.get(meta.LABEL_WORKER_GROUP, "")].append((pod, md))
         for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
             name = meta.worker_group(c, group.name)
             replicas = live.get(name)
             if replicas is None or group.size < replicas:
                 continue
             sts = self.cache.get(*STATEFULSET, name, namespace=ns)
-            pods = self.pods(c, ns, group.name)
+            wanted = match_labels(sts)
+            pods = by_group.get(group.name, [])
             behind = sorted((pod for pod in _names(unselected.get(name, [])) if ordinal(pod) < replicas), key=ordinal)
-            due = behind or outdated_pods(sts, [p for p in pods if selects(sts, p)])
+            due = behind or outdated_pods(sts, [pod for pod, md in pods if _selected(wanted, md)])
             if not due:
                 continue
-            others = [p for p in pods if p["metadata"]["name"] != due[-1]]
+            others = [pod for pod, md in pods if md.name != due[-1]]
             if len(others) < replicas - 1 or not all(pod_ready(p) and not deleting(p) for p in others):
                 return []  # a node is still coming back: one at a time
             if behind:
@@ -136,6 +125,47 @@ class WorkerPods:
                 why = f"re-created for a new pod template of worker group {group.name}"
             return [Leaving(due[-1], group.name, why, recreate=True)]
         return []
+
+
+def _unselected(
+    seen: Iterable[tuple[Obj, ObjectMeta]], selectors: Mapping[str, Mapping[str, str]]
+) -> dict[str, list[Obj]]:
+    """Worker pods that no live StatefulSet selects, by the StatefulSet name in theirs: left behind (orphaned) when a
+    StatefulSet whose selector changed was deleted. `selectors`: each live StatefulSet's, by name."""
+    out: dict[str, list[Obj]] = defaultdict(list)
+    for pod, md in seen:
+        owner = statefulset_of(md.name)
+        if not md.deletion_timestamp and not is_elastic(md) and not _selected(selectors.get(owner, {}), md):
+            out[owner].append(pod)
+    return out
+
+
+def _left_behind(loaded: Loaded, live: Mapping[str, int], unselected: Mapping[str, list[Obj]]) -> list[Leaving]:
+    """Left-behind pods no StatefulSet will re-create (a removed group's, or past its group's size): all leave at
+    once, as in a scale-in. Those it will re-create leave one at a time (`_roll`); none leaves while its group's new
+    StatefulSet is not there yet."""
+    sizes = {meta.worker_group(loaded.name, g.name): g.name for g in loaded.cluster.spec.workers}
+    out = []
+    for owner, pods in sorted(unselected.items()):
+        if owner in sizes and owner not in live:
+            continue
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            if owner in sizes and ordinal(name) < live[owner]:
+                continue
+            group = sizes.get(owner, owner.removeprefix(meta.worker_group(loaded.name, "")))
+            why = f"left behind by the re-created StatefulSet {owner} (worker group {group})"
+            out.append(Leaving(name, group, why, recreate=True))
+    return out
+
+
+def _selected(wanted: Mapping[str, str], md: ObjectMeta) -> bool:
+    """Whether a workload's selector (`wanted`, its matchLabels) selects the pod of this metadata (observed.selects)."""
+    return bool(wanted) and all(md.labels.get(k) == v for k, v in wanted.items())
+
+
+def _name(obj: Obj) -> str:
+    return str(obj["metadata"]["name"])
 
 
 def _names(objs: Iterable[Obj]) -> list[str]:

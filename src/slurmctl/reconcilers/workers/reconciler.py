@@ -44,7 +44,6 @@ class WorkersReconciler(ComponentReconciler):
         super().__init__(ctx, component)
         self.workers = WorkerPods(self.cache, component.labels)
 
-
     def watch(self, builder: ControllerBuilder) -> None:
         """Worker pods (owned by the StatefulSets, not the cluster): a re-created pod turning ready lets the next
         node of a roll go."""
@@ -58,7 +57,7 @@ class WorkersReconciler(ComponentReconciler):
         statefulsets = obs.owned(STATEFULSET)
         if meta.munge_secret(loaded.name) not in obs.keys or not (obs.jail_open or statefulsets):
             return obs
-        leaving = tuple(self.workers.leaving(loaded, worker_replicas(statefulsets.values())))
+        leaving = tuple(self.workers.leaving(loaded, worker_replicas(statefulsets.values()), obs.pods.values()))
         return dataclasses.replace(obs, leaving=leaving, slurm=await self._slurm(loaded, leaving))
 
     async def _slurm(self, loaded: Loaded, leaving: tuple[Leaving, ...]) -> SlurmSnapshot | None:
