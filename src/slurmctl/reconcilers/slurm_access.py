@@ -121,7 +121,7 @@ class SlurmAccess:
         self._tokens: dict[tuple[str, str], tuple[str, TokenSource]] = {}  # (ns, cluster) -> (key uid, source)
         self._snapshots: dict[tuple[str, str], SlurmSnapshot] = {}
         self._reading: dict[tuple[str, str], asyncio.Lock] = {}
-        self._seen: dict[tuple[str, str], object] = {}  # what the listeners were last told of, per cluster
+        self._seen: dict[tuple[str, str], int] = {}  # the digest the listeners were last told of, per cluster
         self._listeners: list[Callable[[str, str], None]] = []
         self.metrics: SlurmCollector | None = collector_for(registry) if registry is not None else None
 
