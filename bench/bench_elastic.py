@@ -23,7 +23,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from test.e2e.harness import REPO, Node, control_plane_script, free_port, node_script
 from test.e2e.operator import service_account_kubeconfig
-from test.e2e.pods.conftest import wait_for_other_test_sessions
+from test.e2e.pods.machine import wait_for_other_test_sessions
 from test.e2e.pods.slurm import Kube, OperatorProcess, small_cluster
 from test.waiting import until
 
