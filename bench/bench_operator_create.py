@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 from kubernetes_asyncio import config
+from test.e2e.clusters import terminal_status
 
 from bench import goal, versus
 from slurmctl.api.v1 import API_VERSION, KIND, OPEN_POLICY, check_cluster
@@ -133,7 +134,8 @@ def register_readiness(manager: Manager, *, workers: int = 8) -> None:
             return
         now = _now()
         complete = {"type": "Complete", "status": "True", "lastProbeTime": now, "lastTransitionTime": now}
-        status = {"succeeded": 1, "startTime": now, "completionTime": now, "conditions": [complete]}
+        # As the Job controller writes it: Kubernetes 1.31+ refuses Complete without SuccessCriteriaMet before it.
+        status = terminal_status({"succeeded": 1, "startTime": now, "conditions": [complete]})
         await write_status(*JOB, req, status)
 
     sts = workload(STATEFULSET, ("replicas", "readyReplicas", "currentReplicas", "updatedReplicas"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SPEC_VALID, Phase, Reason, SlurmCluster, SlurmClusterStatus
@@ -93,19 +93,14 @@ def aggregate_phase(
 KeyMakers = Mapping[str, Callable[[], Awaitable[dict[str, Any]]]]
 
 
-def plan(obs: Observation, *, required: Sequence[str], keys: Callable[[SlurmCluster], KeyMakers]) -> Plan:
+def plan(obs: Observation, *, keys: Callable[[SlurmCluster], KeyMakers]) -> Plan:
     """The configs (topology.conf from where the workers run), then the key Secrets that are missing (created, never
     applied: POST fails on an existing Secret, so a stale cache can never make the operator overwrite, i.e. rotate, a
-    key that pods already use; none while the configs are rejected, so no other component starts on them), SpecValid
-    and the phase. `required`: the condition types that count for Available; `keys`: how each key Secret is made."""
+    key that pods already use; none while the configs are rejected, so no other component starts on them), and
+    SpecValid. The phase is not the plan's: the status writer derives it from the conditions of the status it writes
+    (`derive_phase`), which an observation taken before this pass's writes could only make stale. `keys`: how each key
+    Secret is made."""
     cluster = obs.loaded.cluster
-    said = ClusterStatus.of(obs.said)
-    phase = aggregate_phase(
-        cluster.model_copy(update={"status": SlurmClusterStatus.model_validate(obs.said)}),
-        required=required,
-        previous=said.phase,
-        previous_generation=said.observed_generation,
-    )
     cond = obs.condition(SPEC_VALID, ok=True, reason=Reason.VALID, message="the spec is valid")
     missing = [
         Create(None, make=make)
@@ -116,7 +111,7 @@ def plan(obs: Observation, *, required: Sequence[str], keys: Callable[[SlurmClus
         SPEC_VALID,
         apply=tuple(cluster_objects(obs.inputs(placement=obs.placement))),
         create=tuple(missing),
-        status=SlurmClusterStatus(phase=phase, observed_generation=obs.loaded.generation, conditions=[cond]),
+        status=SlurmClusterStatus(observed_generation=obs.loaded.generation, conditions=[cond]),
     )
 
 
@@ -205,7 +200,7 @@ class ClusterReconciler(ComponentReconciler):
 
     async def reconcile_valid(self, loaded: Loaded) -> Result | None:
         obs = dataclasses.replace(await self.observe(loaded), placement=self.placement(loaded))
-        return await execute(self, loaded, plan(obs, required=self._required(loaded.cluster), keys=self._keys))
+        return await execute(self, loaded, plan(obs, keys=self._keys))
 
     def _keys(self, cluster: SlurmCluster) -> KeyMakers:
         """How each key Secret is made, called only when it is created (key material is never rotated)."""

@@ -210,18 +210,21 @@ class SlurmAccess:
     def listen(self, listener: Callable[[str, str], None]) -> None:
         """Call `listener(cluster, namespace)` whenever a snapshot says something new of the cluster's nodes and their
         jobs (`SlurmSnapshot.digest`): the snapshot is a source, as an informer is, and whoever took it (the node
-        loop's poll, the drain gate) wakes every component that decides on it."""
+        loop's poll, the drain gate) wakes every component that decides on it. An outage wakes nobody (a cluster
+        without slurmrestd is one, from its first pass on): each reader sees it when it next asks."""
         self._listeners.append(listener)
 
     def _keep(self, key: tuple[str, str], snapshot: SlurmSnapshot) -> None:
         self._snapshots[key] = snapshot
+        if self.metrics is not None:
+            self.metrics.set(*key, snapshot)
+        if snapshot.error is not None:  # an outage wakes nobody: each reader sees it when it next asks
+            return
         digest = snapshot.digest
         if self._seen.get(key) != digest:
             self._seen[key] = digest
             for listener in self._listeners:
                 listener(key[1], key[0])
-        if self.metrics is not None:
-            self.metrics.set(*key, snapshot)
 
     def _token(self, c: str, namespace: str) -> TokenSource:
         name = meta.jwt_key_secret(c)

@@ -51,12 +51,12 @@ class SlurmSnapshot:
 
     @cached_property
     def digest(self) -> int:
-        """What the components that decide on a snapshot read of it, hashed: each node's state and reason, which nodes
-        each job that holds some occupies, and the error. Equal digests mean a reader would decide the same (a job's
-        pending reason, a node's CPU count or a timestamp changing wakes nobody); only the hash is kept."""
+        """What the components that decide on a snapshot read of it, hashed: each node's state and reason, and which
+        nodes each job that holds some occupies. Equal digests mean a reader would decide the same (a job's pending
+        reason, a node's CPU count or a timestamp changing wakes nobody); only the hash is kept."""
         nodes = tuple((n.name, n.state, n.reason) for n in self.nodes)
         jobs = tuple((j.job_id, j.state, j.nodes) for j in self.jobs if j.nodes)
-        return hash((nodes, jobs, str(self.error) if self.error is not None else ""))
+        return hash((nodes, jobs))
 
     @cached_property
     def by_name(self) -> Mapping[str, Node]:
