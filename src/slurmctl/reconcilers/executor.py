@@ -1,8 +1,8 @@
 """Carrying out a component's `Plan` (reconcilers/plan.py), the same way for every component: Slurm first (what Slurm
 is told can only hold more nodes, never release one: every release was decided on what Slurm said before), then the
-Events, the deletes (each of the incarnation observed), the applies (bounded, concurrent), the creates (at once; none
-while an apply is rejected), and last the status part, with one `changed()` of the Slurm snapshot for all the Slurm
-actions.
+Events, the applies (bounded, concurrent; a delete of an object applied anew goes before them), the deletes (each of
+the incarnation observed), the creates (at once; none while an apply is rejected), and last the status part, with one
+`changed()` of the Slurm snapshot for all the Slurm actions.
 
 A refused Slurm action ends the Slurm part (the rest would meet the same Slurm) and turns the component's condition
 into what its plan said a refusal means; the rest of the plan is carried out. An API server that rejects an object
@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from slurmctl.api.v1 import Condition, SlurmClusterStatus
 from slurmctl.reconcilers.loading import Loaded
-from slurmctl.reconcilers.plan import Create, Plan, SlurmAction
+from slurmctl.reconcilers.plan import Create, Delete, Plan, SlurmAction
+from slurmctl.render.kinds import Kind
 from slurmctl.runtime import Conflict, Result
 from slurmctl.runtime.logs import kv
 from slurmctl.slurm import SlurmError
@@ -38,14 +39,13 @@ async def execute(rec: ComponentReconciler, loaded: Loaded, plan: Plan) -> Resul
         rec.events.record(loaded.obj, note.type, note.reason, note.message)
     for message, context in plan.warnings:
         log.warning("%s %s", message, kv(namespace=loaded.namespace, name=loaded.name, **context))
-    for gone in plan.delete:
-        try:
-            await rec.delete(
-                loaded, gone.kind, gone.name, why=gone.why, propagation=gone.propagation, uid=gone.uid, event=gone.event
-            )
-        except Conflict:  # another incarnation of the name by now: the next pass decides on that one
-            log.debug("delete skipped %s", kv(kind=gone.kind.kind, name=gone.name, uid=gone.uid))
+    # A delete of an object the plan applies anew (a Job re-run) comes first; the others after the applies, so that
+    # the status part follows them closely (a user who sees a pod go reads the condition that says why).
+    applied = {(Kind(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"]) for obj in plan.apply}
+    first = [gone for gone in plan.delete if (gone.kind, gone.name) in applied]
+    await _delete(rec, loaded, first)
     await rec.apply(loaded, plan.apply)
+    await _delete(rec, loaded, [gone for gone in plan.delete if (gone.kind, gone.name) not in applied])
 
     async def create(one: Create) -> bool:
         return await rec.create(loaded, await one.body())
@@ -61,6 +61,16 @@ async def execute(rec: ComponentReconciler, loaded: Loaded, plan: Plan) -> Resul
     if status is not None:
         await rec.write_status(loaded, status)
     return Result(requeue_after=plan.requeue_after) if plan.requeue_after is not None else None
+
+
+async def _delete(rec: ComponentReconciler, loaded: Loaded, deletes: list[Delete]) -> None:
+    for gone in deletes:
+        try:
+            await rec.delete(
+                loaded, gone.kind, gone.name, why=gone.why, propagation=gone.propagation, uid=gone.uid, event=gone.event
+            )
+        except Conflict:  # another incarnation of the name by now: the next pass decides on that one
+            log.debug("delete skipped %s", kv(kind=gone.kind.kind, name=gone.name, uid=gone.uid))
 
 
 async def _slurm(rec: ComponentReconciler, loaded: Loaded, actions: tuple[SlurmAction, ...]) -> Condition | None:

@@ -32,8 +32,8 @@ class Note:
 @dataclass(frozen=True)
 class Delete:
     """Delete a child, only the incarnation observed (`uid`: a precondition, so a pod re-created under the same name
-    since the observation is never the one deleted). Its Event says `why`. Deletes come before applies: a Job deleted
-    to be run anew is applied in the same pass."""
+    since the observation is never the one deleted). Its Event says `why`. A delete of an object the plan also applies
+    comes before the applies (a Job deleted to be run anew is applied in the same pass), the others after them."""
 
     kind: Kind
     name: str
