@@ -43,9 +43,9 @@ from aiohttp import web
 
 from bench import goal
 from slurmctl.reconcilers.drain import Leaving, evictable, jobs_by_node, judge, upkeep
+from slurmctl.reconcilers.node_plans import node_counts
 from slurmctl.reconcilers.observed import WorkerPod
 from slurmctl.reconcilers.slurm_access import SlurmAccess
-from slurmctl.reconcilers.slurm_nodes import node_counts
 from slurmctl.reconcilers.slurm_snapshot import SlurmSnapshot
 from slurmctl.render import meta
 from slurmctl.render.cluster import JWT_KEY

@@ -21,13 +21,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 
-from slurmctl.reconcilers.conditions import now
-from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import DRAIN_PREFIX, cordon_reason
-from slurmctl.reconcilers.events import Events
-from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import WorkerPod
-from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.runtime.clock import Clock
 from slurmctl.slurm import Node
 
@@ -94,47 +89,16 @@ class CordonedSince:
         self._told.pop(key, None)
 
 
-class EvictionHold:
-    """The operator's hold (ctx.max_eviction_hold), for the Slurm node loop: it ends holds when Slurm answers and
-    counts them when it cannot be asked."""
+def expired_message(name: str, hold: float, jobs: tuple[int, ...]) -> str:
+    listed = ", ".join(map(str, jobs)) or "none listed"
+    waited = f"its eviction waited {hold:g}s (--max-eviction-hold)"
+    return f"set {name} DOWN in Slurm: {waited} for jobs {listed}, which Slurm requeues"
 
-    def __init__(self, ctx: Context, events: Events) -> None:
-        self.ctx, self.events = ctx, events
-        self.seconds = ctx.max_eviction_hold
-        self.since = CordonedSince(ctx.manager.clock)
 
-    async def end(
-        self,
-        loaded: Loaded,
-        workers: Iterable[WorkerPod],
-        nodes: Mapping[str, Node],
-        running: Mapping[str, tuple[int, ...]],
-        *,
-        cordoned: Collection[str],
-        api: SlurmApi,
-    ) -> None:
-        """Workers whose eviction waited the whole hold for jobs: DOWN, so that Slurm requeues the jobs."""
-        names = expired(workers, nodes, running, cordoned=cordoned, now=now(), hold=self.seconds)
-        if not names:
-            return
-        self.ctx.slurm.changed(loaded.name, loaded.namespace)
-        await api.set_down(names, reason=hold_reason(self.seconds))
-        for name in names:
-            jobs = ", ".join(map(str, running.get(name, ()))) or "none listed"
-            message = f"set {name} DOWN in Slurm: its eviction waited {self.seconds:g}s (--max-eviction-hold) for jobs"
-            self.events.warn(loaded.obj, "EvictionHoldExpired", f"{message} {jobs}, which Slurm requeues")
-
-    def held(self, loaded: Loaded, *, cordoned: Collection[str]) -> set[str]:
-        """Slurm cannot be asked: the pods of `cordoned` (on a cordoned Kubernetes node) that waited the whole hold;
-        their preStop sets their node DOWN, so that Slurm requeues what still runs."""
-        held, new = self.since.held((loaded.namespace, loaded.name), cordoned, self.seconds)
-        for name in sorted(new):
-            message = (
-                f"{name} evictable: its Kubernetes node has been cordoned for {self.seconds:g}s (--max-eviction-hold) "
-                "and Slurm cannot be asked; its preStop sets it DOWN if jobs still run"
-            )
-            self.events.warn(loaded.obj, "EvictionHoldExpired", message)
-        return held
-
-    def forget(self, key: tuple[str, str]) -> None:
-        self.since.forget(key)
+def held_message(name: str, hold: float) -> str:
+    """Slurm cannot be asked: a pod on a cordoned Kubernetes node that waited the whole hold becomes evictable; its
+    preStop sets its node DOWN, so that Slurm requeues what still runs."""
+    return (
+        f"{name} evictable: its Kubernetes node has been cordoned for {hold:g}s (--max-eviction-hold) "
+        "and Slurm cannot be asked; its preStop sets it DOWN if jobs still run"
+    )

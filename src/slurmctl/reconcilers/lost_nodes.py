@@ -32,7 +32,7 @@ What is done about a lost node's workers, each pass, from what Slurm says now:
    runs no preStop). When Slurm refuses the delete (a job still completing there), the pod goes anyway: its new
    slurmd then takes the old record over, which ReturnToService=2 brings back.
 3. The standby slurmctld's pod on a lost node is judged the same way, its second witness slurmrestd's ping of it:
-   force-deleted once that goes unanswered (`LostNodes.recover_standby` says why), kept while it answers.
+   force-deleted once that goes unanswered (`recover` says why), kept while it answers.
 
 Fail-safe: nothing is acted on
 
@@ -47,26 +47,15 @@ Fail-safe: nothing is acted on
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from slurmctl.reconcilers.drain import lost_reason
-from slurmctl.reconcilers.events import Events
-from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.node_steps import ForceDelete, SlurmWrite, Step
 from slurmctl.reconcilers.observed import Live, WorkerPod, node_ready, ready_since, uid
-from slurmctl.reconcilers.slurm_access import SlurmApi
-from slurmctl.render.kinds import NODE, POD
-from slurmctl.runtime import ApiError, Conflict, NotFound
+from slurmctl.reconcilers.plan import Note
 from slurmctl.runtime.clock import Clock
-from slurmctl.runtime.logs import kv
-from slurmctl.slurm import Node, SlurmApiError
-
-if TYPE_CHECKING:
-    from slurmctl.reconcilers.context import Context  # context.py imports DEFAULT_NODE_LOST_AFTER from here
-
-log = logging.getLogger(__name__)
+from slurmctl.slurm import Node
 
 DEFAULT_NODE_LOST_AFTER = 60.0
 
@@ -136,168 +125,75 @@ def judge_lost(
     return LostVerdict(lost, not_ready, min(waits) if waits else None)
 
 
-class LostNodes:
-    """What the Slurm node loop does about its clusters' pods on lost Kubernetes nodes, and what it remembers of it
-    (one per operator, for every cluster: `forget` a deleted cluster)."""
+def recover(
+    workers: Iterable[WorkerPod],
+    standby: Iterable[WorkerPod],
+    lost: LostVerdict,
+    nodes: Mapping[str, Node],
+    answers: Mapping[str, bool],
+    *,
+    kept: Collection[str],
+) -> tuple[list[Step], list[Note], frozenset[str]]:
+    """Two witnesses. A worker on a lost Kubernetes node (`lost.lost`: those not already force-deleted) whose slurmd
+    Slurm cannot reach either is set DOWN, deleted from Slurm and its pod force-deleted; one whose slurmd still
+    answers is left drained. The standby slurmctld on a lost node (`answers`: whether it answers slurmrestd's ping)
+    likewise: force-deleted once it does not answer. Returns the steps, the NodeLost Warnings of the pods kept (one
+    per pod: `kept` holds the uids said before) and the uids kept now.
 
-    def __init__(self, ctx: Context, events: Events) -> None:
-        self.ctx = ctx
-        self.cache = ctx.manager.cache
-        self.events = events
-        self.not_ready = NotReadyClock(ctx.manager.clock)
-        # By cluster (namespace, name): the uids of pods force-deleted for a lost node (the cache may still show them
-        # for a moment: never twice), of pods on a lost node kept because Slurm still reaches them (one Event each),
-        # and whether the full-disruption WARNING was logged.
-        self._force_deleted: dict[tuple[str, str], set[str]] = {}
-        self._kept: dict[tuple[str, str], set[str]] = {}
-        self._disrupted: set[tuple[str, str]] = set()
+    Why the standby goes: out of reach it takes over nothing, and it stalls the primary: on each start, `scontrol
+    reconfigure` and every SlurmctldTimeout seconds the primary asks every backup to yield control and waits for the
+    answer, up to 30 s, holding the config read lock in its background loop (Slurm 24.11 controller.c
+    _shutdown_backup_controller). The primary is left where it is: its standby takes over, and it takes control back
+    when its node returns."""
+    steps: list[Step] = []
+    notes: list[Note] = []
+    keep: set[str] = set()
 
-    def forget(self, key: tuple[str, str]) -> None:
-        """A cluster (namespace, name) deleted: nothing of it is remembered."""
-        for memory in (self._force_deleted, self._kept):
-            memory.pop(key, None)
-        self._disrupted.discard(key)
+    def seconds(host: str) -> int:
+        return round(lost.not_ready.get(host, 0.0))
 
-    async def lost(self, loaded: Loaded, workers: list[WorkerPod]) -> LostVerdict:
-        """The cluster's pods (its workers and its standby slurmctld) on lost Kubernetes nodes, each node confirmed
-        NotReady (in the same spell) by a read from the API server just now; none when the threshold is 0, in a full
-        disruption, or when the API server does not answer (its cache may be stale). Pods already force-deleted are
-        left out."""
-        key = (loaded.namespace, loaded.name)
-        uids = {worker.uid for worker in workers}
-        deleted = self._force_deleted.setdefault(key, set())
-        deleted &= uids  # forget the pods that left the cache
-        threshold = self.ctx.node_lost_after
-        if threshold <= 0:
-            return LostVerdict()
-        hosts = {worker.node_name for worker in workers if worker.node_name}
-        nodes = {host: self.cache.get(*NODE, host) for host in hosts}
-        verdict = judge_lost(workers, nodes, self.not_ready, threshold=threshold)
-        if verdict.disrupted:
-            if key not in self._disrupted:
-                log.warning(
-                    "every Kubernetes node with workers of the cluster is NotReady: acting on none %s",
-                    kv(namespace=loaded.namespace, name=loaded.name, nodes=",".join(sorted(hosts))),
-                )
-            self._disrupted.add(key)
-            return verdict
-        self._disrupted.discard(key)
-        confirmed = set()
-        for host in sorted(set(verdict.lost.values())):
-            try:
-                live = await self.ctx.manager.client.get(*NODE, host)
-            except NotFound:
-                continue  # deleted: the pod garbage collector removes its pods
-            except ApiError as exc:
-                log.warning(
-                    "cannot confirm that a Kubernetes node is lost: acting on none %s",
-                    kv(namespace=loaded.namespace, name=loaded.name, node=host, error=exc),
-                )
-                return LostVerdict(not_ready=verdict.not_ready, next_check=verdict.next_check)
-            if self.not_ready.same_spell(host, live):
-                confirmed.add(host)
-        by_name = {worker.name: worker for worker in workers}
-        lost = {
-            pod: host
-            for pod, host in verdict.lost.items()
-            if host in confirmed and by_name[pod].uid and by_name[pod].uid not in deleted
-        }
-        reported = self._kept.setdefault(key, set())
-        reported &= {by_name[pod].uid for pod in lost}
-        return LostVerdict(lost, verdict.not_ready, verdict.next_check)
-
-    async def recover(
-        self, loaded: Loaded, workers: list[WorkerPod], lost: LostVerdict, nodes: Mapping[str, Node], api: SlurmApi
-    ) -> set[str]:
-        """Two witnesses: a worker on a lost Kubernetes node whose slurmd Slurm cannot reach either is set DOWN,
-        deleted from Slurm and its pod force-deleted; one whose slurmd still answers is left drained. Returns the pods
-        deleted. A Slurm outage raises (nothing more is done); a refused delete in Slurm does not hold the pod."""
-        gone: set[str] = set()
-        for worker in workers:
-            host = lost.lost.get(worker.name)
-            if host is None:
-                continue
-            node = nodes.get(worker.name)
-            seconds = round(lost.not_ready.get(host, 0.0))
-            if not slurmd_unreachable(node):
-                why = f"slurmd on {worker.name} still answers Slurm: {worker.name} is drained and its pod stays"
-                self._keep(loaded, worker, f"{why} (its jobs still run)", host=host, seconds=seconds)
-                continue
-            reason = lost_reason(host)
-            self.ctx.slurm.changed(loaded.name, loaded.namespace)
-            if node is not None and node.base != "DOWN":
-                await api.set_down([worker.name], reason=reason)
-                message = (
-                    f"set {worker.name} DOWN in Slurm ({reason}): Kubernetes node {host} has been NotReady for "
-                    f"{seconds}s and slurmctld cannot reach its slurmd; Slurm requeues or ends its jobs"
-                )
-                self.events.warn(loaded.obj, "NodeDown", message)
-            if node is not None:
-                try:
-                    await api.delete_node(worker.name)
-                except SlurmApiError as exc:
-                    log.warning(
-                        "Slurm refused to delete the node of a lost pod; the pod goes anyway %s",
-                        kv(namespace=loaded.namespace, name=loaded.name, node=worker.name, error=exc),
-                    )
-                else:
-                    message = f"deleted {worker.name} from Slurm ({reason}): its new pod registers it anew"
-                    self.events.record(loaded.obj, "Normal", "SlurmNodeDeleted", message)
-            if await self._force_delete(loaded, worker, host, seconds, why="Slurm cannot reach its slurmd"):
-                gone.add(worker.name)
-        return gone
-
-    async def recover_standby(self, loaded: Loaded, standby: list[WorkerPod], lost: LostVerdict, api: SlurmApi) -> None:
-        """The standby slurmctld on a lost Kubernetes node that Slurm cannot reach either (slurmrestd's ping of it
-        goes unanswered) is force-deleted, so that its StatefulSet starts it on a Ready node. Out of reach it takes
-        over nothing, and it stalls the primary: on each start, `scontrol reconfigure` and every SlurmctldTimeout
-        seconds the primary asks every backup to yield control and waits for the answer, up to 30 s, holding the
-        config read lock in its background loop (Slurm 24.11 controller.c _shutdown_backup_controller). The primary
-        is left where it is: its standby takes over, and it takes control back when its node returns."""
-        for pod in standby:
-            host = lost.lost.get(pod.name)
-            if host is None:
-                continue
-            seconds = round(lost.not_ready.get(host, 0.0))
-            if (await api.controllers()).get(pod.name, False):
-                why = f"the standby slurmctld {pod.name} still answers Slurm: its pod stays"
-                self._keep(loaded, pod, why, host=host, seconds=seconds)
-                continue
-            await self._force_delete(loaded, pod, host, seconds, why="the standby slurmctld does not answer Slurm")
-
-    def _keep(self, loaded: Loaded, pod: WorkerPod, why: str, *, host: str, seconds: int) -> None:
-        """A pod on a lost node that Slurm still reaches stays: one Warning `NodeLost` per pod (its uid) saying why."""
-        kept = self._kept.setdefault((loaded.namespace, loaded.name), set())
+    def kept_pod(pod: WorkerPod, host: str, why: str) -> None:
         if pod.uid not in kept:
-            self.events.warn(
-                loaded.obj, "NodeLost", f"Kubernetes node {host} has been NotReady for {seconds}s but {why}"
+            notes.append(
+                Note("Warning", "NodeLost", f"Kubernetes node {host} has been NotReady for {seconds(host)}s but {why}")
             )
-            kept.add(pod.uid)
+        keep.add(pod.uid)
 
-    async def _force_delete(self, loaded: Loaded, worker: WorkerPod, host: str, seconds: int, *, why: str) -> bool:
-        """Delete this incarnation of the pod (its uid) at once: its kubelet is gone and would never confirm."""
-        deleted = self._force_deleted.setdefault((loaded.namespace, loaded.name), set())
-        try:
-            await self.ctx.manager.client.delete(
-                *POD, worker.name, namespace=loaded.namespace, grace_period_seconds=0, uid=worker.uid
-            )
-        except Conflict as exc:  # the name holds another pod already: this one is gone
-            log.info(
-                "pod of a lost node already replaced %s",
-                kv(namespace=loaded.namespace, pod=worker.name, uid=worker.uid, error=exc),
-            )
-            deleted.add(worker.uid)
-            return True
-        except ApiError as exc:
-            log.warning(
-                "cannot delete the pod of a lost node %s",
-                kv(namespace=loaded.namespace, pod=worker.name, node=host, error=exc),
-            )
-            return False
-        deleted.add(worker.uid)
+    def force_delete(pod: WorkerPod, host: str, why: str) -> ForceDelete:
         message = (
-            f"force-deleted Pod {worker.name} (uid {worker.uid}): Kubernetes node {host} has been NotReady for "
-            f"{seconds}s and {why}; its StatefulSet re-creates it on a Ready node"
+            f"force-deleted Pod {pod.name} (uid {pod.uid}): Kubernetes node {host} has been NotReady for "
+            f"{seconds(host)}s and {why}; its StatefulSet re-creates it on a Ready node"
         )
-        self.events.record(loaded.obj, "Normal", "Deleted", message)
-        return True
+        return ForceDelete(pod.name, pod.uid, host, Note("Normal", "Deleted", message))
+
+    for worker in workers:
+        host = lost.lost.get(worker.name)
+        if host is None:
+            continue
+        node = nodes.get(worker.name)
+        if not slurmd_unreachable(node):
+            why = f"slurmd on {worker.name} still answers Slurm: {worker.name} is drained and its pod stays"
+            kept_pod(worker, host, f"{why} (its jobs still run)")
+            continue
+        reason = lost_reason(host)
+        if node is not None and node.base != "DOWN":
+            message = (
+                f"set {worker.name} DOWN in Slurm ({reason}): Kubernetes node {host} has been NotReady for "
+                f"{seconds(host)}s and slurmctld cannot reach its slurmd; Slurm requeues or ends its jobs"
+            )
+            steps.append(SlurmWrite("set_down", (worker.name,), reason, notes=(Note("Warning", "NodeDown", message),)))
+        if node is not None:
+            message = f"deleted {worker.name} from Slurm ({reason}): its new pod registers it anew"
+            refusal = "Slurm refused to delete the node of a lost pod; the pod goes anyway"
+            deleted = Note("Normal", "SlurmNodeDeleted", message)
+            steps.append(SlurmWrite("delete_node", (worker.name,), notes=(deleted,), refusal=refusal))
+        steps.append(force_delete(worker, host, "Slurm cannot reach its slurmd"))
+    for pod in standby:
+        host = lost.lost.get(pod.name)
+        if host is None:
+            continue
+        if answers.get(pod.name, False):
+            kept_pod(pod, host, f"the standby slurmctld {pod.name} still answers Slurm: its pod stays")
+            continue
+        steps.append(force_delete(pod, host, "the standby slurmctld does not answer Slurm"))
+    return steps, notes, frozenset(keep)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
-from slurmctl.reconcilers.conditions import now
 from slurmctl.reconcilers.observed import WorkerPod, condition_of
+from slurmctl.reconcilers.plan import Obj
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD
 from slurmctl.runtime import Manager, NotFound
@@ -32,9 +33,9 @@ EVICTABLE_FIELD_MANAGER = "slurmctl-evictable"
 _USABLE = frozenset({"Idle", "Allocated", "Mixed"})
 
 
-def node_condition(node: Node | None, live: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The pod condition for a Slurm node; lastTransitionTime is kept while the status does not flip, so an unchanged
-    state renders an identical intent (and no write)."""
+def node_condition(node: Node | None, live: Mapping[str, Any] | None, at: datetime) -> dict[str, Any]:
+    """The pod condition for a Slurm node; lastTransitionTime (`at` when it flips) is kept while the status does not
+    flip, so an unchanged state renders an identical intent (and no write)."""
     if node is None:
         status, reason, message = "False", "NotRegistered", "slurmd has not registered this node with slurmctld"
     else:
@@ -47,52 +48,60 @@ def node_condition(node: Node | None, live: Mapping[str, Any] | None) -> dict[st
         "status": status,
         "reason": reason,
         "message": message,
-        "lastTransitionTime": since or now().isoformat().replace("+00:00", "Z"),
+        "lastTransitionTime": since or at.isoformat().replace("+00:00", "Z"),
     }
 
 
-async def write_conditions(
-    manager: Manager, namespace: str, pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node]
-) -> None:
-    """Each started pod's SlurmNodeState condition, from its Slurm node in `nodes` (by the pod's name)."""
+def condition_intents(
+    namespace: str, pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node], at: datetime
+) -> list[Obj]:
+    """Each started pod's SlurmNodeState condition, from its Slurm node in `nodes` (by the pod's name), where it
+    differs from what the pod carries."""
+    out = []
     for pod in pods:
         worker = WorkerPod.of(pod)
         if worker.terminating or not worker.has_address:
             continue
         live = condition_of(pod, CONDITION)
-        cond = node_condition(nodes.get(worker.name), live)
+        cond = node_condition(nodes.get(worker.name), live, at)
         if live is not None and all((live.get(k) or "") == v for k, v in cond.items()):
             continue
-        body = {
-            "apiVersion": POD.api_version,
-            "kind": POD.kind,
-            "metadata": {"name": worker.name, "namespace": namespace},
-            "status": {"conditions": [cond]},
-        }
-        await manager.apply_status(body, field_manager=FIELD_MANAGER)
+        out.append(_pod(worker.name, namespace, status={"conditions": [cond]}))
+    return out
 
 
-async def write_evictable(
-    manager: Manager, namespace: str, pods: Iterable[Mapping[str, Any]], may_go: Collection[str]
-) -> None:
-    """Label the pods in `may_go` evictable and take the label off every other one, writing only a change. A pod
+def evictable_intents(namespace: str, pods: Iterable[Mapping[str, Any]], may_go: Collection[str]) -> list[Obj]:
+    """Label the pods in `may_go` evictable and take the label off every other one, only where that changes. A pod
     without an address (not started: an eviction does not wait for a pending pod) is not labelled; a pod being
     deleted is left as it is (it is going: an eviction changes nothing)."""
+    out = []
     for pod in pods:
         worker = WorkerPod.of(pod)
         wanted = worker.name in may_go and worker.has_address
         if worker.terminating or wanted == worker.evictable:
             continue
-        labels = {meta.LABEL_EVICTABLE: "true"} if wanted else {}
-        body: dict[str, Any] = {
-            "apiVersion": POD.api_version,
-            "kind": POD.kind,
-            "metadata": {"name": worker.name, "namespace": namespace, **({"labels": labels} if labels else {})},
-        }
+        labels = {meta.LABEL_EVICTABLE: "true"} if wanted else None
+        out.append(_pod(worker.name, namespace, labels=labels))
+    return out
+
+
+def _pod(name: str, namespace: str, *, labels: dict[str, str] | None = None, status: Obj | None = None) -> Obj:
+    md: Obj = {"name": name, "namespace": namespace, **({"labels": labels} if labels else {})}
+    return {"apiVersion": POD.api_version, "kind": POD.kind, "metadata": md, **({"status": status} if status else {})}
+
+
+async def write_marks(manager: Manager, conditions: Iterable[Obj], evictable: Iterable[Obj]) -> None:
+    """Apply the pods' conditions (to pods/status) and evictable labels (to the pods)."""
+    for body in conditions:
+        await manager.apply_status(body, field_manager=FIELD_MANAGER)
+    for body in evictable:
+        md = body["metadata"]
         try:
             await manager.apply(body, field_manager=EVICTABLE_FIELD_MANAGER)
         except (NotFound, InvalidObject) as exc:
             # Gone since the cache saw it (an apply to a missing pod is refused: it has no spec).
-            log.debug("pod gone before its label was written %s", kv(namespace=namespace, pod=worker.name, error=exc))
+            log.debug(
+                "pod gone before its label was written %s", kv(namespace=md["namespace"], pod=md["name"], error=exc)
+            )
             continue
-        log.info("pod evictability %s", kv(namespace=namespace, pod=worker.name, evictable=wanted))
+        log.info("pod evictability %s", kv(namespace=md["namespace"], pod=md["name"], evictable="labels" in md))

@@ -28,59 +28,31 @@ before):
 
 Draining the nodes that must go is the workers reconciler's (the drain gate); which they are, the loop reads from
 reconcilers/worker_pods.py, as the drain gate does, and never asks the workers reconciler.
+
+Each pass observes (reconcilers/node_observation.py), plans purely (reconcilers/node_plans.py: the repair, then the
+status, or the status of an outage) and carries the plans out (reconcilers/node_executor.py); what it remembers of
+a cluster between passes is that cluster's `NodeMemory`, passed into the plan and out of it.
 """
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from slurmctl.api.v1 import SlurmClusterStatus, SlurmNodeCounts
-from slurmctl.reconcilers.base import status_part
 from slurmctl.reconcilers.context import Context
-from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Upkeep, evictable, jobs_by_node, upkeep
-from slurmctl.reconcilers.elastic import ELASTIC_POLL_SECONDS
 from slurmctl.reconcilers.events import Events
-from slurmctl.reconcilers.eviction_hold import EvictionHold
-from slurmctl.reconcilers.loading import Invalid, Loaded
-from slurmctl.reconcilers.lost_nodes import LostNodes
-from slurmctl.reconcilers.observed import (
-    WorkerPod,
-    deleting,
-    node_ready,
-    ready_since,
-    unschedulable,
-)
-from slurmctl.reconcilers.slurm_access import SlurmApi
-from slurmctl.reconcilers.slurm_marks import write_conditions, write_evictable
-from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE
-from slurmctl.reconcilers.unhealthy import UnhealthyReplacer
+from slurmctl.reconcilers.loading import Invalid
+from slurmctl.reconcilers.node_executor import NodeExecutor
+from slurmctl.reconcilers.node_observation import NodeObserver
+from slurmctl.reconcilers.node_plans import NodeMemory, StatusPlan, plan_outage, plan_repair, plan_status
+from slurmctl.reconcilers.observed import WorkerPod, deleting, node_ready, ready_since, unschedulable
+from slurmctl.reconcilers.slurm_marks import evictable_intents
 from slurmctl.reconcilers.worker_pods import WorkerPods
-from slurmctl.render import meta
-from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
+from slurmctl.render.kinds import SLURM_CLUSTER
 from slurmctl.runtime import Event, EventType, Request, Result
-from slurmctl.runtime.logs import kv
-from slurmctl.slurm import Node, SlurmError
 
-log = logging.getLogger(__name__)
-
-POLL_SECONDS = 15.0
 NAME = "slurm-nodes"  # the controller's
-
-
-def node_counts(nodes: list[Node]) -> SlurmNodeCounts:
-    counts = {"idle": 0, "allocated": 0, "drained": 0, "down": 0}
-    for node in nodes:
-        if node.drain:
-            counts["drained"] += 1
-        elif node.display == "Idle":
-            counts["idle"] += 1
-        elif node.display in ("Allocated", "Mixed"):
-            counts["allocated"] += 1
-        elif node.display.startswith("Down") or "NOT_RESPONDING" in node.state:
-            counts["down"] += 1
-    return SlurmNodeCounts(total=len(nodes), **counts)
 
 
 def cordon_changed(event: Event) -> bool:
@@ -118,117 +90,46 @@ class SlurmNodesReconciler:
         self.ctx = ctx
         self.cache = ctx.manager.cache
         self.workers = WorkerPods(self.cache, worker_labels)
-        self.events = Events(ctx.manager, NAME)
-        self._warned: dict[tuple[str, str], str] = {}
-        self.lost_nodes = LostNodes(ctx, self.events)  # reconcilers/lost_nodes.py
-        self.unhealthy = UnhealthyReplacer(ctx.manager, self.events)  # reconcilers/unhealthy.py
-        self.hold = EvictionHold(ctx, self.events)  # --max-eviction-hold
+        self.observer = NodeObserver(ctx, self.workers)
+        self.executor = NodeExecutor(ctx, Events(ctx.manager, NAME))
+        self.memory: dict[tuple[str, str], NodeMemory] = {}  # by cluster (namespace, name)
 
     async def __call__(self, req: Request) -> Result | None:
+        key = (req.namespace, req.name)
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
         if obj is None or deleting(obj):
             self.ctx.slurm.forget(req.name, req.namespace)
-            self._warned.pop((req.namespace, req.name), None)
-            self.lost_nodes.forget((req.namespace, req.name))
-            self.unhealthy.forget((req.namespace, req.name))
-            self.hold.forget((req.namespace, req.name))
+            self.memory.pop(key, None)
+            self.observer.forget(key)
             return None
-        pods = self.workers.pods(req.name, req.namespace)
         loaded = self.ctx.loader.load(obj)
-        if isinstance(loaded, Invalid):
-            await write_evictable(
-                self.ctx.manager, req.namespace, pods, set()
-            )  # Slurm was not asked: nothing is evictable
+        if isinstance(loaded, Invalid):  # Slurm was not asked: nothing is evictable
+            pods = self.workers.pods(req.name, req.namespace)
+            await self.executor.write_marks(evictable_intents(req.namespace, pods, set()))
             return None
-        c, ns = loaded.name, loaded.namespace
-        if not loaded.cluster.spec.rest.enabled or self.ctx.slurm.address(c, ns) is None:
+        memory = self.memory.get(key, NodeMemory())
+        obs = await self.observer.observe(loaded, handled=memory.force_deleted)
+        status: StatusPlan
+        if obs.slurm is None or not obs.slurm.up:
             # Nothing to ask: no polling until slurmrestd is enabled (a spec change) and its pod is ready (a pod
-            # event); both wake this loop. Every reader sees the outage.
-            why = "spec.rest.enabled is false" if not loaded.cluster.spec.rest.enabled else "no ready slurmrestd pod"
-            self.ctx.slurm.unreachable(c, ns, why)
-            await write_evictable(self.ctx.manager, req.namespace, pods, self._held(loaded, pods))
-            return Result(requeue_after=POLL_SECONDS) if self.hold.seconds else None
-        workers = [WorkerPod.of(pod) for pod in pods]
-        standby = self._standby(loaded)
-        lost = await self.lost_nodes.lost(loaded, [*workers, *standby])
-        # Setting a lost node's worker DOWN and deleting it is decided on a read taken for that decision.
-        before = self.ctx.slurm.latest(c, ns)
-        snapshot = await self.ctx.slurm.snapshot(c, ns, max_age=0.0 if lost.lost else NODE_LOOP_MAX_AGE)
-        try:
-            nodes = snapshot.check().nodes
-            self._warned.pop((req.namespace, req.name), None)
-            mine = {n.name: n for n in nodes if n.name.startswith(meta.worker_group(c, ""))}
-            cordoned = {pod.name for pod in workers if self._cordoned(pod)}
-            leaving = {going.node for going in self.workers.leaving(loaded)}
-            plan = upkeep(workers, mine, cordoned=cordoned, leaving=leaving, lost=lost.lost)
-            api = self.ctx.slurm.client(c, ns)
-            await self._upkeep(loaded, plan, mine, api)
-            running = jobs_by_node(snapshot.jobs)
-            await self.hold.end(loaded, workers, mine, running, cordoned=cordoned, api=api)
-            gone = await self.lost_nodes.recover(loaded, workers, lost, mine, api)
-            await self.lost_nodes.recover_standby(loaded, standby, lost, api)
-            gone |= await self.unhealthy.replace(loaded, workers, mine, running, leaving=leaving, lost=lost.lost)
-        except SlurmError as exc:
-            if snapshot.up:  # a write failed, perhaps half-way: the next reader reads again
-                self.ctx.slurm.changed(c, ns)
-            if self._warned.get((req.namespace, req.name)) != str(exc):
-                log.warning("cannot read Slurm %s", kv(namespace=req.namespace, name=req.name, error=exc))
-            self._warned[(req.namespace, req.name)] = str(exc)
-            await write_evictable(self.ctx.manager, req.namespace, pods, self._held(loaded, pods))
-            return Result(requeue_after=POLL_SECONDS)
-        if gone:
-            pods = [pod for pod in pods if pod["metadata"]["name"] not in gone]
-            workers = [worker for worker in workers if worker.name not in gone]
-        await write_conditions(self.ctx.manager, loaded.namespace, pods, mine)
-        # From this snapshot; a node drained or resumed just now is judged again on the next pass.
-        changed = {*plan.resume, *(name for names in plan.drain.values() for name in names)}
-        may_go = {w.name for w in workers if w.name not in changed and evictable(w, mine.get(w.name), running)}
-        await write_evictable(self.ctx.manager, req.namespace, pods, may_go)
-        # Through the one status writer (it owns the whole status; it writes only a change).
-        counts = node_counts(list(mine.values()))
-        self.ctx.status.submit(loaded.obj, status_part(SlurmClusterStatus(slurm_nodes=counts)))
-        # A node drained for a cordon is often idle at once: look again soon, so that `kubectl drain` waits little.
-        # A NotReady node is looked at again when it reaches the threshold.
-        after = DRAIN_POLL_SECONDS if plan.drain else POLL_SECONDS
-        if loaded.cluster.spec.elastic_groups:
-            # Slurm powers elastic nodes up for jobs: a new power state wakes the workers (the snapshot is a source).
-            after = min(after, ELASTIC_POLL_SECONDS)
-        if snapshot is before:
-            # Decided on an earlier read (a pod event woke this pass): what the event changed in Slurm (a slurmd
-            # registering, or gone) is looked at once that read is too old to share.
-            after = min(after, NODE_LOOP_MAX_AGE)
-        if lost.next_check is not None:
-            after = max(min(after, lost.next_check), 0.5)
-        return Result(requeue_after=after)
+            # event), both wake this loop; or Slurm did not answer. Every reader sees the outage.
+            error = "" if obs.slurm is None else str(obs.slurm.error)
+            held = self.observer.held(loaded, obs.workers)
+            status, memory = plan_outage(dataclasses.replace(obs, held=held), memory, error)
+        else:
+            repair = plan_repair(obs, memory)
+            done, refused = await self.executor.repair(loaded, repair)
+            memory = repair.memory.after(done)
+            if refused is None:
+                status = plan_status(obs, repair, done.gone)
+            else:  # a write failed, perhaps half-way: the next reader reads again
+                self.ctx.slurm.changed(loaded.name, loaded.namespace)
+                held = self.observer.held(loaded, obs.workers)
+                status, memory = plan_outage(dataclasses.replace(obs, held=held), memory, str(refused))
+        self.memory[key] = memory
+        await self.executor.write_status(loaded, status)
+        return None if status.requeue_after is None else Result(requeue_after=status.requeue_after)
 
     def clusters_on(self, node: Mapping[str, Any]) -> list[Request]:
         """The clusters with a worker pod on a Kubernetes node (from the pod cache): those a cordon concerns."""
         return self.workers.clusters_on(node)
-
-    def _held(self, loaded: Loaded, pods: list[dict[str, Any]]) -> set[str]:
-        """Slurm cannot be asked: the worker pods evictable by the hold alone."""
-        workers = [WorkerPod.of(pod) for pod in pods]
-        return self.hold.held(loaded, cordoned={w.name for w in workers if self._cordoned(w)})
-
-    def _cordoned(self, pod: WorkerPod) -> bool:
-        return bool(pod.node_name) and not pod.terminating and unschedulable(self.cache.get(*NODE, pod.node_name))
-
-    async def _upkeep(self, loaded: Loaded, plan: Upkeep, nodes: Mapping[str, Node], api: SlurmApi) -> None:
-        if plan.drain or plan.resume:
-            self.ctx.slurm.changed(loaded.name, loaded.namespace)
-        for reason, names in plan.drain.items():
-            await api.drain(names, reason=reason)
-            self.events.record(loaded.obj, "Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
-        if plan.resume:
-            await api.resume(plan.resume)
-            for name in plan.resume:
-                why = nodes[name].reason.removeprefix("slurmctl:").strip()
-                message = f"resumed {name} in Slurm: its drain ({why}) no longer holds"
-                self.events.record(loaded.obj, "Normal", "Resumed", message)
-
-    def _standby(self, loaded: Loaded) -> list[WorkerPod]:
-        """The standby slurmctld's pod (spec.controller.standby), when there is one: a lost node concerns it too."""
-        if not loaded.cluster.spec.controller.standby:
-            return []
-        pod = self.cache.get(*POD, f"{meta.controller_backup(loaded.name)}-0", namespace=loaded.namespace)
-        return [WorkerPod.of(pod)] if pod is not None else []

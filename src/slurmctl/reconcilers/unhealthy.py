@@ -39,25 +39,18 @@ before this).
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from slurmctl.api.v1 import WorkerGroup
 from slurmctl.reconcilers.drain import statefulset_of
-from slurmctl.reconcilers.events import Events
-from slurmctl.reconcilers.loading import Loaded
-from slurmctl.reconcilers.observed import WorkerPod, control_plane, node_ready
+from slurmctl.reconcilers.observed import WorkerPod
 from slurmctl.render import meta
-from slurmctl.render.kinds import NODE, POD
-from slurmctl.runtime import ApiError, Conflict, Manager
 from slurmctl.runtime.clock import Clock
-from slurmctl.runtime.logs import kv
 from slurmctl.slurm import Node
-
-log = logging.getLogger(__name__)
 
 # The drain reason prefix of each of slurmctl's health checks -> the check's short name (the Node label's value).
 HEALTH_CHECKS: Mapping[str, str] = {"slurmctl-gpu:": "gpu", "slurmctl-nccl:": "nccl"}
@@ -172,82 +165,18 @@ def still_remembered(
     return {name: r for name, r in replaced.items() if r.uid in uids or r.same_drain(nodes.get(name))}
 
 
-class UnhealthyReplacer:
-    """What the Slurm node loop does about its clusters' unhealthy workers, and what it remembers of it (one per
-    operator, for every cluster: `forget` a deleted cluster)."""
+def cordon_patch(r: Replacement) -> dict[str, Any]:
+    """The Kubernetes node's cordon, its label and the Slurm reason: no pod lands there any more, and an administrator
+    sees why. Never undone here: uncordoning is the administrator's, once it is repaired."""
+    return {
+        "metadata": {"labels": {LABEL_UNHEALTHY: r.check}, "annotations": {ANNOTATION_UNHEALTHY_REASON: r.reason}},
+        "spec": {"unschedulable": True},
+    }
 
-    def __init__(self, manager: Manager, events: Events) -> None:
-        self.manager = manager
-        self.cache = manager.cache
-        self.events = events
-        # By cluster: the unhealthy workers replaced, by pod name (never twice for one drain: reconcilers/unhealthy.py).
-        self._replaced: dict[tuple[str, str], dict[str, Replacement]] = {}
-        self.cordons = CordonBudget(manager.clock)  # every cluster's cordons together
 
-    def forget(self, key: tuple[str, str]) -> None:
-        """A cluster (namespace, name) deleted: nothing of it is remembered."""
-        self._replaced.pop(key, None)
-
-    async def replace(
-        self,
-        loaded: Loaded,
-        workers: list[WorkerPod],
-        nodes: Mapping[str, Node],
-        running: Mapping[str, tuple[int, ...]],
-        *,
-        leaving: Collection[str],
-        lost: Collection[str],
-    ) -> set[str]:
-        """Move each opted-in group's idle worker drained by a health check (one per group) off its Kubernetes node:
-        cordon and label the node, then delete the pod. Returns the pods deleted."""
-        key = (loaded.namespace, loaded.name)
-        replaced = self._replaced[key] = still_remembered(self._replaced.get(key, {}), workers, nodes)
-        # A pod on a Kubernetes node that is not Ready (or unknown) is not replaced, and holds its group back.
-        unsettled = {
-            *lost,
-            *(w.name for w in workers if not w.node_name or node_ready(self.cache.get(*NODE, w.node_name)) is not True),
-        }
-        protected = {w.node_name for w in workers if control_plane(self.cache.get(*NODE, w.node_name))}
-        verdict = judge_unhealthy(
-            loaded.name, loaded.cluster.spec.workers, workers, nodes, running, leaving=leaving, lost=unsettled,
-            replaced=replaced, protected=protected,
-        )  # fmt: skip
-        gone: set[str] = set()
-        for replacement in verdict:
-            if await self._replace_one(loaded, replacement):
-                replaced[replacement.pod] = replacement
-                gone.add(replacement.pod)
-        return gone
-
-    async def _replace_one(self, loaded: Loaded, r: Replacement) -> bool:
-        """Cordon (and label) the Kubernetes node first: a pod deleted from an uncordoned node could come back to it.
-        Nothing is deleted when the cordon fails. The node is never uncordoned here: that is an administrator's."""
-        patch = {
-            "metadata": {"labels": {LABEL_UNHEALTHY: r.check}, "annotations": {ANNOTATION_UNHEALTHY_REASON: r.reason}},
-            "spec": {"unschedulable": True},
-        }
-        where = {"namespace": loaded.namespace, "name": loaded.name, "pod": r.pod, "node": r.k8s_node}
-        if not self.cordons.allows():
-            log.info("unhealthy worker waits: the operator cordoned its most nodes for now %s", kv(**where))
-            return False
-        self.cordons.spend()
-        try:
-            await self.manager.client.merge_patch(NODE.api_version, NODE.kind, r.k8s_node, patch)
-        except ApiError as exc:
-            log.warning("cannot cordon the node of an unhealthy worker: its pod stays %s", kv(**where, error=exc))
-            return False
-        try:
-            await self.manager.client.delete(*POD, r.pod, namespace=loaded.namespace, uid=r.uid)
-        except Conflict:
-            log.info("pod of an unhealthy worker already replaced %s", kv(**where))
-            return True
-        except ApiError as exc:
-            log.warning("cannot delete the pod of an unhealthy worker %s", kv(**where, error=exc))
-            return False
-        message = (
-            f"replacing Pod {r.pod} (uid {r.uid}): the {CHECK_NAMES[r.check]} drained it in Slurm ({r.reason}); "
-            f"cordoned Kubernetes node {r.k8s_node} ({LABEL_UNHEALTHY}={r.check}; uncordon it once repaired) and "
-            "deleted the pod, which its StatefulSet re-creates on another node"
-        )
-        self.events.warn(loaded.obj, "Replacing", message)
-        return True
+def replacing_message(r: Replacement) -> str:
+    return (
+        f"replacing Pod {r.pod} (uid {r.uid}): the {CHECK_NAMES[r.check]} drained it in Slurm ({r.reason}); "
+        f"cordoned Kubernetes node {r.k8s_node} ({LABEL_UNHEALTHY}={r.check}; uncordon it once repaired) and "
+        "deleted the pod, which its StatefulSet re-creates on another node"
+    )

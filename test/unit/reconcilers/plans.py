@@ -16,7 +16,7 @@ NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 KEYS = {name: f"{name}-uid" for name in key_secrets(NAME)}
 
 
-def loaded(size: int = 2, **extra: Any) -> Loaded:
+def loaded(size: int = 2, *, policy: Policy | None = None, **extra: Any) -> Loaded:
     obj = {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -35,7 +35,7 @@ def loaded(size: int = 2, **extra: Any) -> Loaded:
             ]
         },
     }
-    found = Loader(policy=Policy(allow_root_logins=True)).load(obj)
+    found = Loader(policy=policy or Policy(allow_root_logins=True)).load(obj)
     assert isinstance(found, Loaded), found
     return found
 

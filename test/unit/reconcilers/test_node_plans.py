@@ -1,0 +1,165 @@
+"""The Slurm node loop's plans (reconcilers/node_plans.py): an observation in, steps and marks out, no API server and
+no Slurm. The loop's behaviour tests (test_lost_nodes, test_evictions, test_eviction_hold, test_unhealthy) run the
+same plans through the executor against the fake API server."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from typing import Any
+
+from slurmctl.api.v1 import Policy
+from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, cordon_reason, lost_reason
+from slurmctl.reconcilers.lost_nodes import LostVerdict
+from slurmctl.reconcilers.node_observation import Held, NodeObservation
+from slurmctl.reconcilers.node_plans import (
+    POLL_SECONDS,
+    Done,
+    NodeMemory,
+    plan_outage,
+    plan_repair,
+    plan_status,
+)
+from slurmctl.reconcilers.node_steps import ForceDelete, Replace, SlurmWrite
+from slurmctl.reconcilers.observed import WorkerPod
+from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE, SlurmSnapshot
+from slurmctl.render import meta
+from slurmctl.slurm import Node
+from test.unit.reconcilers.env import NAME, NS
+from test.unit.reconcilers.plans import NOW, loaded
+
+CPU = meta.worker_group(NAME, "cpu")
+P0, P1 = f"{CPU}-0", f"{CPU}-1"
+SINCE = datetime(2026, 1, 1, tzinfo=UTC)
+GPU_REASON = "slurmctl-gpu: XID 79 on GPU 0"
+
+
+def worker(name: str, host: str = "node-a", *, ready: bool = True) -> WorkerPod:
+    return WorkerPod(name, host, True, ready, True, False, False, f"uid-{name}", SINCE)
+
+
+def raw(name: str, *, evictable: bool = False) -> dict[str, Any]:
+    labels = {meta.LABEL_EVICTABLE: "true"} if evictable else {}
+    return {
+        "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": labels},
+        "status": {"podIP": "10.0.0.1"},
+    }
+
+
+def node(name: str, *state: str, reason: str = "") -> Node:
+    return Node(name, frozenset(state or ("IDLE",)), reason, "root", SINCE if reason else None, (), (), 2, 0)
+
+
+def observe(*nodes: Node, workers: tuple[WorkerPod, ...] | None = None, **facts: Any) -> NodeObservation:
+    found = workers if workers is not None else (worker(P0), worker(P1, "node-b"))
+    base = NodeObservation(
+        loaded(size=2),
+        NOW,
+        tuple(raw(w.name) for w in found),
+        found,
+        slurm=SlurmSnapshot(0.0, nodes=nodes or (node(P0), node(P1))),
+    )
+    return dataclasses.replace(base, **facts)
+
+
+def test_a_cordoned_worker_is_drained_for_its_cordon_and_judged_again_next_pass() -> None:
+    repair = plan_repair(observe(cordoned=frozenset({P0})), NodeMemory())
+    assert repair.steps[0] == SlurmWrite(
+        "drain",
+        (P0,),
+        cordon_reason("node-a"),
+        notes=repair.steps[0].notes,  # type: ignore[union-attr]
+    )
+    assert repair.changed == {P0} and repair.draining
+    status = plan_status(observe(cordoned=frozenset({P0})), repair, gone=())
+    assert status.requeue_after == DRAIN_POLL_SECONDS
+    assert status.evictable == (), "drained just now: not evictable before Slurm says it runs nothing"
+
+
+def test_slurmctls_drain_is_resumed_once_its_reason_is_gone_and_an_administrators_is_not() -> None:
+    ours = node(P0, "IDLE", "DRAIN", reason=cordon_reason("node-a"))
+    admins = node(P1, "IDLE", "DRAIN", reason="disk check")
+    repair = plan_repair(observe(ours, admins), NodeMemory())
+    assert [(s.verb, s.nodes) for s in repair.steps if isinstance(s, SlurmWrite)] == [("resume", (P0,))]
+
+
+def test_a_lost_worker_slurm_cannot_reach_goes_down_out_of_slurm_and_its_pod_is_force_deleted_once() -> None:
+    lost = LostVerdict({P0: "node-a"}, {"node-a": 61.0})
+    obs = observe(node(P0, "IDLE", "NOT_RESPONDING"), node(P1), lost=lost)
+    repair = plan_repair(obs, NodeMemory())
+    kinds = [(type(s).__name__, getattr(s, "verb", "")) for s in repair.steps]
+    assert kinds == [
+        ("SlurmWrite", "drain"),
+        ("SlurmWrite", "set_down"),
+        ("SlurmWrite", "delete_node"),
+        ("ForceDelete", ""),
+    ]
+    assert repair.steps[1].reason == lost_reason("node-a")  # type: ignore[union-attr]
+    assert repair.steps[2].refusal, "a refused delete in Slurm does not hold the pod"  # type: ignore[union-attr]
+    assert repair.steps[3] == ForceDelete(P0, f"uid-{P0}", "node-a", repair.steps[3].note)  # type: ignore[union-attr]
+    memory = repair.memory.after(Done(frozenset({P0}), frozenset({f"uid-{P0}"})))
+    again = plan_repair(obs, memory)
+    assert not any(isinstance(s, ForceDelete) for s in again.steps), "never twice, while the cache still shows it"
+    gone = plan_repair(observe(workers=(worker(P1, "node-b"),)), memory)
+    assert gone.memory.force_deleted == frozenset(), "forgotten once it left the cache"
+
+
+def test_a_lost_worker_whose_slurmd_answers_stays_drained_and_is_said_once() -> None:
+    obs = observe(lost=LostVerdict({P0: "node-a"}, {"node-a": 61.0}))
+    first = plan_repair(obs, NodeMemory())
+    assert [(n.type, n.reason) for n in first.events] == [("Warning", "NodeLost")]
+    assert not any(isinstance(s, ForceDelete) for s in first.steps)
+    assert plan_repair(obs, first.memory).events == ()
+
+
+def test_a_full_disruption_is_logged_once_and_acts_on_nothing() -> None:
+    obs = observe(lost=LostVerdict(disrupted=True))
+    first = plan_repair(obs, NodeMemory())
+    assert [w[0] for w in first.warnings] == [
+        "every Kubernetes node with workers of the cluster is NotReady: acting on none"
+    ]
+    assert first.steps == ()
+    assert plan_repair(obs, first.memory).warnings == ()
+
+
+def test_an_unhealthy_worker_is_replaced_once_for_its_drain() -> None:
+    cordons = Policy(allow_root_logins=True, allow_node_cordon=True)
+    cluster = loaded(policy=cordons, workers=[{"name": "cpu", "size": 2, "replaceUnhealthy": True}])
+    sick = node(P0, "IDLE", "DRAIN", reason=GPU_REASON)
+    obs = dataclasses.replace(observe(sick, node(P1)), loaded=cluster)
+    repair = plan_repair(obs, NodeMemory())
+    replaces = [s for s in repair.steps if isinstance(s, Replace)]
+    assert [r.replacement.pod for r in replaces] == [P0] and replaces[0].note.reason == "Replacing"
+    memory = repair.memory.after(Done(frozenset({P0}), replaced=(replaces[0].replacement,)))
+    new_pod = dataclasses.replace(worker(P0), uid="uid-new", created=datetime(2025, 1, 1, tzinfo=UTC))
+    carried = dataclasses.replace(obs, workers=(new_pod, worker(P1, "node-b")))
+    assert not any(isinstance(s, Replace) for s in plan_repair(carried, memory).steps), "the old pod's drain"
+
+
+def test_status_marks_evictable_only_what_slurm_says_runs_nothing_and_skips_pods_just_deleted() -> None:
+    drained = node(P0, "IDLE", "DRAIN", reason="disk check")
+    obs = observe(drained, node(P1))
+    status = plan_status(obs, plan_repair(obs, NodeMemory()), gone=())
+    assert [b["metadata"]["name"] for b in status.evictable] == [P0]
+    assert status.counts is not None and (status.counts.drained, status.counts.idle) == (1, 1)
+    assert status.requeue_after == POLL_SECONDS
+    after_delete = plan_status(obs, plan_repair(obs, NodeMemory()), gone=(P0,))
+    assert after_delete.evictable == () and [b["metadata"]["name"] for b in after_delete.conditions] == [P1]
+
+
+def test_a_pass_woken_on_a_shared_read_looks_again_once_that_read_is_too_old() -> None:
+    obs = observe(shared=True)
+    assert plan_status(obs, plan_repair(obs, NodeMemory()), gone=()).requeue_after == NODE_LOOP_MAX_AGE
+
+
+def test_an_outage_takes_every_evictable_label_off_but_the_holds_and_logs_each_error_once() -> None:
+    pods = (raw(P0, evictable=True), raw(P1, evictable=True))
+    obs = dataclasses.replace(observe(), pods=pods, held=Held(frozenset({P1}), frozenset({P1})), hold=30.0)
+    status, memory = plan_outage(obs, NodeMemory(), "slurmrestd: connection refused")
+    assert [b["metadata"] for b in status.evictable] == [{"name": P0, "namespace": NS}], "P1 is held: stays"
+    assert [(n.reason, n.type) for n in status.events] == [("EvictionHoldExpired", "Warning")]
+    assert [w[0] for w in status.warnings] == ["cannot read Slurm"] and status.requeue_after == POLL_SECONDS
+    again, _ = plan_outage(obs, memory, "slurmrestd: connection refused")
+    assert again.warnings == ()
+    unasked, _ = plan_outage(dataclasses.replace(obs, hold=0.0), NodeMemory(), "")
+    assert unasked.requeue_after is None, "Slurm's return wakes the loop; nothing counts meanwhile"
