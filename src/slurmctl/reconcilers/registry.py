@@ -27,7 +27,7 @@ from slurmctl.api.v1 import (
     Policy,
     SlurmCluster,
 )
-from slurmctl.reconcilers import benchmark, controller, login, populate_jail, rest, workers
+from slurmctl.reconcilers import benchmark, cluster, controller, login, populate_jail, rest, workers
 from slurmctl.reconcilers.accounting import AccountingReconciler
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
@@ -79,7 +79,7 @@ def _rest_enabled(cluster: SlurmCluster) -> bool:
 # (SpecValid has its own phase, Failed) and the benchmark (a failing benchmark drains nodes, the cluster stays up).
 # fmt: off
 COMPONENTS: Final[tuple[Component, ...]] = (
-    Component("cluster", SPEC_VALID, reconciler=ClusterReconciler, render=manifests.cluster_objects,
+    Component("cluster", SPEC_VALID, reconciler=ClusterReconciler, plan=cluster.plan, render=manifests.cluster_objects,
               owns=(CONFIGMAP, SECRET, NETWORK_POLICY), required=never),
     Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler, plan=populate_jail.plan,
               render=manifests.populate_jail_objects, owns=(JOB,), image="populate-jail"),
