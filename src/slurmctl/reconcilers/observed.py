@@ -224,7 +224,8 @@ def deleting(obj: Live | None) -> bool:
     return bool(meta_of(obj).deletion_timestamp)
 
 
-def uid(obj: Live) -> str:
+def uid(obj: Live | None) -> str:
+    """The object's uid; "" for none (a delete of it then names no incarnation)."""
     return meta_of(obj).uid
 
 
