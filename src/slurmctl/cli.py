@@ -25,10 +25,10 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from slurmctl import __version__, reconcilers
 from slurmctl.api.v1 import KIND, Policy, check_cluster, parse_quantity
 from slurmctl.flags import boolean, env, env_bool, policy_arguments, policy_of
+from slurmctl.reconcilers import offline
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.render import rbac
-from slurmctl.render.manifests import Inputs
 from slurmctl.render.meta import DEFAULT_CLUSTER_DOMAIN
 from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
 from slurmctl.runtime import Client, LeaderElectionConfig, LeaderElectionLost, Manager, ManagerOptions, heap
@@ -350,8 +350,10 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
 def render_command(
     filename: str, *, namespace: str, policy: Policy | None = None, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
 ) -> int:
-    """`slurmctl render`: what the operator would apply, without a cluster (for reviews and GitOps diffs). It runs
-    the reconcilers' own renderers over the component registry, with inputs a cluster would add left empty.
+    """`slurmctl render`: what the operator would apply, without a cluster (for reviews and GitOps diffs). It prints
+    the objects of the components' own plans (registry order) for the observation of the new cluster once its keys
+    exist and its jail is populated (reconcilers/offline.py): what only a cluster would add (key ids, elastic pods,
+    key material) is left out.
 
     Invalid clusters, and those the operator's `policy` refuses (default: the default flags), are reported on
     stderr with every problem's field path, and nothing is printed for them.
@@ -376,16 +378,8 @@ def render_command(
             for problem in [str(p) for p in problems] or ["the object could not be read"]:
                 sys.stderr.write(f"{filename}: SlurmCluster {name}: {problem}\n")
             continue
-        rendered.extend(
-            reconcilers.desired_objects(
-                Inputs.offline(
-                    cluster,
-                    root_jobs=policy.allow_root_jobs,
-                    privileged_jobs=policy.allow_privileged_jobs,
-                    cluster_domain=cluster_domain,
-                )
-            )
-        )
+        obs = offline.observation(cluster, policy=policy, cluster_domain=cluster_domain)
+        rendered.extend(reconcilers.planned_objects(obs))
     sys.stdout.write(yaml.safe_dump_all(rendered, sort_keys=False))
     return 1 if failed else 0
 

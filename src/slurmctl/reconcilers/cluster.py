@@ -19,7 +19,6 @@ from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler
 from slurmctl.reconcilers.component import Component, component_is
 from slurmctl.reconcilers.conditions import make_condition
 from slurmctl.reconcilers.context import Context
-from slurmctl.reconcilers.executor import execute
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
 from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.observation import Observation
@@ -39,7 +38,7 @@ from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
 from slurmctl.render.manifests import cluster_objects
 from slurmctl.render.workers import COMPONENT as WORKERS_COMPONENT
 from slurmctl.render.workers import FORMER_COMPONENTS as FORMER_WORKERS_COMPONENTS
-from slurmctl.runtime import Event, EventType, Request, Result
+from slurmctl.runtime import Event, EventType, Request
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
 
@@ -93,18 +92,17 @@ def aggregate_phase(
 KeyMakers = Mapping[str, Callable[[], Awaitable[dict[str, Any]]]]
 
 
-def plan(obs: Observation, *, keys: Callable[[SlurmCluster], KeyMakers]) -> Plan:
+def plan(obs: Observation) -> Plan:
     """The configs (topology.conf from where the workers run), then the key Secrets that are missing (created, never
     applied: POST fails on an existing Secret, so a stale cache can never make the operator overwrite, i.e. rotate, a
     key that pods already use; none while the configs are rejected, so no other component starts on them), and
     SpecValid. The phase is not the plan's: the status writer derives it from the conditions of the status it writes
-    (`derive_phase`), which an observation taken before this pass's writes could only make stale. `keys`: how each key
-    Secret is made."""
+    (`derive_phase`), which an observation taken before this pass's writes could only make stale."""
     cluster = obs.loaded.cluster
     cond = obs.condition(SPEC_VALID, ok=True, reason=Reason.VALID, message="the spec is valid")
     missing = [
         Create(None, make=make)
-        for name, make in keys(cluster).items()
+        for name, make in key_makers(cluster, obs.settings.host_key_types).items()
         if name not in obs.keys and name not in obs.foreign_keys
     ]
     return Plan(
@@ -113,6 +111,25 @@ def plan(obs: Observation, *, keys: Callable[[SlurmCluster], KeyMakers]) -> Plan
         create=tuple(missing),
         status=SlurmClusterStatus(observed_generation=obs.loaded.generation, conditions=[cond]),
     )
+
+
+def key_makers(cluster: SlurmCluster, host_key_types: tuple[str, ...]) -> KeyMakers:
+    """How each key Secret is made, by name: called only by the executor, when it creates the Secret (key material is
+    never rotated), so a plan that holds them stays a pure decision."""
+
+    async def munge() -> dict[str, Any]:
+        return render_munge_secret(cluster, new_munge_key())
+
+    async def jwt() -> dict[str, Any]:
+        return render_jwt_key_secret(cluster, new_jwt_key())
+
+    async def host_keys() -> dict[str, Any]:
+        if "rsa" in host_key_types:  # RSA-3072 takes ~0.2 s of CPU: keep it off the event loop
+            return render_ssh_host_keys_secret(cluster, await asyncio.to_thread(new_ssh_host_keys, host_key_types))
+        return render_ssh_host_keys_secret(cluster, new_ssh_host_keys(host_key_types))  # well under a millisecond
+
+    c = meta.cluster_name(cluster)
+    return {meta.munge_secret(c): munge, meta.jwt_key_secret(c): jwt, meta.ssh_host_keys_secret(c): host_keys}
 
 
 class ClusterReconciler(ComponentReconciler):
@@ -198,27 +215,9 @@ class ClusterReconciler(ComponentReconciler):
         cond = self.condition(loaded, ok=False, reason=Reason.APPLY_REJECTED, message=rejected.message)
         return SlurmClusterStatus(phase="Failed", observed_generation=loaded.generation, conditions=[cond])
 
-    async def reconcile_valid(self, loaded: Loaded) -> Result | None:
-        obs = dataclasses.replace(await self.observe(loaded), placement=self.placement(loaded))
-        return await execute(self, loaded, plan(obs, keys=self._keys))
-
-    def _keys(self, cluster: SlurmCluster) -> KeyMakers:
-        """How each key Secret is made, called only when it is created (key material is never rotated)."""
-
-        async def munge() -> dict[str, Any]:
-            return render_munge_secret(cluster, new_munge_key())
-
-        async def jwt() -> dict[str, Any]:
-            return render_jwt_key_secret(cluster, new_jwt_key())
-
-        async def host_keys() -> dict[str, Any]:
-            types = self.ctx.host_key_types
-            if "rsa" in types:  # RSA-3072 takes ~0.2 s of CPU: keep it off the event loop
-                return render_ssh_host_keys_secret(cluster, await asyncio.to_thread(new_ssh_host_keys, types))
-            return render_ssh_host_keys_secret(cluster, new_ssh_host_keys(types))  # well under a millisecond
-
-        c = meta.cluster_name(cluster)
-        return {meta.munge_secret(c): munge, meta.jwt_key_secret(c): jwt, meta.ssh_host_keys_secret(c): host_keys}
+    async def observe(self, loaded: Loaded) -> Observation:
+        """The component's observation, and where the workers run (topology.conf)."""
+        return dataclasses.replace(await super().observe(loaded), placement=self.placement(loaded))
 
     def phase_written(self, obj: Mapping[str, Any], before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
         """The status writer wrote `after` over `before`: an Event when that moved a phase derived from the

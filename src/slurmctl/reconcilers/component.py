@@ -54,7 +54,7 @@ class Component:
     condition: str  # the one status condition this component owns
     _: KW_ONLY
     reconciler: Callable[[Context, Component], Reconciler]  # ComponentReconciler or a subclass (reconcilers/base.py)
-    render: Renderer  # the objects it applies, from the same inputs online and offline
+    render: Renderer  # the objects it applies: its plan calls it (`slurmctl render` too, while it has no plan)
     plan: Callable[[Observation], Plan] | None = None  # its pure decision (reconcilers/plan.py); None: it decides alone
     owns: tuple[Kind, ...] = ()  # kinds of its children, found and watched by its component label
     image: Image | None = None  # the default image its pods run (`<registry>/<image>:<tag>`)

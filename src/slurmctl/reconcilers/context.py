@@ -41,8 +41,10 @@ class Context:
 
     @property
     def settings(self) -> Settings:
-        """The operator's settings that renderers read."""
-        return Settings(self.cluster_domain, self.network, self.loader.policy.allow_privileged_jobs)
+        """The operator's settings that plans read."""
+        return Settings(
+            self.cluster_domain, self.network, self.loader.policy.allow_privileged_jobs, self.host_key_types
+        )
 
     def __post_init__(self) -> None:
         self.slurm = SlurmAccess(

@@ -47,6 +47,11 @@ class Loaded:
     def condition(self, type_: str) -> Condition | None:
         return self.status.condition(type_)
 
+    @classmethod
+    def of(cls, obj: Mapping[str, Any], cluster: SlurmCluster, policy: Policy) -> Loaded:
+        """A valid cluster with its configs rendered as the operator's `policy` says (DisableRootJobs)."""
+        return cls(obj, cluster, MappingProxyType(render_slurm_configs(cluster, root_jobs=policy.allow_root_jobs)))
+
 
 @dataclass(frozen=True)
 class Invalid:
@@ -86,9 +91,7 @@ class Loader:
         if cluster is None or problems:
             result = Invalid(obj, tuple(str(p) for p in problems) or ("the spec could not be read",))
         else:
-            result = Loaded(
-                obj, cluster, MappingProxyType(render_slurm_configs(cluster, root_jobs=self.policy.allow_root_jobs))
-            )
+            result = Loaded.of(obj, cluster, self.policy)
         if key[1]:
             self._memo[key] = result
             while len(self._memo) > self._maxsize:

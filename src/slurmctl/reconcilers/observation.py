@@ -24,17 +24,19 @@ from slurmctl.render import meta
 from slurmctl.render.kinds import SECRET, Kind
 from slurmctl.render.manifests import Inputs
 from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
+from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
 from slurmctl.render.topology import Placement
 from slurmctl.runtime import Cache
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The operator's own settings that renderers read (its flags)."""
+    """The operator's own settings that plans read (its flags)."""
 
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN
     network: NetworkSettings = DEFAULT_NETWORK
     privileged_jobs: bool = False
+    host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # the SSH host keys a new cluster gets
 
 
 @dataclass(frozen=True)

@@ -72,13 +72,6 @@ def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
     return out
 
 
-def selects(workload: Live | None, pod: Live) -> bool:
-    """Whether a live workload's selector (its matchLabels) selects the pod."""
-    wanted = match_labels(workload)
-    labels = labels_of(pod)
-    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
-
-
 REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller on each pod
 
 
@@ -231,7 +224,8 @@ def deleting(obj: Live | None) -> bool:
     return bool(meta_of(obj).deletion_timestamp)
 
 
-def uid(obj: Live) -> str:
+def uid(obj: Live | None) -> str:
+    """The object's uid; "" for none (a delete of it then names no incarnation)."""
     return meta_of(obj).uid
 
 

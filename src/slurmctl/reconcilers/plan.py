@@ -89,3 +89,9 @@ class Plan:
     warnings: tuple[tuple[str, Mapping[str, str]], ...] = ()
     status: SlurmClusterStatus | None = None
     requeue_after: float | None = None
+
+    @property
+    def objects(self) -> list[Obj]:
+        """The objects this plan writes whose bodies it holds: those it applies, then those it creates from a known
+        body. A key Secret has none (its key is made only when it is created): it is not among them."""
+        return [*self.apply, *(create.obj for create in self.create if create.obj is not None)]

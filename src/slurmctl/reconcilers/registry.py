@@ -1,9 +1,9 @@
 """The component registry: one declaration per component, and the loops that use it.
 
 `register` builds one controller per entry (its children watched by its component label, its dependencies' children
-waking it), `desired_objects` is what `slurmctl render` prints (the same renderers the reconcilers apply), and the
-cluster reconciler derives the phase from the entries' `required`. Adding a component means: spec, renderer,
-reconciler, image, tests, and one entry here.
+waking it), `planned_objects` is what `slurmctl render` prints (the objects of the same plans the reconcilers carry
+out), and the cluster reconciler derives the phase from the entries' `required`. Adding a component means: spec,
+renderer, plan, reconciler, image, tests, and one entry here.
 
 Component controllers react to spec changes (generation), to resyncs, and to their own and their dependencies'
 children; status writes do not wake them. The phase is derived from every component's condition by the status
@@ -27,7 +27,7 @@ from slurmctl.api.v1 import (
     Policy,
     SlurmCluster,
 )
-from slurmctl.reconcilers import benchmark, controller, login, populate_jail, rest, workers
+from slurmctl.reconcilers import benchmark, cluster, controller, login, populate_jail, rest, workers
 from slurmctl.reconcilers.accounting import AccountingReconciler
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
@@ -36,6 +36,7 @@ from slurmctl.reconcilers.component import Component, component_is, never
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.loading import Loader
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
+from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import cluster_of_pod, trimmed_node
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
 from slurmctl.reconcilers.slurm_access import REST_COMPONENT
@@ -79,7 +80,7 @@ def _rest_enabled(cluster: SlurmCluster) -> bool:
 # (SpecValid has its own phase, Failed) and the benchmark (a failing benchmark drains nodes, the cluster stays up).
 # fmt: off
 COMPONENTS: Final[tuple[Component, ...]] = (
-    Component("cluster", SPEC_VALID, reconciler=ClusterReconciler, render=manifests.cluster_objects,
+    Component("cluster", SPEC_VALID, reconciler=ClusterReconciler, plan=cluster.plan, render=manifests.cluster_objects,
               owns=(CONFIGMAP, SECRET, NETWORK_POLICY), required=never),
     Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler, plan=populate_jail.plan,
               render=manifests.populate_jail_objects, owns=(JOB,), image="populate-jail"),
@@ -103,9 +104,17 @@ COMPONENTS: Final[tuple[Component, ...]] = (
 # fmt: on
 
 
-def desired_objects(inputs: manifests.Inputs, components: Iterable[Component] | None = None) -> list[dict[str, Any]]:
-    """Every object the components (default: the registry) apply for these inputs: what `slurmctl render` prints."""
-    return [obj for component in (COMPONENTS if components is None else components) for obj in component.render(inputs)]
+def planned_objects(obs: Observation, components: Iterable[Component] | None = None) -> list[dict[str, Any]]:
+    """The objects the components (default: the registry), in their order, write for this observation: what
+    `slurmctl render` prints for an offline one (reconcilers/offline.py). Each component's are those of its plan
+    (`Plan.objects`); one that declares no plan yet contributes its renderer's objects, so the output stays whole."""
+    objects: list[dict[str, Any]] = []
+    for component in COMPONENTS if components is None else components:
+        if component.plan is None:
+            objects.extend(component.render(obs.inputs()))
+        else:
+            objects.extend(component.plan(obs).objects)
+    return objects
 
 
 def select_owned(manager: Manager, owned: Iterable[Kind]) -> None:

@@ -214,6 +214,12 @@ class SlurmAccess:
         without slurmrestd is one, from its first pass on): each reader sees it when it next asks."""
         self._listeners.append(listener)
 
+    @property
+    def listeners(self) -> tuple[Callable[[str, str], None], ...]:
+        """Who a new snapshot wakes (`listen`): what another access that replaces this one (a test's, routed to a
+        fake Slurm) must wake too."""
+        return tuple(self._listeners)
+
     def _keep(self, key: tuple[str, str], snapshot: SlurmSnapshot) -> None:
         self._snapshots[key] = snapshot
         if self.metrics is not None:

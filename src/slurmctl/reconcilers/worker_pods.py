@@ -160,7 +160,8 @@ def _left_behind(loaded: Loaded, live: Mapping[str, int], unselected: Mapping[st
 
 
 def _selected(wanted: Mapping[str, str], md: ObjectMeta) -> bool:
-    """Whether a workload's selector (`wanted`, its matchLabels) selects the pod of this metadata (observed.selects)."""
+    """Whether a workload's selector (`wanted`, its matchLabels) selects the pod of this metadata; none (no live
+    StatefulSet of the name) selects nothing."""
     return bool(wanted) and all(md.labels.get(k) == v for k, v in wanted.items())
 
 

@@ -1,10 +1,11 @@
 """What each component applies, as one pure function per component from the same typed inputs.
 
-The reconcilers and `slurmctl render` call these same functions (through the component registry), so what `render`
-prints and what the operator applies cannot drift. `Inputs` carries everything a renderer needs beyond the spec: the
-config set rendered once, the ids of live Secrets, the replicas the scale-in gate allows, where the scheduled workers
-run (their Kubernetes nodes' labels, for topology.conf) and the cluster's DNS domain.
-`Inputs.offline` fills them the way `slurmctl render` can without a cluster.
+The components' plans call these functions, online and for `slurmctl render` (which prints the plans' objects for
+an offline observation, reconcilers/offline.py), so what `render` prints and what the operator applies cannot drift.
+`Inputs` carries everything a renderer needs beyond the spec: the config set rendered once, the ids of live Secrets,
+the replicas the scale-in gate allows, where the scheduled workers run (their Kubernetes nodes' labels, for
+topology.conf) and the cluster's DNS domain. `Inputs.offline` fills them as that offline observation does: the
+renderers' tests render from it.
 
 Secrets whose contents are random and created once by the operator (munge and JWT keys, SSH host keys, MariaDB
 passwords) are not rendered here; neither is the slurmdbd Secret unless the database password is given, because a
@@ -38,8 +39,8 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Inputs:
-    """Everything a component renderer reads. Built once per reconcile by the reconciler (from the cache) or by
-    `offline` (for `slurmctl render`); renderers never look anywhere else."""
+    """Everything a component renderer reads. Built by a component's plan from its observation (online from the
+    cache, or offline for `slurmctl render`), or by `offline` without one; renderers never look anywhere else."""
 
     cluster: SlurmCluster
     configs: Mapping[str, str]  # render_slurm_configs(cluster): the ConfigMap's data and every config hash

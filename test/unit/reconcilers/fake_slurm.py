@@ -250,6 +250,6 @@ def connect(env: Env, slurm: FakeSlurm, *, name: str = NAME, clock: Clock | None
         clock=clock or EveryLookIsLater(),
         registry=env.manager.metrics.registry,
     )
-    for listener in env.ctx.slurm._listeners:  # who the registry said a new snapshot wakes
+    for listener in env.ctx.slurm.listeners:  # who the registry said a new snapshot wakes
         access.listen(listener)
     env.ctx.slurm = access

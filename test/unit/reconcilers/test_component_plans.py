@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from slurmctl.api.v1 import JAIL_POPULATED
 from slurmctl.reconcilers import benchmark, cluster, controller, login, populate_jail, rest
+from slurmctl.reconcilers.observation import Settings
 from slurmctl.reconcilers.plan import Plan
 from slurmctl.render import meta
 from slurmctl.render.kinds import DEPLOYMENT, JOB, SERVICE, STATEFULSET, Kind
+from slurmctl.render.sshd import HOST_KEY_TYPES, host_key_types
 from test.unit.reconcilers.env import NAME, NS
-from test.unit.reconcilers.plans import KEYS, loaded, observe
+from test.unit.reconcilers.plans import loaded, observe
 
 
 def child(kind: Kind, name: str, *, uid: str = "", **status: Any) -> dict[str, Any]:
@@ -102,19 +106,26 @@ def test_the_benchmark_is_disabled_without_gpu_groups() -> None:
     assert said(p) == ("False", "Disabled", "spec.healthChecks.ncclBenchmark.enabled is false")
 
 
-def test_the_cluster_creates_only_the_missing_keys_and_never_one_someone_else_holds() -> None:
-    def keys(_: object) -> dict[str, Any]:
-        async def make() -> dict[str, Any]:
-            raise AssertionError("a plan never makes key material")
+def test_the_cluster_creates_only_the_missing_keys_and_never_one_someone_else_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def never() -> Any:
+        raise AssertionError("a plan never makes key material")
 
-        return {name: make for name in KEYS}
-
+    for maker in ("new_munge_key", "new_jwt_key", "new_ssh_host_keys"):
+        monkeypatch.setattr(cluster, maker, never)
     taken = meta.jwt_key_secret(NAME)
-    p = cluster.plan(
-        observe(loaded(), keys={meta.munge_secret(NAME): "m"}, foreign_keys=frozenset({taken})),
-        keys=keys,
-    )
+    p = cluster.plan(observe(loaded(), keys={meta.munge_secret(NAME): "m"}, foreign_keys=frozenset({taken})))
     assert len(p.create) == 1, "only the host keys: the munge key exists, the JWT name is someone else's"
     assert ("ConfigMap", meta.slurm_configs(NAME)) in kinds(p)
     assert said(p) == ("True", "Valid", "the spec is valid")
     assert p.status is not None and p.status.phase is None, "the status writer derives the phase as it writes"
+
+
+async def test_the_host_keys_a_cluster_gets_are_the_operators_setting() -> None:
+    """--ssh-rsa-host-keys reaches the plan through the observation's settings: the host keys Secret it makes holds
+    an RSA key besides the default ones."""
+    obs = observe(loaded(), keys={}, settings=Settings(host_key_types=HOST_KEY_TYPES))
+    made = [await create.body() for create in cluster.plan(obs).create]
+    (host_keys,) = [s for s in made if s["metadata"]["name"] == meta.ssh_host_keys_secret(NAME)]
+    assert host_key_types(host_keys["data"]) == HOST_KEY_TYPES

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from slurmctl.api.v1 import SlurmCluster
-from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render.manifests import Inputs
-from test.unit.render.samples import VARIANTS, sample_doc
+from test.unit.render.samples import VARIANTS, render_all, sample_doc
 
 PRIVILEGED = {"slurmd"}
 SSHD_CAPABILITIES = {
@@ -32,7 +31,7 @@ def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
 def test_every_container_has_a_security_context_and_only_slurmd_is_privileged(variant: str) -> None:
     cluster = SlurmCluster.model_validate(sample_doc(variant))
     found = {}
-    for obj in desired_objects(Inputs.offline(cluster)):
+    for obj in render_all(Inputs.offline(cluster)):
         for container in containers(obj):
             found[(obj["metadata"]["name"], container["name"])] = container.get("securityContext")
     assert found, "the sample renders workloads"
@@ -97,7 +96,7 @@ def test_each_component_meets_the_pod_security_level_the_docs_say() -> None:
     found: dict[str, set[str]] = {}
     for variant in sorted(VARIANTS):
         cluster = SlurmCluster.model_validate(sample_doc(variant))
-        for obj in desired_objects(Inputs.offline(cluster)):
+        for obj in render_all(Inputs.offline(cluster)):
             spec = obj.get("spec") or {}
             template = (spec.get("jobTemplate") or {}).get("spec", spec).get("template")
             if template:

@@ -103,7 +103,7 @@ def plan(obs: Observation) -> Plan:
     for going in obs.leaving:
         if going.recreate and going.node in gate.released:
             why = f"{going.why}; its node is drained and runs no job"
-            deletes.append(Delete(POD, going.node, why, uid=_uid(obs.pods.get(going.node))))
+            deletes.append(Delete(POD, going.node, why, uid=uid(obs.pods.get(going.node))))
     elastic = _elastic(obs, [g for g in groups if g.autoscale is not None])
     creates: list[Create] = []
     if elastic and elastic.plan:
@@ -123,7 +123,7 @@ def plan(obs: Observation) -> Plan:
             )
             creates.append(Create(pod, f"created pod {pod['metadata']['name']}: Slurm powers its node up"))
         for name, why in elastic.plan.delete:
-            deletes.append(Delete(POD, name, why, uid=_uid(obs.pods.get(name))))
+            deletes.append(Delete(POD, name, why, uid=uid(obs.pods.get(name))))
     refused = _refused(obs, fixed, events)
     status, warnings = _status(obs, fixed, gate, elastic, refused, events)
     # Slurm's snapshot wakes this component when it says something new (SlurmAccess.listen; the node loop polls it,
@@ -144,10 +144,6 @@ def plan(obs: Observation) -> Plan:
         status=status,
         requeue_after=requeue,
     )
-
-
-def _uid(obj: Obj | None) -> str:
-    return uid(obj) if obj is not None else ""
 
 
 def _gate(obs: Observation) -> tuple[Gate, list[SlurmAction], list[Note]]:
