@@ -27,7 +27,7 @@ from slurmctl.api.v1 import (
     Policy,
     SlurmCluster,
 )
-from slurmctl.reconcilers import benchmark, controller, login, populate_jail, rest, workers
+from slurmctl.reconcilers import accounting, benchmark, controller, login, populate_jail, rest, workers
 from slurmctl.reconcilers.accounting import AccountingReconciler
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
@@ -91,7 +91,8 @@ COMPONENTS: Final[tuple[Component, ...]] = (
               former_names=FORMER_COMPONENTS, reads_slurm=True),
     Component("login", LOGIN_READY, reconciler=ComponentReconciler, plan=login.plan, render=manifests.login_objects,
               owns=(STATEFULSET, SERVICE, CONFIGMAP), image="login", after=("cluster", "populate-jail")),
-    Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, render=manifests.accounting_objects,
+    Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, plan=accounting.plan,
+              render=manifests.accounting_objects,
               owns=(DEPLOYMENT, SERVICE, SECRET), image="accounting", required=_accounting_enabled,
               after=("cluster",)),
     Component("rest", REST_READY, reconciler=ComponentReconciler, plan=rest.plan, render=manifests.rest_objects,
