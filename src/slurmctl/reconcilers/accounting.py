@@ -17,6 +17,7 @@ import dataclasses
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from slurmctl.api.v1 import ACCOUNTING_READY, LIMITS_APPLIED, Condition, Reason, SlurmClusterStatus
 from slurmctl.reconcilers.base import ComponentReconciler
@@ -83,6 +84,11 @@ class AccountingObservation(Observation):
     password_secret: Obj | None = field(default=None, repr=False)  # its data is the password
     records: LiveRecords | None = None
 
+    @classmethod
+    def of(cls, base: Observation, **facts: Any) -> AccountingObservation:
+        """The component's observation `base`, with these accounting facts."""
+        return cls(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)}, **facts)
+
 
 @dataclass(frozen=True)
 class Password:
@@ -104,7 +110,7 @@ class AccountingReconciler(ComponentReconciler):
         accounting is disabled or a key is missing, nor the password while mariadb-operator is missing, nor Slurm while
         slurmdbd is not available or the password cannot be used."""
         base = await super().observe(loaded)
-        obs = AccountingObservation(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+        obs = AccountingObservation.of(base)
         cluster, c = loaded.cluster, loaded.name
         if not cluster.spec.accounting.enabled or not {meta.munge_secret(c), meta.jwt_key_secret(c)} <= set(obs.keys):
             return obs
