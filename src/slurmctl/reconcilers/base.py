@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import Condition, Reason, SlurmClusterStatus
@@ -19,12 +19,11 @@ from slurmctl.reconcilers.events import Events
 from slurmctl.reconcilers.executor import execute
 from slurmctl.reconcilers.jail_gate import jail_gate_open
 from slurmctl.reconcilers.loading import Invalid, Loaded
-from slurmctl.reconcilers.observation import Observation, inputs, key_secrets, missing_key, read_keys
+from slurmctl.reconcilers.observation import Observation, key_secrets, read_keys
 from slurmctl.reconcilers.observed import deleting
 from slurmctl.reconcilers.plan import Note
 from slurmctl.render import meta
-from slurmctl.render.kinds import DEPLOYMENT, JOB, POD, SECRET, SLURM_CLUSTER, STATEFULSET, Kind
-from slurmctl.render.manifests import Inputs
+from slurmctl.render.kinds import DEPLOYMENT, JOB, POD, SLURM_CLUSTER, STATEFULSET, Kind
 from slurmctl.runtime import ApiError, Conflict, Request, Result
 from slurmctl.runtime.errors import rejection
 from slurmctl.runtime.manager import ControllerBuilder
@@ -160,19 +159,7 @@ class ComponentReconciler:
             refusals=refusals,
         )
 
-    # ---- desired state ----------------------------------------------------------------------------------------
-    def inputs(self, loaded: Loaded, **known: Any) -> Inputs:
-        """The renderer's inputs (observation.inputs), for the components that do not plan from an observation yet."""
-        return inputs(loaded, self.ctx.settings, **known)
-
-    def desired(self, inputs: Inputs) -> list[Obj]:
-        """This component's objects: the very renderer `slurmctl render` calls."""
-        return self.decl.render(inputs)
-
     # ---- children ---------------------------------------------------------------------------------------------
-    def live(self, kind: Kind, name: str, namespace: str) -> Obj | None:
-        return self.cache.get(*kind, name, namespace=namespace)
-
     async def apply(self, loaded: Loaded, intents: Iterable[Mapping[str, Any]]) -> None:
         """Apply the intents, up to `APPLY_CONCURRENCY` at once: none waits for another (Kubernetes resolves the
         names they give each other when it needs them), and one at a time a pass took a round trip per object
@@ -229,27 +216,9 @@ class ComponentReconciler:
         said = event or Note("Normal", "Deleted", f"deleted {kind.kind} {name}: {why}")
         self.events.record(loaded.obj, said.type, said.reason, said.message)
 
-    async def prune(self, loaded: Loaded, kind: Kind, *, keep: Iterable[str]) -> None:
-        """Delete this component's children of a kind that the spec no longer asks for (never claims: user data)."""
-        wanted = set(keep)
-        for child in self.owned(loaded, kind):
-            name = child["metadata"]["name"]
-            if name not in wanted:
-                await self.delete(loaded, kind, name, why="no longer in the spec")
-
     def owned(self, loaded: Loaded, kind: Kind) -> list[Obj]:
         """This cluster's children of a kind that carry this component's label (or a label it had before)."""
         return owned(self.cache, loaded, kind, self.decl.labels)
-
-    async def create_once(self, loaded: Loaded, name: str, render: Callable[[], Awaitable[dict[str, Any]]]) -> None:
-        """Key material is created, never applied: POST fails on an existing Secret (409, which means "it
-        exists"), so a stale cache can never make the operator overwrite (rotate) a key that pods already use."""
-        if self.live(SECRET, name, loaded.namespace) is not None:
-            return
-        try:
-            await self.manager.client.create(await render())
-        except Conflict:
-            return
 
     def event(self, loaded: Loaded | Invalid, type_: str, reason: str, message: str) -> None:
         self.events.record(loaded.obj, type_, reason, message)
@@ -271,38 +240,8 @@ class ComponentReconciler:
         come within a moment, and only where it differs from what the status says."""
         self.ctx.status.submit(loaded.obj, status_part(status))
 
-    async def report(self, loaded: Loaded, *, ok: bool, reason: Reason, message: str) -> None:
-        """Write only this component's condition (what it waits for, or why it failed)."""
-        cond = self.condition(loaded, ok=ok, reason=reason, message=message)
-        await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
-
     def is_news(self, loaded: Loaded, reason: Reason, message: str, *, type_: str | None = None) -> bool:
         """Whether this component's condition (or another it owns, `type_`) would say something new, compared with
         the status as the writer will leave it (the cache can lag a write just made, and a child's events come one
         right after another): what decides that a Warning Event is due, once per finding, not once per reconcile."""
         return conditions.is_news(self.ctx.status.view(loaded.obj), type_ or self.condition_type, reason, message)
-
-    async def pods_refused(self, loaded: Loaded, *workloads: Obj | None) -> Condition | None:
-        """A PodRefused condition when the API server refuses the pods of one of these live workloads at admission
-        (reconcilers/admission.py: the pod, the Pod Security level and each violation named), with one Warning Event
-        when that is news; None when none is refused."""
-        for workload in workloads:
-            message = await self.ctx.admission.refusal(workload)
-            if message is None:
-                continue
-            if self.is_news(loaded, Reason.POD_REFUSED, message):
-                self.warn(loaded, Reason.POD_REFUSED.value, message)
-            return self.condition(loaded, ok=False, reason=Reason.POD_REFUSED, message=message)
-        return None
-
-    async def secret_ids(self, loaded: Loaded, *names: str) -> list[str] | None:
-        """The uids of key Secrets the pods mount, or None after saying in the condition which one is missing
-        (observation.missing_key). The cluster reconciler creates them; their add events wake this reconciler again,
-        so nothing polls."""
-        keys = read_keys(self.cache, loaded, names)
-        missing = missing_key(loaded, keys.ids, keys.foreign, names)
-        if missing is None:
-            return [keys.ids[name] for name in names]
-        if missing[1] is not None:
-            await self.report(loaded, ok=False, reason=Reason.WAITING_FOR_KEYS, message=missing[1])
-        return None

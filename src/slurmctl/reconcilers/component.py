@@ -54,8 +54,11 @@ class Component:
     condition: str  # the one status condition this component owns
     _: KW_ONLY
     reconciler: Callable[[Context, Component], Reconciler]  # ComponentReconciler or a subclass (reconcilers/base.py)
-    render: Renderer  # the objects it applies: its plan calls it (`slurmctl render` too, while it has no plan)
+    render: Renderer  # the objects it applies: its plan calls it (`slurmctl render` too, when it cannot plan offline)
     plan: Callable[[Observation], Plan] | None = None  # its pure decision (reconcilers/plan.py); None: it decides alone
+    # Whether its plan decides on what a cluster shows without a server (reconcilers/offline.py); accounting's needs
+    # the database password, which only the cluster's Secret holds: `slurmctl render` prints its renderer's objects.
+    plans_offline: bool = True
     owns: tuple[Kind, ...] = ()  # kinds of its children, found and watched by its component label
     image: Image | None = None  # the default image its pods run (`<registry>/<image>:<tag>`)
     required: Callable[[SlurmCluster], bool] = always  # whether its condition must be True for Available

@@ -1,8 +1,9 @@
 """Carrying out a component's `Plan` (reconcilers/plan.py), the same way for every component: Slurm first (what Slurm
 is told can only hold more nodes, never release one: every release was decided on what Slurm said before), then the
 Events, the applies (bounded, concurrent; a delete of an object applied anew goes before them), the deletes (each of
-the incarnation observed), the creates (at once; none while an apply is rejected), and last the status part, with one
-`changed()` of the Slurm snapshot for all the Slurm actions.
+the incarnation observed), the creates (at once; none while an apply is rejected), the accounting records (one at a
+time, reconcilers/limits.py), and last the status part, with one `changed()` of the Slurm snapshot for all the Slurm
+actions.
 
 A refused Slurm action ends the Slurm part (the rest would meet the same Slurm) and turns the component's condition
 into what its plan said a refusal means; the rest of the plan is carried out. An API server that rejects an object
@@ -15,9 +16,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from slurmctl.api.v1 import Condition, SlurmClusterStatus
+from slurmctl.api.v1 import Condition, Reason, SlurmClusterStatus
+from slurmctl.reconcilers.limits import LimitsRefusedError, write_records
 from slurmctl.reconcilers.loading import Loaded
-from slurmctl.reconcilers.plan import Create, Delete, Plan, SlurmAction
+from slurmctl.reconcilers.plan import Create, Delete, Plan, RecordWrites, SlurmAction
 from slurmctl.render.kinds import Kind
 from slurmctl.runtime import Conflict, Result
 from slurmctl.runtime.logs import kv
@@ -54,13 +56,16 @@ async def execute(rec: ComponentReconciler, loaded: Loaded, plan: Plan) -> Resul
     for one, created in zip(plan.create, made, strict=True):
         if created and one.announce:
             rec.event(loaded, "Normal", "Created", one.announce)
+    failed, retry = await _records(rec, loaded, plan.records) if plan.records else (None, None)
     status = plan.status
-    if refused is not None:
-        conds = [c for c in (status.conditions if status else []) if c.type != refused.type]
-        status = (status or SlurmClusterStatus()).model_copy(update={"conditions": [*conds, refused]})
+    for overwrite in (refused, failed):
+        if overwrite is not None:
+            conds = [c for c in (status.conditions if status else []) if c.type != overwrite.type]
+            status = (status or SlurmClusterStatus()).model_copy(update={"conditions": [*conds, overwrite]})
     if status is not None:
         await rec.write_status(loaded, status)
-    return Result(requeue_after=plan.requeue_after) if plan.requeue_after is not None else None
+    again = min(filter(None, (plan.requeue_after, retry)), default=None)
+    return Result(requeue_after=again) if again is not None else None
 
 
 async def _delete(rec: ComponentReconciler, loaded: Loaded, deletes: list[Delete]) -> None:
@@ -93,3 +98,25 @@ async def _slurm(rec: ComponentReconciler, loaded: Loaded, actions: tuple[SlurmA
             return rec.condition(loaded, ok=False, reason=action.failed_reason, message=message)
         rec.event(loaded, "Normal", _ANNOUNCED[action.verb], action.announce)
     return None
+
+
+async def _records(
+    rec: ComponentReconciler, loaded: Loaded, step: RecordWrites
+) -> tuple[Condition | None, float | None]:
+    """Write the accounting records; what their condition says instead of the plan's when Slurm refuses one or cannot
+    be asked, and when to look again then (None, None: all taken)."""
+    c, ns = loaded.name, loaded.namespace
+    try:
+        written = await write_records(rec.ctx.slurm.client(c, ns), step.writes)
+    except LimitsRefusedError as exc:
+        reason, message, retry = Reason.LIMITS_REFUSED, f"Slurm refused {exc}", None
+    except SlurmError as exc:
+        reason, message, retry = Reason.SLURM_UNREACHABLE, f"{step.unreachable}: {exc}", step.retry_after
+    else:
+        if written:
+            log.info("accounting records written %s", kv(namespace=ns, name=c, records=written))
+            rec.event(loaded, "Normal", step.condition, f"wrote {written} accounting records to Slurm")
+        return None, None
+    if rec.is_news(loaded, reason, message, type_=step.condition):  # once per finding, not once per pass
+        rec.warn(loaded, reason.value, message)
+    return rec.condition(loaded, ok=False, reason=reason, message=message, type_=step.condition), retry

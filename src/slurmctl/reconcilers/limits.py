@@ -1,25 +1,31 @@
 """Keeps the QOS, accounts, users and associations `spec.accounting` declares in Slurm's accounting database, through
-slurmrestd (the Slurm client), level-based.
+slurmrestd (the Slurm client), level-based, in three steps that a component's pass splits between its observation,
+its plan and the executor:
 
-Each reconcile reads the live records of every kind, compares them with the desired ones (render/accounting_limits),
-and sends only the records that are missing or differ: a converged cluster costs the reads and no write. A missing
-association is made the way sacctmgr makes it (see SlurmClient.add_associations), then its limits are set. Records are
-sent one at a time, parents first, so that when Slurm refuses one its error can be tied to one field of the spec.
-Nothing is ever deleted: records the spec does not name (an account made with sacctmgr) are not even looked at twice.
+- `read_records`: the live records of every kind the spec declares (the observation);
+- `record_writes`: which records to send, compared with the desired ones (render/accounting_limits), purely: only
+  those missing or different, so a converged cluster costs the reads and no write (the plan);
+- `write_records`: send them one at a time, parents first, so that when Slurm refuses one its error can be tied to one
+  field of the spec (the executor).
+
+A missing association is made the way sacctmgr makes it (see SlurmClient.add_associations), then its limits are set
+in the same pass: what follows an `add` is compared with Slurm as it is after it (a `level` write), since Slurm fills
+in the new record's fields. Nothing is ever deleted: records the spec does not name (an account made with sacctmgr) are
+not even looked at twice.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.reconcilers.plan import Obj, RecordWrite
 from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.render.accounting_limits import changes, desired_state, new_associations
 from slurmctl.slurm import ACCOUNTING_KINDS, AccountingKind, SlurmApiError
 
-log = logging.getLogger(__name__)
+Records = Mapping[AccountingKind, Sequence[Obj]]
 
 
 class LimitsRefusedError(Exception):
@@ -49,31 +55,56 @@ def spec_field(cluster: SlurmCluster, kind: AccountingKind, record: dict[str, An
     return f"{base}.accounts[{index}]"
 
 
-async def _send(call: Awaitable[None], cluster: SlurmCluster, kind: AccountingKind, record: dict[str, Any]) -> None:
-    try:
-        await call
-    except SlurmApiError as exc:
-        raise LimitsRefusedError(spec_field(cluster, kind, record), str(exc)) from None
-
-
-async def apply_limits(client: SlurmApi, cluster: SlurmCluster) -> int:
-    """Bring Slurm's records to the spec; returns how many records were written (0 when converged). Raises
-    LimitsRefusedError when Slurm refuses one, and the client's SlurmError when Slurm cannot be asked."""
+async def read_records(client: SlurmApi, cluster: SlurmCluster) -> dict[AccountingKind, list[Obj]]:
+    """Slurm's records of every kind the spec declares some of (a kind it declares none of is not asked for). Raises
+    the client's SlurmError when Slurm cannot be asked."""
     desired = desired_state(cluster)
-    written = 0
+    return {kind: await client.accounting_records(kind) for kind in ACCOUNTING_KINDS if desired[kind]}
+
+
+def record_writes(cluster: SlurmCluster, live: Records) -> tuple[RecordWrite, ...]:
+    """What brings Slurm's records (`live`, as `read_records` read them) to the spec, in order: () when converged."""
+    desired = desired_state(cluster)
+    out: list[RecordWrite] = []
+    level = False  # after an `add`, records are compared with Slurm as the add left it, not as it was observed
     for kind in ACCOUNTING_KINDS:
         if not desired[kind]:
             continue
-        live = await client.accounting_records(kind)
-        if kind == "associations" and (missing := new_associations(desired[kind], live)):
-            for condition, record in missing:
-                await _send(client.add_associations(condition), cluster, kind, record)
-                written += 1
-            live = await client.accounting_records(kind)  # their limits are compared with what was just made
-        for record in changes(kind, desired[kind], live):
-            await _send(client.update_accounting_records(kind, [record]), cluster, kind, record)
-            written += 1
-    if written:
-        ns, name = cluster.key
-        log.info("accounting records written cluster=%s/%s records=%d", ns, name, written)
+        have = live.get(kind, ())
+        if kind == "associations" and (missing := new_associations(desired[kind], list(have))):
+            out += [RecordWrite("add", kind, where, spec_field(cluster, kind, record)) for where, record in missing]
+            level = True
+        sent = desired[kind] if level else changes(kind, desired[kind], list(have))
+        out += [RecordWrite("level" if level else "update", kind, r, spec_field(cluster, kind, r)) for r in sent]
+    return tuple(out)
+
+
+async def write_records(client: SlurmApi, writes: Sequence[RecordWrite]) -> int:
+    """Send `writes` in order; returns how many records were written. A `level` write reads its kind first (once per
+    pass: all the writes before it are made). Raises LimitsRefusedError when Slurm refuses one (the rest are not sent),
+    and the client's SlurmError when Slurm cannot be asked."""
+    written = 0
+    live: dict[AccountingKind, list[Obj]] = {}
+    for write in writes:
+        record = write.record
+        if write.verb == "level":
+            if write.kind not in live:
+                live[write.kind] = await client.accounting_records(write.kind)
+            differs = changes(write.kind, [record], live[write.kind])
+            if not differs:
+                continue
+            (record,) = differs
+        try:
+            if write.verb == "add":
+                await client.add_associations(record)
+            else:
+                await client.update_accounting_records(write.kind, [record])
+        except SlurmApiError as exc:
+            raise LimitsRefusedError(write.field, str(exc)) from None
+        written += 1
     return written
+
+
+async def apply_limits(client: SlurmApi, cluster: SlurmCluster) -> int:
+    """The three steps at once, for a caller that holds a client: returns how many records were written."""
+    return await write_records(client, record_writes(cluster, await read_records(client, cluster)))

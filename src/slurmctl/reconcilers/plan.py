@@ -3,7 +3,8 @@ and the only input of the generic executor (reconcilers/executor.py).
 
 Deciding and writing are apart so that the decision can be tested without an API server or a Slurm (an observation
 in, a plan out) and so that every component writes the same way: bounded concurrent applies, deletes that name the
-incarnation they mean (a uid precondition), Slurm actions that mark the shared snapshot stale, one status part.
+incarnation they mean (a uid precondition), Slurm actions that mark the shared snapshot stale, accounting records
+written one at a time, one status part.
 Nothing here knows a component; each step says why it is taken, and that reason is what the Event and log say.
 """
 
@@ -15,9 +16,11 @@ from typing import Any, Literal
 
 from slurmctl.api.v1 import Reason, SlurmClusterStatus
 from slurmctl.render.kinds import Kind
+from slurmctl.slurm import AccountingKind
 
 Obj = dict[str, Any]
 SlurmVerb = Literal["drain", "power_up"]
+RecordVerb = Literal["add", "update", "level"]
 
 
 @dataclass(frozen=True)
@@ -75,10 +78,40 @@ class SlurmAction:
 
 
 @dataclass(frozen=True)
+class RecordWrite:
+    """One write to Slurm's accounting database (slurmdbd, through slurmrestd): `add` the association that the
+    association condition `record` makes (as sacctmgr makes it), `update` a record of `kind` to `record`, or `level`
+    one: send `record` only where Slurm's record differs, as Slurm holds it after this pass's earlier writes (a record
+    an `add` of the same pass made or changed, whose fields Slurm filled in: the observation could not see them).
+    `field`: the spec field the record comes from, which a refusal names."""
+
+    verb: RecordVerb
+    kind: AccountingKind
+    record: Obj
+    field: str
+
+
+@dataclass(frozen=True)
+class RecordWrites:
+    """Accounting records to write, one at a time and in order (parents first), so that what Slurm refuses is tied to
+    one spec field. `condition` is the condition they make true (the plan's status says so); the executor turns it
+    into `Slurm refused <field>: <Slurm's error>` (LimitsRefused) when Slurm refuses one, the rest not sent, or into
+    `<unreachable>: <error>` (SlurmUnreachable) when Slurm cannot be asked, looked at again after `retry_after`; either
+    with one Warning Event when that is news. Once all are taken, an Event named after the condition says how many
+    records were written (none when none was)."""
+
+    writes: tuple[RecordWrite, ...]
+    condition: str
+    unreachable: str
+    retry_after: float
+
+
+@dataclass(frozen=True)
 class Plan:
     """One pass of a component. `status` is its part of the cluster's status (None: leave the status as it is), and
     `condition` the type of the condition in it that a refused Slurm action overwrites; `warnings` are log lines (a
-    finding the log must hold once, e.g. Slurm unreachable), with their key=value context."""
+    finding the log must hold once, e.g. Slurm unreachable), with their key=value context; `records`: the accounting
+    records to write, and the condition they make true."""
 
     condition: str
     apply: tuple[Obj, ...] = ()
@@ -89,6 +122,7 @@ class Plan:
     warnings: tuple[tuple[str, Mapping[str, str]], ...] = ()
     status: SlurmClusterStatus | None = None
     requeue_after: float | None = None
+    records: RecordWrites | None = None
 
     @property
     def objects(self) -> list[Obj]:

@@ -27,7 +27,7 @@ from slurmctl.api.v1 import (
     Policy,
     SlurmCluster,
 )
-from slurmctl.reconcilers import benchmark, cluster, controller, login, populate_jail, rest, workers
+from slurmctl.reconcilers import accounting, benchmark, cluster, controller, login, populate_jail, rest, workers
 from slurmctl.reconcilers.accounting import AccountingReconciler
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
@@ -92,7 +92,8 @@ COMPONENTS: Final[tuple[Component, ...]] = (
               former_names=FORMER_COMPONENTS, reads_slurm=True),
     Component("login", LOGIN_READY, reconciler=ComponentReconciler, plan=login.plan, render=manifests.login_objects,
               owns=(STATEFULSET, SERVICE, CONFIGMAP), image="login", after=("cluster", "populate-jail")),
-    Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, render=manifests.accounting_objects,
+    Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, plan=accounting.plan,
+              render=manifests.accounting_objects, plans_offline=False,
               owns=(DEPLOYMENT, SERVICE, SECRET), image="accounting", required=_accounting_enabled,
               after=("cluster",)),
     Component("rest", REST_READY, reconciler=ComponentReconciler, plan=rest.plan, render=manifests.rest_objects,
@@ -107,10 +108,11 @@ COMPONENTS: Final[tuple[Component, ...]] = (
 def planned_objects(obs: Observation, components: Iterable[Component] | None = None) -> list[dict[str, Any]]:
     """The objects the components (default: the registry), in their order, write for this observation: what
     `slurmctl render` prints for an offline one (reconcilers/offline.py). Each component's are those of its plan
-    (`Plan.objects`); one that declares no plan yet contributes its renderer's objects, so the output stays whole."""
+    (`Plan.objects`); one that cannot plan offline (`Component.plans_offline`) contributes its renderer's objects, so
+    the output stays whole."""
     objects: list[dict[str, Any]] = []
     for component in COMPONENTS if components is None else components:
-        if component.plan is None:
+        if component.plan is None or not component.plans_offline:
             objects.extend(component.render(obs.inputs()))
         else:
             objects.extend(component.plan(obs).objects)

@@ -18,6 +18,8 @@ from slurmctl.reconcilers import registry
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.component import Component, always
 from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.observation import Observation
+from slurmctl.reconcilers.plan import Plan
 from slurmctl.reconcilers.registry import COMPONENTS
 from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, SECRET
@@ -141,7 +143,7 @@ async def test_a_cluster_is_parsed_once_per_change_for_all_controllers() -> None
         assert env.ctx.loader.parsed == before + 1
 
 
-# ---- a made-up component: only its entry, renderer and reconciler ----------------------------------------------
+# ---- a made-up component: only its entry, renderer and plan ----------------------------------------------------
 
 
 def _notes(inputs: Inputs) -> list[dict[str, Any]]:
@@ -149,18 +151,21 @@ def _notes(inputs: Inputs) -> list[dict[str, Any]]:
     return [meta.configmap(inputs.cluster, f"{c}-notes", "notes", {"workers": str(len(inputs.cluster.spec.workers))})]
 
 
-class NotesReconciler(ComponentReconciler):
-    async def reconcile_valid(self, loaded: Loaded) -> None:
-        await self.apply(loaded, self.desired(self.inputs(loaded)))
-        ok = self.live(CONFIGMAP, f"{loaded.name}-notes", loaded.namespace) is not None
-        cond = self.condition(loaded, ok=ok, reason=Reason.READY if ok else Reason.NOT_READY, message="notes")
-        await self.write_status(loaded, SlurmClusterStatus(conditions=[cond]))
+def _notes_plan(obs: Observation) -> Plan:
+    ok = f"{obs.loaded.name}-notes" in obs.owned(CONFIGMAP)
+    cond = obs.condition("NotesReady", ok=ok, reason=Reason.READY if ok else Reason.NOT_READY, message="notes")
+    return Plan("NotesReady", apply=tuple(_notes(obs.inputs())), status=SlurmClusterStatus(conditions=[cond]))
+
+
+def _never_ready(obs: Observation) -> Plan:
+    return obs.report("NotesReady", ok=False, reason=Reason.NOT_READY, message="notes")
 
 
 NOTES = Component(
     name="notes",
     condition="NotesReady",
-    reconciler=NotesReconciler,
+    reconciler=ComponentReconciler,
+    plan=_notes_plan,
     render=_notes,
     owns=(CONFIGMAP,),
     required=always,
@@ -194,7 +199,7 @@ async def test_a_new_component_needs_only_its_registry_entry(monkeypatch: pytest
 
 
 async def test_the_phase_counts_a_required_component_that_is_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
-    never_ready = dataclasses.replace(NOTES, render=lambda inputs: [])
+    never_ready = dataclasses.replace(NOTES, plan=_never_ready, render=lambda inputs: [])
     async with Env(components=(*COMPONENTS, never_ready)) as env:
         await env.available()
         assert env.reason("NotesReady") == ("False", "NotReady")
