@@ -105,6 +105,13 @@ COMPONENTS: Final[tuple[Component, ...]] = (
 # fmt: on
 
 
+def desired_objects(inputs: manifests.Inputs, components: Iterable[Component] | None = None) -> list[dict[str, Any]]:
+    """Every object the components' renderers (default: the registry's) give for these inputs, in registry order: what
+    their plans apply for a new cluster once its keys exist (test_offline checks that `slurmctl render` prints exactly
+    these), and what the benchmarks' plain server-side-apply loop applies as its baseline."""
+    return [obj for component in (COMPONENTS if components is None else components) for obj in component.render(inputs)]
+
+
 def planned_objects(obs: Observation, components: Iterable[Component] | None = None) -> list[dict[str, Any]]:
     """The objects the components (default: the registry), in their order, write for this observation: what
     `slurmctl render` prints for an offline one (reconcilers/offline.py). Each component's are those of its plan

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from slurmctl.api.v1 import OPEN_POLICY, SlurmCluster, check_cluster
 from slurmctl.api.v1.defaults import MAX_SSH_KEY_LENGTH, MAX_SSH_KEYS, MAX_TOPOLOGY_LEVELS, MAX_TOPOLOGY_SWITCHES
 from slurmctl.api.v1.sizes import CONFIGMAP_DATA_LIMIT, slurm_configs_bound, sshd_configs_bound
+from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render.manifests import Inputs
 from slurmctl.render.topology import render_topology_conf
-from test.unit.render.samples import render_all
 
 NAME = "c" * 24  # the longest cluster name, in the longest namespace: the bound holds for any name
 NAMESPACE = "n" * 63
@@ -41,7 +41,7 @@ def data_size(configmap: dict[str, Any]) -> int:
 def rendered_sizes(cluster: SlurmCluster) -> dict[str, int]:
     return {
         obj["metadata"]["name"].removeprefix(f"{NAME}-"): data_size(obj)
-        for obj in render_all(Inputs.offline(cluster))
+        for obj in desired_objects(Inputs.offline(cluster))
         if obj["kind"] == "ConfigMap"
     }
 

@@ -24,11 +24,10 @@ import yaml
 from slurmctl import cli
 from slurmctl.api.v1 import JAIL_POPULATED, OPEN_POLICY, Policy, SlurmCluster
 from slurmctl.reconcilers import offline
-from slurmctl.reconcilers.registry import COMPONENTS, planned_objects
+from slurmctl.reconcilers.registry import COMPONENTS, desired_objects, planned_objects
 from slurmctl.render import meta
 from slurmctl.render.manifests import Inputs
 from test.unit.api.helpers import sample_clusters
-from test.unit.render.samples import render_all
 
 Doc = dict[str, Any]
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHj3mVf1H3vZC1y0XbmRuAlbCbe2fXx5nH0wYDsSgm0B admin@example.com"
@@ -112,7 +111,7 @@ def test_render_prints_the_plans_which_apply_what_the_renderers_render(variant: 
         plan = component.plan(obs)
         assert _dump(plan.objects) == _dump(component.render(inputs)), f"{component.name}'s plan and renderer differ"
         assert not [c for c in plan.create if c.obj is None], f"{component.name} makes key material offline"
-    assert _dump(planned_objects(obs)) == _dump(render_all(inputs))
+    assert _dump(planned_objects(obs)) == _dump(desired_objects(inputs))
 
 
 def test_the_cli_prints_the_plans_objects(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
@@ -131,7 +130,7 @@ def test_the_cli_prints_the_plans_objects(monkeypatch: pytest.MonkeyPatch, tmp_p
     expected = [
         obj
         for doc in docs
-        for obj in render_all(_offline_inputs(SlurmCluster.model_validate(doc), policy, "corp.internal"))
+        for obj in desired_objects(_offline_inputs(SlurmCluster.model_validate(doc), policy, "corp.internal"))
     ]
     assert out.getvalue() == _dump(expected)
 
@@ -145,4 +144,4 @@ def test_a_status_in_the_file_is_not_the_new_clusters() -> None:
     cluster = SlurmCluster.model_validate(doc)
     rendered = planned_objects(offline.observation(cluster))
     assert ("Job", meta.populate_jail("minimal")) in [(o["kind"], o["metadata"]["name"]) for o in rendered]
-    assert _dump(rendered) == _dump(render_all(Inputs.offline(cluster, root_jobs=False)))
+    assert _dump(rendered) == _dump(desired_objects(Inputs.offline(cluster, root_jobs=False)))

@@ -20,12 +20,12 @@ from slurmctl.reconcilers.component import Component, always
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.plan import Plan
-from slurmctl.reconcilers.registry import COMPONENTS
+from slurmctl.reconcilers.registry import COMPONENTS, desired_objects
 from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, SECRET
 from slurmctl.render.manifests import Inputs
 from test.unit.reconcilers.env import NAME, NS, Env, spec
-from test.unit.render.samples import VARIANTS, render_all, sample_doc
+from test.unit.render.samples import VARIANTS, sample_doc
 
 LABEL = meta.LABEL_COMPONENT
 
@@ -80,7 +80,7 @@ async def _applied_by_reconcilers(variant: str) -> tuple[list[dict[str, Any]], I
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 async def test_render_prints_exactly_what_the_reconcilers_apply(variant: str) -> None:
     applied, inputs = await _applied_by_reconcilers(variant)
-    rendered = render_all(inputs)
+    rendered = desired_objects(inputs)
     key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
     assert sorted(map(key, applied)) == sorted(map(key, rendered))
     by_key = {key(o): o for o in rendered}

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from slurmctl.api.v1 import SlurmCluster
-from slurmctl.reconcilers.registry import COMPONENTS
+from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render import accounting
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 from slurmctl.render.login import sshd_configs_data
@@ -67,12 +67,6 @@ def sample(variant: str) -> SlurmCluster:
     return SlurmCluster.model_validate(sample_doc(variant))
 
 
-def render_all(inputs: Inputs) -> list[dict[str, Any]]:
-    """Every component's renderer over these inputs, in registry order: what the components' plans apply for a new
-    cluster once its keys exist (test_offline checks that `slurmctl render` prints exactly these)."""
-    return [obj for component in COMPONENTS for obj in component.render(inputs)]
-
-
 def manifests(cluster: SlurmCluster, **overrides: Any) -> list[dict[str, Any]]:
     """What the components apply, with every id and password a reconciler would pass, fixed."""
     kwargs: dict[str, Any] = {
@@ -82,7 +76,7 @@ def manifests(cluster: SlurmCluster, **overrides: Any) -> list[dict[str, Any]]:
         "dbd_password": DBD_PASSWORD,
         "dbd_password_id": DBD_PASSWORD_ID,
     }
-    return render_all(Inputs.offline(cluster, **{**kwargs, **overrides}))
+    return desired_objects(Inputs.offline(cluster, **{**kwargs, **overrides}))
 
 
 def all_objects(cluster: SlurmCluster) -> list[dict[str, Any]]:

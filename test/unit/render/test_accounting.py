@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render import accounting
 from slurmctl.render.manifests import Inputs
-from test.unit.render.samples import DBD_PASSWORD, all_objects, manifests, render_all, sample, sample_doc
+from test.unit.render.samples import DBD_PASSWORD, all_objects, manifests, sample, sample_doc
 
 
 def _is_slurmdbd(obj: dict[str, Any]) -> bool:
@@ -105,7 +106,7 @@ def test_a_password_slurmdbd_conf_cannot_carry_is_refused_without_echoing_it(pas
 
 
 def test_offline_rendering_leaves_the_slurmdbd_secret_out() -> None:
-    names = [o["metadata"]["name"] for o in render_all(Inputs.offline(sample("research")))]
+    names = [o["metadata"]["name"] for o in desired_objects(Inputs.offline(sample("research")))]
     assert "research-slurmdbd" not in names
     assert {"research-accounting"} <= set(names)
 

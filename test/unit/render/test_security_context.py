@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render.manifests import Inputs
-from test.unit.render.samples import VARIANTS, render_all, sample_doc
+from test.unit.render.samples import VARIANTS, sample_doc
 
 PRIVILEGED = {"slurmd"}
 SSHD_CAPABILITIES = {
@@ -31,7 +32,7 @@ def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
 def test_every_container_has_a_security_context_and_only_slurmd_is_privileged(variant: str) -> None:
     cluster = SlurmCluster.model_validate(sample_doc(variant))
     found = {}
-    for obj in render_all(Inputs.offline(cluster)):
+    for obj in desired_objects(Inputs.offline(cluster)):
         for container in containers(obj):
             found[(obj["metadata"]["name"], container["name"])] = container.get("securityContext")
     assert found, "the sample renders workloads"
@@ -96,7 +97,7 @@ def test_each_component_meets_the_pod_security_level_the_docs_say() -> None:
     found: dict[str, set[str]] = {}
     for variant in sorted(VARIANTS):
         cluster = SlurmCluster.model_validate(sample_doc(variant))
-        for obj in render_all(Inputs.offline(cluster)):
+        for obj in desired_objects(Inputs.offline(cluster)):
             spec = obj.get("spec") or {}
             template = (spec.get("jobTemplate") or {}).get("spec", spec).get("template")
             if template:

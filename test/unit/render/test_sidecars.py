@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from slurmctl.api.v1 import SlurmCluster
+from slurmctl.reconcilers.registry import desired_objects
 from slurmctl.render.manifests import Inputs
 from slurmctl.render.pods import MUNGE_SOCKET
-from test.unit.render.samples import VARIANTS, render_all, sample_doc
+from test.unit.render.samples import VARIANTS, sample_doc
 
 DAEMONS = {"slurmctld", "slurmd", "sshd", "slurmdbd"}
 
@@ -18,7 +19,7 @@ DAEMONS = {"slurmctld", "slurmd", "sshd", "slurmdbd"}
 def test_every_daemon_pod_runs_munged_as_a_sidecar_that_starts_first_and_stops_last(variant: str) -> None:
     cluster = SlurmCluster.model_validate(sample_doc(variant))
     seen = set()
-    for obj in render_all(Inputs.offline(cluster)):
+    for obj in desired_objects(Inputs.offline(cluster)):
         pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
         daemons = [c["name"] for c in pod.get("containers", []) if c["name"] in DAEMONS]
         if not daemons:
