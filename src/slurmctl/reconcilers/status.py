@@ -130,8 +130,9 @@ class StatusWriter:
         self._due: dict[Key, float] = {}  # when each key's pending parts go out
         self._failures: dict[Key, int] = {}
         self._in_flight: set[Key] = set()
-        # The part each in-flight write carries, shown by view() until the write lands in `_written`: a reconcile
-        # while the API server has not answered yet must not take it for unsaid (it warned twice under load).
+        # The status each in-flight write carries, shown by view() and judged by submit() until the write lands in
+        # `_written`: a reconcile while the API server has not answered yet must not take it for unsaid (it warned
+        # twice under load), nor a part that moves the phase beyond it for mere progress.
         self._writing: dict[Key, Status] = {}
         self._written: dict[Key, _Written] = {}  # what this writer wrote last, per cluster
         self._wake = asyncio.Event()
@@ -147,7 +148,9 @@ class StatusWriter:
         nothing when the status already says it."""
         key = _key(obj)
         pending = overlay(self._pending.get(key, {}), part)
-        base = self._base(key, obj)
+        # Judged against the status as it will be once the write in flight lands: against the one before it, the last
+        # component's part that moves the phase looks like more progress and waits the progress window.
+        base = overlay(self._base(key, obj), self._writing.get(key, {}))
         if covers(base, pending):
             self._pending.pop(key, None)  # what is left to say is already said
             self._due.pop(key, None)
@@ -220,7 +223,7 @@ class StatusWriter:
             status = self.derive(obj, base, status)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("status write %s", kv(namespace=key[0], name=key[1], changed=",".join(_changes(base, status))))
-        self._writing[key] = part
+        self._writing[key] = status  # with its phase: what `view` and `submit` compare with until it lands
         try:
             applied = await self._manager.apply_status(_status_body(key, status), field_manager=self.field_manager)
         except NotFound:
