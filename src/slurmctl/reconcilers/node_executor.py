@@ -18,9 +18,9 @@ from slurmctl.reconcilers.base import status_part
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.events import Events
 from slurmctl.reconcilers.loading import Loaded
-from slurmctl.reconcilers.node_plans import Done, RepairPlan, StatusPlan, Warning
+from slurmctl.reconcilers.node_plans import Done, RepairPlan, StatusPlan
 from slurmctl.reconcilers.node_steps import ForceDelete, Replace, SlurmWrite
-from slurmctl.reconcilers.plan import Note, Obj
+from slurmctl.reconcilers.plan import LogLine, Note, Obj
 from slurmctl.reconcilers.slurm_access import SlurmApi
 from slurmctl.reconcilers.slurm_marks import write_marks
 from slurmctl.reconcilers.unhealthy import CordonBudget, Replacement, cordon_patch
@@ -53,6 +53,10 @@ class NodeExecutor:
         gone: set[str] = set()
         force_deleted: set[str] = set()
         replaced: list[Replacement] = []
+
+        def done() -> Done:
+            return Done(frozenset(gone), frozenset(force_deleted), tuple(replaced))
+
         api = self.ctx.slurm.client(c, ns)
         for step in plan.steps:
             if isinstance(step, SlurmWrite):
@@ -60,11 +64,11 @@ class NodeExecutor:
                     await _write(api, step)
                 except SlurmApiError as exc:
                     if not step.refusal:
-                        return Done(frozenset(gone), frozenset(force_deleted), tuple(replaced)), exc
+                        return done(), exc
                     log.warning("%s %s", step.refusal, kv(namespace=ns, name=c, node=",".join(step.nodes), error=exc))
                     continue
                 except SlurmError as exc:
-                    return Done(frozenset(gone), frozenset(force_deleted), tuple(replaced)), exc
+                    return done(), exc
                 self._say(loaded, step.notes)
             elif isinstance(step, ForceDelete):
                 if await self._force_delete(loaded, step):
@@ -73,7 +77,7 @@ class NodeExecutor:
             elif await self._replace(loaded, step):
                 gone.add(step.replacement.pod)
                 replaced.append(step.replacement)
-        return Done(frozenset(gone), frozenset(force_deleted), tuple(replaced)), None
+        return done(), None
 
     async def write_status(self, loaded: Loaded, plan: StatusPlan) -> None:
         """The pods' marks, then the node counts through the one status writer (it writes only a change)."""
@@ -86,7 +90,7 @@ class NodeExecutor:
         """Only the evictable labels (a cluster whose spec is invalid: Slurm was not asked)."""
         await write_marks(self.manager, (), evictable)
 
-    def _say(self, loaded: Loaded, notes: Iterable[Note], warnings: Iterable[Warning] = ()) -> None:
+    def _say(self, loaded: Loaded, notes: Iterable[Note], warnings: Iterable[LogLine] = ()) -> None:
         for note in notes:
             self.events.record(loaded.obj, note.type, note.reason, note.message)
         for message, context in warnings:

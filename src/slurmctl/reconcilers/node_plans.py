@@ -21,7 +21,7 @@ from slurmctl.reconcilers.eviction_hold import expired, expired_message, held_me
 from slurmctl.reconcilers.lost_nodes import recover
 from slurmctl.reconcilers.node_observation import NodeObservation
 from slurmctl.reconcilers.node_steps import Replace, SlurmWrite, Step
-from slurmctl.reconcilers.plan import Note, Obj
+from slurmctl.reconcilers.plan import LogLine, Note, Obj
 from slurmctl.reconcilers.slurm_marks import condition_intents, evictable_intents
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE
 from slurmctl.reconcilers.unhealthy import Replacement, judge_unhealthy, replacing_message, still_remembered
@@ -29,7 +29,6 @@ from slurmctl.render import meta
 from slurmctl.slurm import Node
 
 POLL_SECONDS = 15.0
-Warning = tuple[str, Mapping[str, str]]  # a log line and its key=value context
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ class RepairPlan:
 
     steps: tuple[Step, ...] = ()
     events: tuple[Note, ...] = ()
-    warnings: tuple[Warning, ...] = ()
+    warnings: tuple[LogLine, ...] = ()
     memory: NodeMemory = NodeMemory()
     changed: frozenset[str] = frozenset()
     draining: bool = False
@@ -83,7 +82,7 @@ class StatusPlan:
     evictable: tuple[Obj, ...] = ()
     counts: SlurmNodeCounts | None = None
     events: tuple[Note, ...] = ()
-    warnings: tuple[Warning, ...] = ()
+    warnings: tuple[LogLine, ...] = ()
     requeue_after: float | None = None
 
 
@@ -104,7 +103,7 @@ def plan_repair(obs: NodeObservation, memory: NodeMemory) -> RepairPlan:
     by_name = {pod.name: pod for pod in pods}
     lost_now = {name: host for name, host in obs.lost.lost.items() if by_name[name].uid not in force_deleted}
     lost = dataclasses.replace(obs.lost, lost=lost_now)
-    warnings: list[Warning] = []
+    warnings: list[LogLine] = []
     if obs.lost.disrupted and not memory.disrupted:
         hosts = ",".join(sorted({pod.node_name for pod in pods if pod.node_name}))
         warnings.append(

@@ -21,6 +21,7 @@ from slurmctl.slurm import AccountingKind
 Obj = dict[str, Any]
 SlurmVerb = Literal["drain", "power_up"]
 RecordVerb = Literal["add", "update", "level"]
+LogLine = tuple[str, Mapping[str, str]]  # a WARNING line and its key=value context
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class Plan:
     delete: tuple[Delete, ...] = ()
     create: tuple[Create, ...] = ()
     events: tuple[Note, ...] = ()
-    warnings: tuple[tuple[str, Mapping[str, str]], ...] = ()
+    warnings: tuple[LogLine, ...] = ()
     status: SlurmClusterStatus | None = None
     requeue_after: float | None = None
     records: RecordWrites | None = None
