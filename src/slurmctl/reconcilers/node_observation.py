@@ -15,9 +15,11 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from slurmctl.reconcilers.conditions import now
 from slurmctl.reconcilers.context import Context
+from slurmctl.reconcilers.drain import jobs_by_node
 from slurmctl.reconcilers.eviction_hold import CordonedSince
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost
@@ -28,7 +30,7 @@ from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
 from slurmctl.render.kinds import NODE, POD
 from slurmctl.runtime import ApiError, NotFound
-from slurmctl.slurm import SlurmError
+from slurmctl.slurm import Node, SlurmError
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,11 @@ class Held:
 
 @dataclass(frozen=True)
 class NodeObservation:
-    """One cluster as the Slurm node loop saw it at `now`. `slurm` is None when Slurm could not be asked at all
-    (`unreachable` says why); a snapshot may still carry the error of its read. `lost` holds the pods on lost
-    Kubernetes nodes that the API server confirmed; `unconfirmed` the API server's error when it could not confirm
-    them (nothing is acted on then). `answers`: whether each lost standby slurmctld still answers Slurm's ping."""
+    """One cluster as the Slurm node loop saw it at `now`. `slurm` is None when Slurm could not be asked at all (the
+    outage is SlurmAccess's to tell its readers); a snapshot may still carry the error of its read. `lost` holds the
+    pods on lost Kubernetes nodes that the API server confirmed; `unconfirmed` the API server's error when it could not
+    confirm them (nothing is acted on then). `answers`: whether each lost standby slurmctld still answers Slurm's
+    ping."""
 
     loaded: Loaded
     now: datetime
@@ -59,11 +62,24 @@ class NodeObservation:
     lost: LostVerdict = field(default_factory=LostVerdict)
     unconfirmed: Mapping[str, str] = field(default_factory=dict)  # the node and the API server's error
     slurm: SlurmSnapshot | None = None
-    unreachable: str = ""
     shared: bool = False  # the snapshot was taken before this pass (by another reader): a pod event woke it
     answers: Mapping[str, bool] = field(default_factory=dict)
     hold: float = 0.0  # --max-eviction-hold
     held: Held = Held()
+
+    @cached_property
+    def nodes(self) -> Mapping[str, Node]:
+        """The cluster's worker nodes in Slurm, by name (the snapshot holds the controller's too); read only when
+        Slurm answered."""
+        assert self.slurm is not None
+        prefix = meta.worker_group(self.loaded.name, "")
+        return {n.name: n for n in self.slurm.nodes if n.name.startswith(prefix)}
+
+    @cached_property
+    def running(self) -> Mapping[str, tuple[int, ...]]:
+        """The jobs on each worker node (drain.jobs_by_node of the same snapshot)."""
+        assert self.slurm is not None
+        return jobs_by_node(self.slurm.jobs)
 
 
 @dataclass
@@ -102,7 +118,7 @@ class NodeObserver:
         if not loaded.cluster.spec.rest.enabled or slurm.address(c, ns) is None:
             why = "spec.rest.enabled is false" if not loaded.cluster.spec.rest.enabled else "no ready slurmrestd pod"
             slurm.unreachable(c, ns, why)
-            return dataclasses.replace(base, unreachable=why)
+            return base
         standby = self._standby(loaded)
         lost, unconfirmed = await self._lost(loaded, [*workers, *standby])
         fresh_read = any(pod.uid not in handled for pod in (*workers, *standby) if pod.name in lost.lost)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from slurmctl.api.v1 import SlurmNodeCounts
-from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, evictable, jobs_by_node, upkeep
+from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, evictable, upkeep
 from slurmctl.reconcilers.elastic import ELASTIC_POLL_SECONDS
 from slurmctl.reconcilers.eviction_hold import expired, expired_message, held_message, hold_reason
 from slurmctl.reconcilers.lost_nodes import recover
@@ -25,7 +25,6 @@ from slurmctl.reconcilers.plan import LogLine, Note, Obj
 from slurmctl.reconcilers.slurm_marks import condition_intents, evictable_intents
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE
 from slurmctl.reconcilers.unhealthy import Replacement, judge_unhealthy, replacing_message, still_remembered
-from slurmctl.render import meta
 from slurmctl.slurm import Node
 
 POLL_SECONDS = 15.0
@@ -86,18 +85,9 @@ class StatusPlan:
     requeue_after: float | None = None
 
 
-def worker_nodes(obs: NodeObservation) -> dict[str, Node]:
-    """The cluster's worker nodes in Slurm, by name (the snapshot holds the controller's too)."""
-    assert obs.slurm is not None
-    prefix = meta.worker_group(obs.loaded.name, "")
-    return {n.name: n for n in obs.slurm.nodes if n.name.startswith(prefix)}
-
-
 def plan_repair(obs: NodeObservation, memory: NodeMemory) -> RepairPlan:
     """Slurm answered (`obs.slurm` is up): the steps of this pass, in the order they are taken."""
-    mine = worker_nodes(obs)
-    assert obs.slurm is not None
-    running = jobs_by_node(obs.slurm.jobs)
+    mine, running = obs.nodes, obs.running
     pods = (*obs.workers, *obs.standby)
     force_deleted = memory.force_deleted & {pod.uid for pod in pods}  # forget the pods that left the cache
     by_name = {pod.name: pod for pod in pods}
@@ -150,9 +140,7 @@ def plan_repair(obs: NodeObservation, memory: NodeMemory) -> RepairPlan:
 
 def plan_status(obs: NodeObservation, repair: RepairPlan, gone: Iterable[str]) -> StatusPlan:
     """Slurm answered and the repair was carried out (`gone`: the pods it deleted): the marks from this snapshot."""
-    assert obs.slurm is not None
-    mine = worker_nodes(obs)
-    running = jobs_by_node(obs.slurm.jobs)
+    mine, running = obs.nodes, obs.running
     left = set(gone)
     pods = [pod for pod in obs.pods if pod["metadata"]["name"] not in left]
     workers = [worker for worker in obs.workers if worker.name not in left]
@@ -180,7 +168,7 @@ def plan_status(obs: NodeObservation, repair: RepairPlan, gone: Iterable[str]) -
 
 
 def plan_outage(obs: NodeObservation, memory: NodeMemory, error: str) -> tuple[StatusPlan, NodeMemory]:
-    """Slurm could not be asked (`error`: its error; "" when it was not asked at all, `obs.unreachable` says why):
+    """Slurm could not be asked (`error`: its error; "" when it was not asked at all: slurmrestd disabled or not ready):
     no pod is evictable but by the eviction hold (`obs.held`), said once per pod; the error is logged once."""
     events = tuple(
         Note("Warning", "EvictionHoldExpired", held_message(name, obs.hold)) for name in sorted(obs.held.new)

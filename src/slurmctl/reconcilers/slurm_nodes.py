@@ -109,14 +109,9 @@ class SlurmNodesReconciler:
             return None
         memory = self.memory.get(key, NodeMemory())
         obs = await self.observer.observe(loaded, handled=memory.force_deleted)
-        status: StatusPlan
-        if obs.slurm is None or not obs.slurm.up:
-            # Nothing to ask: no polling until slurmrestd is enabled (a spec change) and its pod is ready (a pod
-            # event), both wake this loop; or Slurm did not answer. Every reader sees the outage.
-            error = "" if obs.slurm is None else str(obs.slurm.error)
-            held = self.observer.held(loaded, obs.workers)
-            status, memory = plan_outage(dataclasses.replace(obs, held=held), memory, error)
-        else:
+        status: StatusPlan | None = None
+        error = ""  # why Slurm could not be asked or refused ("": not asked at all)
+        if obs.slurm is not None and obs.slurm.up:
             repair = plan_repair(obs, memory)
             done, refused = await self.executor.repair(loaded, repair)
             memory = repair.memory.after(done)
@@ -124,8 +119,14 @@ class SlurmNodesReconciler:
                 status = plan_status(obs, repair, done.gone)
             else:  # a write failed, perhaps half-way: the next reader reads again
                 self.ctx.slurm.changed(loaded.name, loaded.namespace)
-                held = self.observer.held(loaded, obs.workers)
-                status, memory = plan_outage(dataclasses.replace(obs, held=held), memory, str(refused))
+                error = str(refused)
+        elif obs.slurm is not None:
+            error = str(obs.slurm.error)
+        if status is None:
+            # Nothing to ask (slurmrestd disabled or not ready: its enabling and its pod turning ready wake this loop),
+            # or Slurm did not answer. Every reader sees the outage; only the eviction hold makes a pod evictable.
+            held = self.observer.held(loaded, obs.workers)
+            status, memory = plan_outage(dataclasses.replace(obs, held=held), memory, error)
         self.memory[key] = memory
         await self.executor.write_status(loaded, status)
         return None if status.requeue_after is None else Result(requeue_after=status.requeue_after)

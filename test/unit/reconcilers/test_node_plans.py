@@ -42,7 +42,7 @@ def raw(name: str, *, evictable: bool = False) -> dict[str, Any]:
     labels = {meta.LABEL_EVICTABLE: "true"} if evictable else {}
     return {
         "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": labels},
-        "status": {"podIP": "10.0.0.1"},
+        "status": {"podIP": "127.0.0.1"},
     }
 
 
@@ -96,7 +96,9 @@ def test_a_lost_worker_slurm_cannot_reach_goes_down_out_of_slurm_and_its_pod_is_
     ]
     assert repair.steps[1].reason == lost_reason("node-a")  # type: ignore[union-attr]
     assert repair.steps[2].refusal, "a refused delete in Slurm does not hold the pod"  # type: ignore[union-attr]
-    assert repair.steps[3] == ForceDelete(P0, f"uid-{P0}", "node-a", repair.steps[3].note)  # type: ignore[union-attr]
+    force = repair.steps[3]
+    assert isinstance(force, ForceDelete) and (force.pod, force.uid, force.host) == (P0, f"uid-{P0}", "node-a")
+    assert force.note.reason == "Deleted"
     memory = repair.memory.after(Done(frozenset({P0}), frozenset({f"uid-{P0}"})))
     again = plan_repair(obs, memory)
     assert not any(isinstance(s, ForceDelete) for s in again.steps), "never twice, while the cache still shows it"

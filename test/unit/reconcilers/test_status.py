@@ -38,6 +38,17 @@ async def reconcile_all(env: Env) -> None:
         await component(Request(NS, NAME))
 
 
+async def populated_and_ready(env: Env, clock: FakeClock) -> None:
+    """A new cluster written once, its jail populated (the gate opens: the login StatefulSet is made) and then every
+    pod ready: the components' next pass reports them ready."""
+    env.create(spec())
+    await reconcile_all(env)
+    await clock.advance(COALESCE_SECONDS)
+    env.job_succeeds()
+    await reconcile_all(env)
+    env.pods_ready()
+
+
 async def test_one_pass_of_every_component_is_one_status_write_with_its_phase() -> None:
     clock = FakeClock()
     async with writing(clock) as env:
@@ -61,12 +72,7 @@ async def test_one_pass_of_every_component_is_one_status_write_with_its_phase() 
 async def test_progress_waits_for_more_and_the_phase_change_goes_out_at_once() -> None:
     clock = FakeClock()
     async with writing(clock) as env:
-        env.create(spec())
-        await reconcile_all(env)
-        await clock.advance(COALESCE_SECONDS)
-        env.job_succeeds()
-        await reconcile_all(env)
-        env.pods_ready()
+        await populated_and_ready(env, clock)
         mark = env.mark()
         await env.ctx.reconcilers["controller"](Request(NS, NAME))  # ready, but the cluster is not Available yet
         await clock.advance(COALESCE_SECONDS)
@@ -125,12 +131,7 @@ async def test_a_part_that_completes_the_phase_while_a_write_is_in_flight_goes_o
     Available 10 s late."""
     clock = FakeClock()
     async with writing(clock) as env:
-        env.create(spec())
-        await reconcile_all(env)
-        await clock.advance(COALESCE_SECONDS)
-        env.job_succeeds()
-        await reconcile_all(env)  # the jail gate opens: the login StatefulSet is made
-        env.pods_ready()
+        await populated_and_ready(env, clock)
         await clock.advance(PROGRESS_SECONDS)
         gate = asyncio.Event()
         apply_status = env.ctx.manager.apply_status
