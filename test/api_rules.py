@@ -16,6 +16,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from slurmctl.api.v1.types import RESERVED_WHY
+
 By = Literal["cel", "list-map", "list-set", "schema"]
 
 VALID_SPEC: dict[str, Any] = {"jail": {"volume": {"claimName": "jail"}}, "workers": [{"name": "cpu", "size": 2}]}
@@ -34,6 +36,23 @@ def _sub_mounts(*mounts: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
             "subMounts": [{"name": name, "mountPath": path, "volume": volume} for name, path, volume in mounts],
         }
     }
+
+
+# Every component that has pods (SlurmClusterSpec.components_with_pods), and a key of slurmctl's for each of the
+# fields that may not name one.
+_PODS = ("populateJail", "controller", "workers[0]", "login", "accounting", "rest", "healthChecks.ncclBenchmark")
+_RESERVED = {
+    "podLabels": {"app.kubernetes.io/instance": "other"},
+    "podAnnotations": {"container.apparmor.security.beta.kubernetes.io/sshd": "unconfined"},
+}
+
+
+def _in_component(where: str, field: str, value: Any) -> dict[str, Any]:
+    """A patch that sets `field` of the component at `where` (a path below spec) to `value`."""
+    if where == "workers[0]":
+        return {"workers": [{"name": "cpu", "size": 2, field: value}]}
+    outer, _, inner = where.partition(".")
+    return {outer: {inner: {field: value}}} if inner else {outer: {field: value}}
 
 
 # A spec every rule holds for, touching each rule's field: what the rules must let through.
@@ -407,6 +426,19 @@ CASES: tuple[Case, ...] = (
         "spec.accounting.accounts[0].users[1]",
         "Duplicate value",
         None,
+    ),
+    *(
+        Case(
+            f"{field} naming a key of slurmctl's in {where}",
+            _in_component(where, field, value),
+            "cel",
+            f"spec.{where}.{field}",
+            f"{field} may not name keys that are slurmctl's own",
+            "is slurmctl's own",
+            rule=f"{field} may not name keys that are {RESERVED_WHY}",
+        )
+        for where in _PODS
+        for field, value in _RESERVED.items()
     ),
     Case(
         "a QOS twice in an account",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from .fields import image_field
-from .types import ApiModel, Quantity
+from .types import ApiModel, Quantity, ResourceRequirements, Scheduling
 
 
 class GpuHealthCheck(ApiModel):
@@ -17,8 +17,10 @@ class GpuHealthCheck(ApiModel):
     interval_seconds: int = Field(60, ge=10, le=86_400, description="HealthCheckInterval: seconds between checks.")
 
 
-class NcclBenchmark(ApiModel):
-    """A periodic NCCL all_reduce_perf run on every GPU node that drains nodes below a bandwidth threshold."""
+class NcclBenchmark(Scheduling):
+    """A periodic NCCL all_reduce_perf run on every GPU node that drains nodes below a bandwidth threshold. Its
+    placement is that of the CronJob's pod, a Slurm client that submits the runs, not of the runs themselves (those
+    run on the GPU workers)."""
 
     enabled: bool = Field(False, description="Create the benchmark CronJob (needs a worker group with GPUs).")
     schedule: str = Field(
@@ -40,6 +42,12 @@ class NcclBenchmark(ApiModel):
     step_factor: int = Field(2, ge=2, le=1024, description="Factor between message sizes (-f).")
     timeout_seconds: int = Field(
         1800, ge=60, le=86_400, description="Seconds a benchmark run may take before it counts as failed."
+    )
+    resources: ResourceRequirements = Field(
+        default_factory=lambda: ResourceRequirements(
+            requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "1Gi"}
+        ),
+        description="Compute resources of the CronJob's container (it submits the runs and waits for them).",
     )
 
 

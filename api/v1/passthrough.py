@@ -24,7 +24,7 @@ from kubernetes_validate import utils as kubernetes_schemas
 from referencing import Registry, Resource
 
 from slurmctl.api.v1.spec import SlurmClusterSpec
-from slurmctl.api.v1.types import ResourceRequirements, Scheduling, VolumeRef, parse_quantity
+from slurmctl.api.v1.types import RESERVED_WHY, ResourceRequirements, Scheduling, VolumeRef, parse_quantity, reserved
 
 # A current minor, as the renderer tests use: its schema describes every field the pods of all supported servers use.
 KUBERNETES_SCHEMA_VERSION = "1.30"
@@ -218,6 +218,10 @@ def check_scheduling(scheduling: Scheduling, base: str) -> Problems:
         problems += _check_affinity(scheduling.affinity, where)
     if scheduling.topology_spread_constraints:
         problems += _check_spread(scheduling.topology_spread_constraints, f"{base}.topologySpreadConstraints")
+    problems += _labels(scheduling.pod_labels, f"{base}.podLabels")
+    problems += check_annotations(scheduling.pod_annotations, f"{base}.podAnnotations")
+    for field, keys in (("podLabels", scheduling.pod_labels), ("podAnnotations", scheduling.pod_annotations)):
+        problems += [(_field(f"{base}.{field}", key), f"{key!r} is {RESERVED_WHY}") for key in keys if reserved(key)]
     return problems
 
 
@@ -266,15 +270,7 @@ def check_passthrough(spec: SlurmClusterSpec, path: str = "spec") -> Problems:
     problems = check_volume(spec.jail.volume, f"{path}.jail.volume")
     for index, mount in enumerate(spec.jail.sub_mounts):
         problems += check_volume(mount.volume, f"{path}.jail.subMounts[{index}].volume")
-    placed: list[tuple[str, Scheduling, ResourceRequirements]] = [
-        (f"{path}.populateJail", spec.populate_jail, spec.populate_jail.resources),
-        (f"{path}.controller", spec.controller, spec.controller.resources),
-        *((f"{path}.workers[{i}]", group, group.resources) for i, group in enumerate(spec.workers)),
-        (f"{path}.login", spec.login, spec.login.resources),
-        (f"{path}.accounting", spec.accounting, spec.accounting.resources),
-        (f"{path}.rest", spec.rest, spec.rest.resources),
-    ]
-    for base, scheduling, resources in placed:
+    for base, scheduling, resources in spec.components_with_pods(path):
         problems += check_scheduling(scheduling, base)
         problems += check_resources(resources, f"{base}.resources")
     if spec.accounting.mariadb is not None:

@@ -240,7 +240,7 @@ def policy_problems(spec: SlurmClusterSpec, policy: Policy, path: str = "spec") 
     problems += _slurm_key_problems(spec, policy, path)
     problems += volume_problems(spec, policy, path)
     if not policy.allow_control_plane_nodes:
-        for base, scheduling in scheduled(spec, path):
+        for base, scheduling, _ in spec.components_with_pods(path):
             problems += control_plane_problems(scheduling, base)
     if spec.login.ssh_root_public_keys and not policy.allow_root_logins:
         problems.append(
@@ -325,18 +325,6 @@ def volume_problems(spec: SlurmClusterSpec, policy: Policy, path: str = "spec") 
                 )
             problems.append(Problem(f"{where}.source.{name}", message))
     return problems
-
-
-def scheduled(spec: SlurmClusterSpec, path: str = "spec") -> list[tuple[str, Scheduling]]:
-    """(field, placement) of every component that has pods."""
-    return [
-        (f"{path}.populateJail", spec.populate_jail),
-        (f"{path}.controller", spec.controller),
-        *((f"{path}.workers[{i}]", group) for i, group in enumerate(spec.workers)),
-        (f"{path}.login", spec.login),
-        (f"{path}.accounting", spec.accounting),
-        (f"{path}.rest", spec.rest),
-    ]
 
 
 def control_plane_problems(scheduling: Scheduling, base: str) -> list[Problem]:

@@ -16,7 +16,7 @@ from .defaults import (
     OPERATOR_OWNED_SLURM_KEYS,
     TOPOLOGY_SLURM_KEYS,
 )
-from .types import NO_WHITESPACE_PATTERN, ApiModel
+from .types import NO_WHITESPACE_PATTERN, ApiModel, LocalObjectReference
 
 DebugLevel = Literal["quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3", "debug4", "debug5"]
 SelectTypeParameters = Literal["CR_CPU", "CR_CPU_Memory", "CR_Core", "CR_Core_Memory", "CR_Socket", "CR_Socket_Memory"]
@@ -88,6 +88,12 @@ class SlurmSpec(ApiModel):
         max_length=128,
         pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
         description="Tag of the default images; empty means the operator's own version, so upgrades roll images.",
+    )
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Secrets (in the SlurmCluster's namespace) the kubelet uses to pull every image of the cluster's "
+        "pods, for a private registry: the imagePullSecrets of each pod slurmctl makes.",
     )
     cgroup_version: Literal["auto", "v1", "v2"] = Field(
         "auto",

@@ -29,7 +29,7 @@ from .health_checks import HealthChecks
 from .jail import JailSpec, PopulateJailSpec
 from .slurm_spec import SlurmSpec
 from .topology import TopologySpec
-from .types import ApiModel, Quantity
+from .types import ApiModel, Quantity, ResourceRequirements, Scheduling
 from .workers import Partition, WorkerGroup
 
 
@@ -127,6 +127,23 @@ class SlurmClusterSpec(ApiModel):
         if override:
             return override
         return default_image(component, registry=self.slurm.image_registry, tag=self.slurm.image_tag or IMAGE_TAG)
+
+    def components_with_pods(self, path: str = "spec") -> list[tuple[str, Scheduling, ResourceRequirements]]:
+        """(field, pod settings, resources) of every component that has pods: the one list the checks of placement,
+        pod metadata and resources walk (api/v1/passthrough.py, api/v1/policy.py)."""
+        return [
+            (f"{path}.populateJail", self.populate_jail, self.populate_jail.resources),
+            (f"{path}.controller", self.controller, self.controller.resources),
+            *((f"{path}.workers[{i}]", group, group.resources) for i, group in enumerate(self.workers)),
+            (f"{path}.login", self.login, self.login.resources),
+            (f"{path}.accounting", self.accounting, self.accounting.resources),
+            (f"{path}.rest", self.rest, self.rest.resources),
+            (
+                f"{path}.healthChecks.ncclBenchmark",
+                self.health_checks.nccl_benchmark,
+                self.health_checks.nccl_benchmark.resources,
+            ),
+        ]
 
     def worker_group(self, name: str) -> WorkerGroup | None:
         return next((group for group in self.workers if group.name == name), None)

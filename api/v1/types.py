@@ -166,8 +166,44 @@ class ResourceRequirements(ApiModel):
     )
 
 
+# Pod labels and annotations the operator sets or selects on, and the security settings it makes itself: a
+# component's podLabels and podAnnotations may not name them (the CRD's rules and validation.py refuse them).
+RESERVED_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/managed-by",
+)
+RESERVED_PREFIXES = (
+    "slurm.slurmctl.io/",
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+)
+MAX_POD_METADATA = 64  # entries of podLabels, and of podAnnotations
+
+
+def reserved(key: str) -> bool:
+    """A pod label or annotation key the user may not set (the operator's check of the CRD's rule)."""
+    return key in RESERVED_LABELS or key.startswith(RESERVED_PREFIXES)
+
+
+RESERVED_WHY = (
+    "slurmctl's own: the labels it selects on (app.kubernetes.io/name, instance, component, managed-by), keys under "
+    "slurm.slurmctl.io/, and the AppArmor and seccomp annotations (it sets each pod's security itself)"
+)
+
+
+def _reserved_keys_rule(what: str) -> Rule:
+    names = ", ".join(f"'{name}'" for name in RESERVED_LABELS)
+    prefixes = " || ".join(f"k.startsWith('{prefix}')" for prefix in RESERVED_PREFIXES)
+    return Rule(
+        f"self.all(k, !(k in [{names}]) && !({prefixes}))", message=f"{what} may not name keys that are {RESERVED_WHY}"
+    )
+
+
 class Scheduling(ApiModel):
-    """Where a component's pods may run; mixed into every component that has pods."""
+    """Where a component's pods may run and what they carry besides (priority, labels, annotations); mixed into
+    every component that has pods."""
 
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Node labels the pods require, as in a Pod spec's nodeSelector."
@@ -189,6 +225,33 @@ class Scheduling(ApiModel):
         description="Topology spread constraints of the pods, passed through to the Pod spec. Absent: worker groups "
         "spread their pods over nodes (maxSkew 1 per kubernetes.io/hostname, ScheduleAnyway), other components have "
         "none. A list replaces that default; [] turns it off.",
+    )
+    priority_class_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="PriorityClass of the pods (it must exist): the scheduler places them before lower ones and may "
+        "preempt lower ones to make room.",
+    )
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels added to the pods (not to the objects that make them). Changing them re-creates the pods "
+        "the way an image change does (workers one drained node at a time).",
+        json_schema_extra={"maxProperties": MAX_POD_METADATA, **validations(_reserved_keys_rule("podLabels"))},
+    )
+    pod_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="Annotations added to the pods, e.g. for a service mesh or a log collector. Changing them "
+        "re-creates the pods the way an image change does.",
+        json_schema_extra={"maxProperties": MAX_POD_METADATA, **validations(_reserved_keys_rule("podAnnotations"))},
+    )
+
+
+class LocalObjectReference(ApiModel):
+    """An object in the SlurmCluster's namespace, by name (a Pod spec's imagePullSecrets item)."""
+
+    name: str = Field(
+        min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN, description="Name of the object (a Secret)."
     )
 
 

@@ -212,6 +212,7 @@ def render_slurmdbd_deployment(
                 image=image,
                 volumes=volumes,
                 placement=acc,
+                image_pull_secrets=cluster.spec.slurm.image_pull_secrets,
                 grace_seconds=GRACE_SECONDS,
                 pod_security_context=POD_SECURITY_CONTEXT,
                 munge_security_context={"runAsUser": MUNGE_UID, "runAsGroup": MUNGE_UID, **NO_PRIVILEGE},

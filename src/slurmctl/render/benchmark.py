@@ -33,10 +33,9 @@ STARTING_DEADLINE_SECONDS = 600
 # timeoutSeconds bounds each node's run (they run in parallel); the Job also starts munged, asks Slurm for idle nodes
 # and drains failed ones, so it gets this much longer before Kubernetes kills it.
 DEADLINE_GRACE_SECONDS = 120
+
+
 # The limit leaves room for the page cache of the first run's copy of all_reduce_perf into the jail (about 420 MB).
-RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
-
-
 def _bytes(quantity: int | str) -> str:
     """Plain bytes: the benchmark reads 512M as 512 MiB, so Kubernetes' decimal and binary suffixes end here."""
     return str(max(1, math.floor(parse_quantity(quantity))))
@@ -69,7 +68,7 @@ def render_benchmark_cronjob(cluster: SlurmCluster) -> dict[str, Any]:
         "command": list(ENTRYPOINT),
         "env": benchmark_env(cluster),
         "volumeMounts": [*pods.slurm_mounts(), {"name": "jail", "mountPath": JAIL_PATH}],
-        "resources": RESOURCES,
+        "resources": pods.resources(nccl.resources),
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         # Root to install the munge key and start munged (as munge), the benchmark as SlurmUser; KILL to stop munged
@@ -94,12 +93,13 @@ def render_benchmark_cronjob(cluster: SlurmCluster) -> dict[str, Any]:
                     "backoffLimit": 0,
                     "activeDeadlineSeconds": nccl.timeout_seconds + DEADLINE_GRACE_SECONDS,
                     "template": {
-                        "metadata": {"labels": meta.labels(c, COMPONENT)},
+                        "metadata": pods.pod_metadata(nccl, meta.labels(c, COMPONENT)),
                         "spec": {
                             "automountServiceAccountToken": False,
                             "restartPolicy": "Never",
                             "containers": [benchmark],
                             "volumes": [*pods.slurm_volumes(c), pods.volume("jail", cluster.spec.jail.volume)],
+                            **pods.pod_settings(nccl, cluster.spec.slurm.image_pull_secrets),
                         },
                     },
                 },

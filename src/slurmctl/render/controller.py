@@ -87,6 +87,7 @@ def _statefulset(
             image=image,
             volumes=volumes,
             placement=ctl,
+            image_pull_secrets=spec.slurm.image_pull_secrets,
             grace_seconds=GRACE_SECONDS,
             extra_labels=extra_labels,
             dns_search=meta.workers_domain(cluster, cluster_domain),

@@ -164,6 +164,7 @@ def render_login_statefulset(
         image=image,
         volumes=volumes,
         placement=login,
+        image_pull_secrets=spec.slurm.image_pull_secrets,
         grace_seconds=GRACE_SECONDS,
         dns_search=meta.workers_domain(cluster, cluster_domain),
         # Apart from slurmctld (render/controller.py wants the same) and, less strongly, from each other.

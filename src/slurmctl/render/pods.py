@@ -10,9 +10,10 @@ and a token mounted under /run would be one bind mount away from users' jobs ins
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from slurmctl.api.v1 import ResourceRequirements, Scheduling, SlurmClusterSpec, VolumeRef
+from slurmctl.api.v1 import LocalObjectReference, ResourceRequirements, Scheduling, SlurmClusterSpec, VolumeRef
 from slurmctl.render import meta
 from slurmctl.render.slurm_conf import JAIL_PATH, RESTART_KEY_NAMES
 
@@ -211,14 +212,17 @@ def leave_lost_nodes(seconds: int) -> list[dict[str, Any]]:
     ]
 
 
-def scheduling(
+def pod_settings(
     s: Scheduling,
+    image_pull_secrets: Sequence[LocalObjectReference],
     *,
     default_spread: list[dict[str, Any]] | None = None,
     default_anti_affinity: dict[str, Any] | None = None,
     default_tolerations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The placement fields of a Pod spec: the user's, plus the component's defaults where the user left them out.
+    """The Pod spec fields the user sets for a component: placement (plus the component's defaults where the user
+    left them out), priority, and the cluster's image pull secrets (spec.slurm.imagePullSecrets: one registry serves
+    every image, so they are the same for every pod).
 
     `default_spread` is used while `topologySpreadConstraints` is absent (`[]` is the user's choice of none).
     `default_anti_affinity` becomes the affinity's podAntiAffinity unless the user's affinity has one: their node
@@ -239,6 +243,19 @@ def scheduling(
     spread = default_spread if s.topology_spread_constraints is None else s.topology_spread_constraints
     if spread:
         out["topologySpreadConstraints"] = list(spread)
+    if s.priority_class_name:
+        out["priorityClassName"] = s.priority_class_name
+    if image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": ref.name} for ref in image_pull_secrets]
+    return out
+
+
+def pod_metadata(s: Scheduling, labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod template's metadata: the component's podLabels and podAnnotations, and the operator's own, which they
+    cannot name (api/v1 refuses those keys), so neither hides the other."""
+    out: dict[str, Any] = {"labels": {**s.pod_labels, **labels}}
+    if merged := {**s.pod_annotations, **(annotations or {})}:
+        out["annotations"] = merged
     return out
 
 
@@ -274,6 +291,7 @@ def slurm_pod_template(
     image: str,
     volumes: list[dict[str, Any]],
     placement: Scheduling,
+    image_pull_secrets: Sequence[LocalObjectReference],
     grace_seconds: int,
     pod_security_context: dict[str, Any] | None = None,
     munge_security_context: dict[str, Any] | None = None,
@@ -303,12 +321,18 @@ def slurm_pod_template(
         "initContainers": [munge_container(image, security_context=munge_security_context)],
         "containers": [daemon],
         "volumes": volumes,
-        **scheduling(placement, default_spread=default_spread, default_anti_affinity=default_anti_affinity),
+        **pod_settings(
+            placement,
+            image_pull_secrets,
+            default_spread=default_spread,
+            default_anti_affinity=default_anti_affinity,
+        ),
     }
     return {
-        "metadata": {
-            "labels": meta.labels(c, component, **(extra_labels or {})),
-            "annotations": {meta.CONFIG_HASH_ANNOTATION: config_hash},
-        },
+        "metadata": pod_metadata(
+            placement,
+            meta.labels(c, component, **(extra_labels or {})),
+            {meta.CONFIG_HASH_ANNOTATION: config_hash},
+        ),
         "spec": spec,
     }

@@ -85,13 +85,13 @@ def render_populate_jail_job(cluster: SlurmCluster) -> dict[str, Any]:
             "backoffLimit": BACKOFF_LIMIT,
             # No ttlSecondsAfterFinished: the finished Job is the record that the jail was populated (the gate).
             "template": {
-                "metadata": {"labels": meta.labels(c, COMPONENT)},
+                "metadata": pods.pod_metadata(populate, meta.labels(c, COMPONENT)),
                 "spec": {
                     "automountServiceAccountToken": False,
                     "restartPolicy": "Never",
                     "containers": [copier],
                     "volumes": [pods.volume("jail", spec.jail.volume)],
-                    **pods.scheduling(populate),
+                    **pods.pod_settings(populate, spec.slurm.image_pull_secrets),
                 },
             },
         },

@@ -105,7 +105,11 @@ def render_rest_deployment(cluster: SlurmCluster, *, configs: Mapping[str, str])
         "volumes": [{"name": "slurm-configs", "configMap": {"name": meta.slurm_configs(c)}}],
         # Stateless, and the cluster's only way in for the operator: on a node that stopped answering it is
         # evicted after LOST_NODE_SECONDS (not the API server's 300 s), and the Deployment starts it elsewhere.
-        **pods.scheduling(rest, default_tolerations=pods.leave_lost_nodes(LOST_NODE_SECONDS)),
+        **pods.pod_settings(
+            rest,
+            cluster.spec.slurm.image_pull_secrets,
+            default_tolerations=pods.leave_lost_nodes(LOST_NODE_SECONDS),
+        ),
     }
     return {
         "apiVersion": "apps/v1",
@@ -115,10 +119,9 @@ def render_rest_deployment(cluster: SlurmCluster, *, configs: Mapping[str, str])
             "replicas": 1,
             "selector": {"matchLabels": meta.selector(c, COMPONENT)},
             "template": {
-                "metadata": {
-                    "labels": meta.labels(c, COMPONENT),
-                    "annotations": {meta.CONFIG_HASH_ANNOTATION: config_hash(configs)},
-                },
+                "metadata": pods.pod_metadata(
+                    rest, meta.labels(c, COMPONENT), {meta.CONFIG_HASH_ANNOTATION: config_hash(configs)}
+                ),
                 "spec": template_spec,
             },
         },

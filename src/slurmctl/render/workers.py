@@ -216,6 +216,7 @@ def _pod_template(
             *(sshd_volumes(c) if ssh else []),
         ],
         placement=group,
+        image_pull_secrets=spec.slurm.image_pull_secrets,
         grace_seconds=GRACE_SECONDS,
         extra_labels=group_label,
         dns_search=meta.workers_domain(cluster, cluster_domain),

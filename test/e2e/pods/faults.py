@@ -8,6 +8,7 @@ faults was the run's longest module (about 14 min).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -222,16 +223,55 @@ def assert_nothing_lost(row: Row) -> None:
     assert not row.files_lost, f"{row.fault}: files lost {row.files_lost}"
 
 
+# What a shared cluster's admin gives the pinned workers besides their place: a priority class (cluster-scoped, so
+# one for every run; the API server resolves it into each pod's priority), a private registry's pull secret (never
+# used: the images are on the node already) and a label and an annotation of their own.
+PRIORITY_CLASS: dict[str, Any] = {
+    "apiVersion": "scheduling.k8s.io/v1",
+    "kind": "PriorityClass",
+    "metadata": {"name": "slurmctl-test-hpc"},
+    "value": 100_000,
+    "description": "slurmctl's real-pods tests: a worker group's priority class",
+}
+PULL_SECRET = "registry"
+POD_LABELS = {"example.com/team": "faults"}
+POD_ANNOTATIONS = {"example.com/owner": "the faults module"}
+POD_SETTINGS: dict[str, Any] = {
+    "priorityClassName": PRIORITY_CLASS["metadata"]["name"],
+    "podLabels": POD_LABELS,
+    "podAnnotations": POD_ANNOTATIONS,
+}
+
+
+def pull_secret() -> dict[str, Any]:
+    auths = {"auths": {"127.0.0.1:5000": {"auth": base64.b64encode(b"user:password").decode()}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": PULL_SECRET},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": json.dumps(auths)},
+    }
+
+
 def bring_up(node: Node, kube: Kube, operator: Path, name: str, *, pinned: bool) -> Cluster:
     """The cluster (two workers, a login node, slurmrestd, accounting into a test MariaDB) with the jail's user and
     their files, both workers idle. `pinned`: both workers on the node kept for test_faults (machine.py), whose
-    cordon test cordons it, so that no other module's workers are there for their operators to drain."""
+    cordon test cordons it, so that no other module's workers are there for their operators to drain, with the
+    pod settings above and the cluster's pull secret."""
     require_images(node, [TEST_DB_IMAGE, slurm_image("accounting")])
     c = Cluster(kube, name)
     kube.apply(database(c.db, secrets.token_urlsafe(18)))
     objects = small_cluster(name, accounting=accounting_into(c.db))
-    where = {"nodeSelector": {"kubernetes.io/hostname": FAULTS_NODE}, "tolerations": [FAULTS_TOLERATION]}
-    objects[1]["spec"]["workers"][0].update(size=2, **(where if pinned else {}))
+    if pinned:
+        kube.apply([PRIORITY_CLASS, pull_secret()])
+        where = {"nodeSelector": {"kubernetes.io/hostname": FAULTS_NODE}, "tolerations": [FAULTS_TOLERATION]}
+        objects[1]["spec"]["workers"][0].update(**where, **POD_SETTINGS)
+        objects[1]["spec"]["slurm"] = {
+            **objects[1]["spec"].get("slurm", {}),
+            "imagePullSecrets": [{"name": PULL_SECRET}],
+        }
+    objects[1]["spec"]["workers"][0]["size"] = 2
     kube.apply(objects)
     kube.until_available(name, operator, timeout=600, logs=(f"deployment/{name}-accounting -c slurmdbd",))
     # A user of the jail with files that must outlive every fault, and an account to run jobs under.

@@ -24,6 +24,10 @@ import pytest
 from test.e2e.harness import Node
 from test.e2e.pods.faults import (
     JAIL,
+    POD_ANNOTATIONS,
+    POD_LABELS,
+    POD_SETTINGS,
+    PULL_SECRET,
     USER,
     Cluster,
     assert_nothing_lost,
@@ -33,12 +37,14 @@ from test.e2e.pods.faults import (
     outcome,
     said,
 )
+from test.e2e.pods.machine import FAULTS_NODE, FAULTS_TOLERATION
 from test.e2e.pods.slurm import Kube, OperatorProcess, pod_ready
 from test.waiting import until
 
 pytestmark = pytest.mark.e2e
 NAME = "faults"
 REST_PODS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=rest"
+WORKERS = f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=workers"
 # The cluster admin's bound on how long an eviction waits for jobs: longer than the eviction test's 25 s job, so that
 # only the job that never ends meets it.
 HOLD = 45
@@ -48,6 +54,23 @@ OPERATOR_ARGS = ("--max-eviction-hold", str(HOLD))
 @pytest.fixture(scope="module")
 def cluster(node: Node, kube: Kube, operator: Path) -> Cluster:
     return bring_up(node, kube, operator, NAME, pinned=True)
+
+
+def test_the_pinned_workers_run_where_their_group_says_with_its_pod_settings(cluster: Cluster) -> None:
+    """A worker group placed by a node label onto a tainted second kubelet it tolerates, with a priority class, the
+    cluster's pull secret, a label and an annotation: both workers run there, the API server resolved the class into
+    their priority, and the rest is on the pods as given, beside the operator's own labels."""
+    pods = {p["metadata"]["name"]: p for p in cluster.kube.pods(f"{WORKERS},slurm.slurmctl.io/worker-group=cpu")}
+    assert set(pods) == {cluster.w0, cluster.w1}
+    for name, pod in pods.items():
+        spec, metadata = pod["spec"], pod["metadata"]
+        assert spec["nodeName"] == FAULTS_NODE, name
+        assert FAULTS_TOLERATION in spec["tolerations"], name
+        assert (spec["priorityClassName"], spec["priority"]) == (POD_SETTINGS["priorityClassName"], 100_000), name
+        assert spec["imagePullSecrets"] == [{"name": PULL_SECRET}], name
+        assert metadata["labels"].items() >= {**POD_LABELS, "app.kubernetes.io/instance": NAME}.items(), name
+        assert metadata["annotations"].items() >= POD_ANNOTATIONS.items(), name
+        assert pod_ready(pod), name
 
 
 def test_a_burst_of_submissions_then_the_slurmctld_pod_deleted(cluster: Cluster) -> None:

@@ -109,6 +109,14 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("login Service annotation key", {"login": {"service": {"annotations": {"Example.com/lb": "x"}}}},
      "spec.login.service.annotations.Example.com/lb: 'Example.com/lb': the prefix before '/' must be a lowercase DNS "
      "subdomain of at most 253 characters"),
+    ("pod label value", {"workers": worker(podLabels={"team": "a b"})},
+     "spec.workers[0].podLabels.team: 'a b' is not a label value (at most 63 letters, digits, '-', '_' or '.', "
+     "alphanumeric at the ends)"),
+    ("pod annotation key", {"rest": {"podAnnotations": {"Example.com/x": "y"}}},
+     "spec.rest.podAnnotations.Example.com/x: 'Example.com/x': the prefix before '/' must be a lowercase DNS "
+     "subdomain of at most 253 characters"),
+    ("benchmark resources", {"healthChecks": {"ncclBenchmark": {"resources": {"limits": {"gpus": 1}}}}},
+     "spec.healthChecks.ncclBenchmark.resources.limits.gpus: 'gpus' is not a Kubernetes resource name"),
     ("requests above limits",
      {"workers": worker(resources={"requests": {"memory": "64Gi"}, "limits": {"memory": "32Gi"}})},
      "spec.workers[0].resources.requests.memory: 64Gi is more than the limit 32Gi"),
@@ -130,7 +138,9 @@ def test_broken_passthrough_objects_name_the_field(change: dict[str, Any], expec
 
 def test_correct_scheduling_and_volumes_pass() -> None:
     placement = {"tolerations": GOOD_TOLERATIONS, "affinity": GOOD_AFFINITY, "nodeSelector": {"pool": "gpu-h100"},
-                 "topologySpreadConstraints": GOOD_SPREAD}  # fmt: skip
+                 "topologySpreadConstraints": GOOD_SPREAD, "priorityClassName": "hpc-high",
+                 "podLabels": {"example.com/team": "physics", "app.kubernetes.io/part-of": "hpc"},
+                 "podAnnotations": {"prometheus.io/scrape": "true", "example.com/note": "any: text"}}  # fmt: skip
     obj = cluster(
         jail={"volume": {"source": {"nfs": {"server": "10.0.0.2", "path": "/jail"}}},
               "subMounts": [{"name": "s", "mountPath": "/scratch", "volume": {"source": {"emptyDir": {}}}}]},

@@ -176,3 +176,55 @@ def test_defaults_are_fresh_objects() -> None:
     sts = _render()["statefulset-research-worker-cpu"]
     (constraint,) = sts["spec"]["template"]["spec"]["topologySpreadConstraints"]
     assert constraint["labelSelector"]["matchLabels"] is not sts["spec"]["selector"]["matchLabels"]
+
+
+def _pod_templates(objs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every pod template the cluster renders, by object key (a CronJob's inside its Job template)."""
+    out = {}
+    for key, obj in objs.items():
+        spec = obj.get("spec", {})
+        template = spec.get("jobTemplate", {}).get("spec", {}).get("template") or spec.get("template")
+        if obj["kind"] in ("StatefulSet", "Deployment", "Job", "CronJob"):
+            out[key] = template
+    return out
+
+
+def test_every_pod_carries_its_component_s_priority_labels_annotations_and_the_pull_secrets() -> None:
+    """A private registry's secret reaches every pod; each component's priority class, labels and annotations reach
+    its own pods only, beside the operator's labels and annotations."""
+    paths = {  # the object that makes a component's pods -> where its settings are in the spec
+        "job-research-populate-jail": ("populateJail",),
+        "statefulset-research-controller": ("controller",),
+        "statefulset-research-worker-cpu": ("workers", "cpu"),
+        "statefulset-research-worker-h100": ("workers", "h100"),
+        "statefulset-research-login": ("login",),
+        "deployment-research-accounting": ("accounting",),
+        "deployment-research-rest": ("rest",),
+        "cronjob-research-nccl-benchmark": ("healthChecks", "ncclBenchmark"),
+    }
+
+    def component(doc: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+        if path[0] == "workers":
+            return _group(doc, path[1])
+        node: dict[str, Any] = doc["spec"]
+        for name in path:
+            node = node.setdefault(name, {})
+        return node
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["spec"]["slurm"]["imagePullSecrets"] = [{"name": "registry"}]
+        for key, path in paths.items():
+            settings = component(doc, path)
+            settings["priorityClassName"] = f"pc-{key}"
+            settings["podLabels"] = {"example.com/team": key[-20:].strip("-")}
+            settings["podAnnotations"] = {"example.com/made-by": key}
+
+    before, after = _pod_templates(_render()), _pod_templates(_render(change))
+    assert set(after) == set(paths)
+    for key, template in after.items():
+        assert template["spec"]["priorityClassName"] == f"pc-{key}", key
+        assert template["spec"]["imagePullSecrets"] == [{"name": "registry"}], key
+        ours = before[key]["metadata"]
+        assert template["metadata"]["labels"] == {**ours["labels"], "example.com/team": key[-20:].strip("-")}, key
+        assert template["metadata"]["annotations"] == {**ours.get("annotations", {}), "example.com/made-by": key}, key
+        assert "priorityClassName" not in before[key]["spec"] and "imagePullSecrets" not in before[key]["spec"], key
