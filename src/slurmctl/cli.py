@@ -24,10 +24,11 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from slurmctl import __version__, reconcilers
 from slurmctl.api.v1 import KIND, Policy, check_cluster, parse_quantity
-from slurmctl.flags import boolean, env, env_bool, policy_arguments, policy_of
+from slurmctl.flags import boolean, comma_list, env, env_bool, policy_arguments, policy_of
 from slurmctl.reconcilers import offline
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
+from slurmctl.reconcilers.preemption import DEFAULT_PREEMPTION_TAINTS
 from slurmctl.render import rbac
 from slurmctl.render.meta import DEFAULT_CLUSTER_DOMAIN
 from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
@@ -206,6 +207,15 @@ def _parser() -> argparse.ArgumentParser:
         help="an eviction (kubectl drain) waits this long at most for the jobs of a worker on the cordoned node; "
         "then its Slurm node is set DOWN and Slurm requeues them (default: 0, for ever)",
     )
+    run.add_argument(
+        "--preemption-taints",
+        type=comma_list,
+        default=comma_list(env("preemption-taints", ",".join(DEFAULT_PREEMPTION_TAINTS)) or ""),
+        metavar="KEYS",
+        help="taint keys (comma-separated) that say a Kubernetes node is about to go away: its workers are drained "
+        "in Slurm at once and set DOWN when jobs run there, so that Slurm requeues them (default: "
+        f"{','.join(DEFAULT_PREEMPTION_TAINTS)}; '': none)",
+    )
     _cluster_domain_argument(run)
     run.add_argument(
         "--operator-namespace",
@@ -328,6 +338,7 @@ async def _run(args: argparse.Namespace, register: Register | None) -> int:
                 cluster_domain=args.cluster_domain,
                 slurm_max_answer_bytes=args.slurm_max_answer_size,
                 max_eviction_hold=args.max_eviction_hold,
+                preemption_taints=args.preemption_taints,
                 network=NetworkSettings(
                     operator_namespace=args.operator_namespace or _pod_namespace(DEFAULT_NETWORK.operator_namespace),
                     ssh_from=args.login_ssh_from,

@@ -11,6 +11,7 @@ from slurmctl.reconcilers.component import Component, Reconciler
 from slurmctl.reconcilers.loading import Loader
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.observation import Settings
+from slurmctl.reconcilers.preemption import DEFAULT_PREEMPTION_TAINTS
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.reconcilers.status import StatusWriter
 from slurmctl.render import meta
@@ -32,6 +33,7 @@ class Context:
     host_key_types: tuple[str, ...] = DEFAULT_HOST_KEY_TYPES  # SSH host keys new clusters get
     node_lost_after: float = DEFAULT_NODE_LOST_AFTER  # seconds NotReady before a node is lost (0: never)
     max_eviction_hold: float = 0.0  # seconds an eviction waits for jobs (--max-eviction-hold; 0: for ever)
+    preemption_taints: tuple[str, ...] = DEFAULT_PREEMPTION_TAINTS  # --preemption-taints (reconcilers/preemption)
     cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN  # the DNS domain Services are named in (--cluster-domain)
     network: NetworkSettings = DEFAULT_NETWORK  # what the clusters' NetworkPolicies admit (render/network_policy)
     slurm_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES  # --slurm-max-answer-size, in bytes

@@ -160,6 +160,11 @@ def cordon_reason(k8s_node: str) -> str:
     return f"{DRAIN_PREFIX} Kubernetes node {k8s_node} is cordoned"
 
 
+def preempted_reason(k8s_node: str, taint: str) -> str:
+    """The drain (and DOWN) reason of a worker whose Kubernetes node is going away (reconcilers/preemption.py)."""
+    return f"{DRAIN_PREFIX} Kubernetes node {k8s_node} is going away ({taint})"
+
+
 def lost_reason(k8s_node: str) -> str:
     """The drain (and DOWN) reason of a worker whose Kubernetes node is lost (reconcilers/lost_nodes.py)."""
     return f"{DRAIN_PREFIX} node {k8s_node} NotReady"
@@ -169,7 +174,8 @@ def lost_reason(k8s_node: str) -> str:
 class Upkeep:
     """What the Slurm node loop changes in Slurm this pass (the drain gate drains the nodes that must go)."""
 
-    drain: Mapping[str, tuple[str, ...]]  # reason -> nodes to drain now: their Kubernetes node is cordoned or lost
+    drain: Mapping[str, tuple[str, ...]]  # reason -> nodes to drain now: their Kubernetes node is cordoned, lost or
+    # going away
     resume: tuple[str, ...]  # nodes slurmctl drained for a reason that no longer holds
 
 
@@ -180,16 +186,18 @@ def upkeep(
     cordoned: Collection[str],
     leaving: Collection[str],
     lost: Mapping[str, str] | None = None,
+    preempted: Mapping[str, str] | None = None,
 ) -> Upkeep:
     """The one rule for slurmctl's drains. A drain with a `slurmctl:` reason holds while its node must go
     (`leaving`: the gate's), its pod is terminating (the preStop's), its pod's Kubernetes node is cordoned
-    (`cordoned`: pod names) or lost (`lost`: pod name -> its Kubernetes node, NotReady past the threshold); once none
+    (`cordoned`: pod names), lost (`lost`: pod name -> its Kubernetes node, NotReady past the threshold) or going away
+    (`preempted`: pod name -> the drain reason, reconcilers/preemption.py); once none
     holds it is resumed, whichever of them set it. A node whose pod is gone is left as it is (nothing would run
     there). A lost node is drained unless it is drained already (any reason), even when it must go: a pod on a lost
     node runs no preStop. A cordoned node is drained unless it is drained already (an administrator's drain stays
     theirs, and is never resumed) or must go (the gate drains it, with that reason). Nodes Slurm does not know are
-    neither drained nor resumed."""
-    lost = lost or {}
+    neither drained nor resumed. A node going away is drained like a cordoned one, with its own reason."""
+    lost, preempted = lost or {}, preempted or {}
     drain: dict[str, list[str]] = defaultdict(list)
     resume: list[str] = []
     for pod in pods:
@@ -199,9 +207,11 @@ def upkeep(
         must_go = pod.name in leaving or pod.terminating
         if pod.name in lost and not node.drain:
             drain[lost_reason(lost[pod.name])].append(pod.name)
+        elif pod.name in preempted and not must_go and not node.drain:
+            drain[preempted[pod.name]].append(pod.name)
         elif pod.name in cordoned and not must_go and not node.drain:
             drain[cordon_reason(pod.node_name)].append(pod.name)
-        elif not must_go and pod.name not in cordoned and pod.name not in lost and drained_by_us(node):
+        elif not must_go and not {pod.name} & {*cordoned, *lost, *preempted} and drained_by_us(node):
             resume.append(pod.name)
     return Upkeep({reason: tuple(names) for reason, names in sorted(drain.items())}, tuple(sorted(resume)))
 

@@ -25,6 +25,7 @@ from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost
 from slurmctl.reconcilers.observed import Live, WorkerPod, control_plane, node_ready, unschedulable
 from slurmctl.reconcilers.plan import Obj
+from slurmctl.reconcilers.preemption import preemption_taint
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE, SlurmSnapshot
 from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
@@ -56,6 +57,7 @@ class NodeObservation:
     workers: tuple[WorkerPod, ...]
     standby: tuple[WorkerPod, ...] = ()
     cordoned: frozenset[str] = frozenset()  # worker pods on a cordoned Kubernetes node
+    preempted: Mapping[str, str] = field(default_factory=dict)  # worker pod -> the preemption taint of its node
     unsettled: frozenset[str] = frozenset()  # worker pods not placed, or on a Kubernetes node not Ready (or unknown)
     protected: frozenset[str] = frozenset()  # control-plane Kubernetes nodes: never cordoned by the operator
     leaving: frozenset[str] = frozenset()  # worker pods the drain gate is moving
@@ -137,6 +139,12 @@ class NodeObserver:
             base,
             standby=tuple(standby),
             cordoned=frozenset(w.name for w in workers if self.cordoned(w)),
+            preempted={
+                w.name: taint
+                for w in workers
+                if not w.terminating
+                and (taint := preemption_taint(self._node(w.node_name), self.ctx.preemption_taints)) is not None
+            },
             unsettled=frozenset(
                 w.name for w in workers if not w.node_name or node_ready(self._node(w.node_name)) is not True
             ),

@@ -1,8 +1,8 @@
 """What the Slurm node loop decides on one observation of a cluster (reconcilers/node_observation.py), purely: the
 *repair* (what changes in Slurm and Kubernetes because of what Slurm and the nodes say: slurmctl's drains and resumes,
-expired eviction holds, lost nodes, unhealthy workers) and the *status* (what the worker pods and the cluster status
-say: each pod's SlurmNodeState condition and evictable label, the node counts), or the status of a pass in which Slurm
-could not be asked.
+nodes going away, expired eviction holds, lost nodes, unhealthy workers) and the *status* (what the worker pods and
+the cluster status say: each pod's SlurmNodeState condition and evictable label, the node counts), or the status of a
+pass in which Slurm could not be asked.
 
 What the loop remembers of a cluster between passes is a `NodeMemory`, passed into the repair plan and out of it, and
 updated with what the executor (reconcilers/node_executor.py) got done. No clock is read but the observation's.
@@ -15,13 +15,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from slurmctl.api.v1 import SlurmNodeCounts
-from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, evictable, upkeep
+from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, evictable, preempted_reason, upkeep
 from slurmctl.reconcilers.elastic import ELASTIC_POLL_SECONDS
 from slurmctl.reconcilers.eviction_hold import expired, expired_message, held_message, hold_reason
 from slurmctl.reconcilers.lost_nodes import recover
 from slurmctl.reconcilers.node_observation import NodeObservation
 from slurmctl.reconcilers.node_steps import Replace, SlurmWrite, Step
 from slurmctl.reconcilers.plan import LogLine, Note, Obj
+from slurmctl.reconcilers.preemption import preempted_message, to_set_down
 from slurmctl.reconcilers.slurm_marks import condition_intents, evictable_intents
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE
 from slurmctl.reconcilers.unhealthy import Replacement, judge_unhealthy, replacing_message, still_remembered
@@ -104,7 +105,9 @@ def plan_repair(obs: NodeObservation, memory: NodeMemory) -> RepairPlan:
 
     workers = list(obs.workers)
     steps: list[Step] = []
-    kept_up = upkeep(workers, mine, cordoned=obs.cordoned, leaving=obs.leaving, lost=lost_now)
+    by_worker = {worker.name: worker for worker in workers}
+    going_away = {name: preempted_reason(by_worker[name].node_name, taint) for name, taint in obs.preempted.items()}
+    kept_up = upkeep(workers, mine, cordoned=obs.cordoned, leaving=obs.leaving, lost=lost_now, preempted=going_away)
     for reason, names in kept_up.drain.items():
         draining = Note("Normal", "Draining", f"draining {', '.join(names)} in Slurm ({reason})")
         steps.append(SlurmWrite("drain", names, reason, notes=(draining,)))
@@ -114,6 +117,10 @@ def plan_repair(obs: NodeObservation, memory: NodeMemory) -> RepairPlan:
             for name in kept_up.resume
         )
         steps.append(SlurmWrite("resume", kept_up.resume, notes=resumed))
+    for name in to_set_down(workers, mine, running, preempted=obs.preempted):
+        host, taint = by_worker[name].node_name, obs.preempted[name]
+        warning = Note("Warning", "Preempted", preempted_message(name, host, taint, running.get(name, ())))
+        steps.append(SlurmWrite("set_down", (name,), going_away[name], notes=(warning,)))
     if overdue := expired(workers, mine, running, cordoned=obs.cordoned, now=obs.now, hold=obs.hold):
         said = tuple(
             Note("Warning", "EvictionHoldExpired", expired_message(name, obs.hold, running.get(name, ())))

@@ -128,7 +128,8 @@ def condition_of(obj: Live | None, type_: str) -> Mapping[str, Any] | None:
 
 
 def trimmed_node(node: Live) -> dict[str, Any]:
-    """What the operator keeps of a Node in its cache: its identity and labels, whether it is cordoned, and its Ready
+    """What the operator keeps of a Node in its cache: its identity and labels, whether it is cordoned, its taints' keys
+    and effects (reconcilers/preemption.py), and its Ready
     condition's status and lastTransitionTime (a Node's status, with its image list, is most of its size; the other
     conditions and the heartbeat times change often and nothing here reads them). The Node's JSON enters the cache
     here, and what is kept of it is copied as the API wrote it (a key it did not write stays out)."""
@@ -137,6 +138,8 @@ def trimmed_node(node: Live) -> dict[str, Any]:
     if md.get("labels"):
         kept["labels"] = dict(md["labels"])
     out: dict[str, Any] = {"metadata": kept, "spec": {"unschedulable": unschedulable(node)}}
+    if taints := (node.get("spec") or {}).get("taints"):
+        out["spec"]["taints"] = [{k: t[k] for k in ("key", "effect") if k in t} for t in taints]
     if (ready := condition_of(node, "Ready")) is not None:
         cond = {k: ready[k] for k in ("type", "status", "lastTransitionTime") if k in ready}
         out["status"] = {"conditions": [cond]}

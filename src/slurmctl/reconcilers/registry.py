@@ -39,9 +39,16 @@ from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import cluster_of_pod, trimmed_node
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
+from slurmctl.reconcilers.preemption import DEFAULT_PREEMPTION_TAINTS
 from slurmctl.reconcilers.slurm_access import REST_COMPONENT
 from slurmctl.reconcilers.slurm_nodes import NAME as SLURM_NODES
-from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, ready_changed, worker_pod_changed
+from slurmctl.reconcilers.slurm_nodes import (
+    SlurmNodesReconciler,
+    cordon_changed,
+    ready_changed,
+    taints_changed,
+    worker_pod_changed,
+)
 from slurmctl.reconcilers.workers import WorkersReconciler
 from slurmctl.render import manifests, meta
 from slurmctl.render.kinds import (
@@ -153,6 +160,7 @@ async def register(
     slurm_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     network: NetworkSettings = DEFAULT_NETWORK,
     max_eviction_hold: float = 0.0,
+    preemption_taints: tuple[str, ...] = DEFAULT_PREEMPTION_TAINTS,
 ) -> Context:
     """One controller per component (default: the registry), all keyed by the SlurmCluster and sharing the
     manager's informers. `policy` is the operator's (its flags, api/v1/policy.py; default: the default flags);
@@ -162,7 +170,8 @@ async def register(
     the kubelets' clusterDomain, in the DNS names Slurm pods search (meta.workers_domain); `slurm_max_answer_bytes`:
     the cap on each slurmrestd answer (slurm/answer.py); `network`: what the clusters' NetworkPolicies admit
     (render/network_policy.py); `max_eviction_hold`: seconds an eviction waits for jobs (reconcilers/eviction_hold.py;
-    0: for ever)."""
+    0: for ever); `preemption_taints`: the taint keys of Kubernetes nodes about to go away
+    (reconcilers/preemption.py)."""
     components = COMPONENTS if components is None else components
     by_name = {c.name: c for c in components}
     select_owned(manager, {kind for c in components for kind in c.owns})
@@ -179,6 +188,7 @@ async def register(
         slurm_max_answer_bytes=slurm_max_answer_bytes,
         network=network,
         max_eviction_hold=max_eviction_hold,
+        preemption_taints=preemption_taints,
     )
     for component in components:
         reconciler = ctx.reconcilers[component.name] = component.reconciler(ctx, component)
@@ -214,4 +224,6 @@ def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
     builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(REST_COMPONENT)])
     workers = component_is(*worker_labels)
     builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[all_of(workers, worker_pod_changed)])
-    builder.watches(*NODE, enqueue_mapped(loop.clusters_on), predicates=[any_of(cordon_changed, ready_changed)])
+    builder.watches(
+        *NODE, enqueue_mapped(loop.clusters_on), predicates=[any_of(cordon_changed, taints_changed, ready_changed)]
+    )

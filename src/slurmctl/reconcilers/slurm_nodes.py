@@ -46,7 +46,7 @@ from slurmctl.reconcilers.loading import Invalid
 from slurmctl.reconcilers.node_executor import NodeExecutor
 from slurmctl.reconcilers.node_observation import NodeObserver
 from slurmctl.reconcilers.node_plans import NodeMemory, StatusPlan, plan_outage, plan_repair, plan_status
-from slurmctl.reconcilers.observed import WorkerPod, deleting, node_ready, ready_since, unschedulable
+from slurmctl.reconcilers.observed import Live, WorkerPod, deleting, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_marks import evictable_intents
 from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render.kinds import SLURM_CLUSTER
@@ -59,6 +59,16 @@ def cordon_changed(event: Event) -> bool:
     """A Kubernetes node cordoned or uncordoned (`kubectl cordon`, `kubectl drain`, `kubectl uncordon`)."""
     old = event.old
     return event.type is EventType.UPDATED and old is not None and unschedulable(old) != unschedulable(event.obj)
+
+
+def taints_changed(event: Event) -> bool:
+    """A Kubernetes node's taints changed: a preemption warning came or went (reconcilers/preemption.py)."""
+    old = event.old
+    return event.type is EventType.UPDATED and old is not None and _taints(old) != _taints(event.obj)
+
+
+def _taints(node: Live) -> list[Any]:
+    return list((node.get("spec") or {}).get("taints") or ())
 
 
 def ready_changed(event: Event) -> bool:

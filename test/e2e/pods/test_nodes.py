@@ -53,6 +53,7 @@ OPERATOR_ARGS = ("--node-lost-after", str(LOST_AFTER), "--allow-root-jobs", "--a
 # Seconds within which every worker takes jobs again (`srun -N3`, `sbatch -w`) once the cause is gone: a node known
 # again after a primary's return, a failover or a loss must not wait for a timer sized in minutes.
 USABLE_WITHIN = 90
+PREEMPTION_TAINT = "aws-node-termination-handler/spot-itn"  # one of the operator's --preemption-taints by default
 
 
 @dataclass
@@ -285,6 +286,47 @@ def test_a_worker_registered_anew_takes_jobs_within_seconds(fleet: Fleet) -> Non
         f"{victim} deleted: registered again after {registered - t0:.0f}s, its job done {done - registered:.0f}s later"
     )
     assert done - registered <= USABLE_WITHIN, done - registered
+
+
+@pytest.mark.timeout(420)
+def test_a_node_about_to_go_away_has_its_job_requeued_at_once_and_is_resumed_when_the_warning_goes(
+    fleet: Fleet,
+) -> None:
+    """The cloud's warning that a machine is about to be reclaimed (a preemption taint, one of the operator's defaults)
+    on the Kubernetes node of a worker running a batch job: the operator drains the worker and sets it DOWN at once
+    (Warning Event `Preempted`), Slurm requeues the job, which completes on another worker, long before the node would
+    have been found gone. The warning withdrawn (the taint removed), the worker takes jobs again."""
+    fleet.until_configs_installed()
+    job = fleet.sbatch("--wrap", "'sleep 20'")
+    until(lambda: fleet.job(job).get("JobState") == "RUNNING", timeout=120, what=f"job {job} running")
+    first = fleet.job(job)["NodeList"]
+    host = fleet.placement()[first]
+    fleet.node.kubectl("taint", "node", host, f"{PREEMPTION_TAINT}=true:NoSchedule")
+    t0 = time.monotonic()
+    try:
+        until(lambda: fleet.job(job).get("Restarts", "0") != "0", timeout=60, interval=1, what=f"job {job} requeued")
+        requeued = time.monotonic() - t0
+        assert fleet.slurm_node(first).get("State", "").startswith("DOWN"), fleet.slurm_node(first)
+        assert any(first in message and PREEMPTION_TAINT in message for message in fleet.events("Preempted"))
+        done = until(
+            lambda: (info := fleet.job(job)).get("JobState") == "COMPLETED" and info,
+            timeout=240,
+            interval=2,
+            what=f"job {job} completed after its requeue",
+        )
+        assert done["NodeList"] != first, done
+    finally:
+        fleet.node.kubectl("taint", "node", host, f"{PREEMPTION_TAINT}-")
+    t1 = time.monotonic()
+
+    def takes_jobs() -> bool:
+        state = fleet.slurm_node(first).get("State", "")
+        return state.startswith("IDLE") and "DRAIN" not in state
+
+    until(takes_jobs, timeout=USABLE_WITHIN, interval=2, what=f"{first} resumed once the warning is gone")
+    print(
+        f"{first} on {host}: job {job} requeued {requeued:.0f}s after the taint; resumed {time.monotonic() - t1:.0f}s"
+    )
 
 
 def number(node_name: str) -> str:

@@ -184,9 +184,12 @@ class Env:
         status = {"phase": "Running", "podIP": ip, "conditions": [ready_condition], "containerStatuses": containers}
         self.fake.set_status(*POD, pod, status, namespace=NS)
 
-    def k8s_node(self, name: str, *, unschedulable: bool = False) -> None:
-        """A Kubernetes node, cordoned (`kubectl cordon`) or not (`kubectl uncordon`)."""
-        spec = {"unschedulable": True} if unschedulable else {}
+    def k8s_node(self, name: str, *, unschedulable: bool = False, taints: tuple[str, ...] = ()) -> None:
+        """A Kubernetes node, cordoned (`kubectl cordon`) or not (`kubectl uncordon`), with NoSchedule taints of
+        these keys."""
+        spec: dict[str, Any] = {"unschedulable": True} if unschedulable else {}
+        if taints:
+            spec["taints"] = [{"key": key, "effect": "NoSchedule"} for key in taints]
         self.fake.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": spec})
 
     # ---- reading ------------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import pytest
 
 from slurmctl.reconcilers.drain import evictable
 from slurmctl.reconcilers.observed import WorkerPod, node_ready, ready_since, trimmed_node, unschedulable
-from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, worker_pod_changed
+from slurmctl.reconcilers.preemption import DEFAULT_PREEMPTION_TAINTS
+from slurmctl.reconcilers.slurm_nodes import SlurmNodesReconciler, cordon_changed, taints_changed, worker_pod_changed
 from slurmctl.render import meta
 from slurmctl.render.kinds import NODE, PDB, POD, STATEFULSET
 from slurmctl.runtime import Event, EventType, Result
@@ -210,6 +211,39 @@ async def test_the_drain_of_a_terminating_pods_node_is_kept() -> None:
         env.fake.put({**pod0, "metadata": {**pod0["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}})
         await env.poll_slurm()
         assert slurm.table[P0].drain and [c for c in slurm.calls if c[0] == "resume"] == []
+
+
+async def test_a_preemption_warning_requeues_the_jobs_of_its_node_at_once_and_its_withdrawal_resumes_it() -> None:
+    """The cloud taints node-a before it takes the machine: its worker is drained and set DOWN in that pass (Slurm
+    requeues job 7 and a Warning names it), its pod becomes evictable; node-b's worker is untouched. The taint
+    withdrawn, the node is resumed."""
+    taint = DEFAULT_PREEMPTION_TAINTS[1]
+    reason = f"slurmctl: Kubernetes node node-a is going away ({taint})"
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await running(env, slurm)
+        env.pod_runs(P1)
+        pod1 = env.get(POD, P1)
+        assert pod1 is not None
+        env.fake.put({**pod1, "spec": {"nodeName": "node-b"}})
+        slurm.run_job(7, P0)
+        before = env.get(NODE, "node-a")
+        env.k8s_node("node-a", taints=(taint,))
+        after = env.get(NODE, "node-a")
+        assert before is not None and after is not None
+        assert taints_changed(Event(EventType.UPDATED, after, before)), "the taint wakes the loop"
+        await env.poll_slurm()
+        assert slurm.calls == [("drain", (P0,), reason), ("down", (P0,), reason)]
+        message = (
+            f"set {P0} DOWN in Slurm: its Kubernetes node node-a is going away (taint {taint}); Slurm requeues jobs 7"
+        )
+        assert ("Warning", "Preempted", message) in env.events()
+        await env.poll_slurm()
+        assert is_evictable(env, P0) and not is_evictable(env, P1)
+        assert len(slurm.calls) == 2, "set DOWN once"
+        env.k8s_node("node-a")
+        await env.poll_slurm()
+        assert slurm.calls[2:] == [("resume", (P0,), "")]
 
 
 async def test_a_cordon_wakes_exactly_the_clusters_with_workers_on_that_node() -> None:

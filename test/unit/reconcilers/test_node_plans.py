@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurmctl.api.v1 import Policy
-from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, cordon_reason, lost_reason
+from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, cordon_reason, lost_reason, preempted_reason
 from slurmctl.reconcilers.lost_nodes import LostVerdict
 from slurmctl.reconcilers.node_observation import Held, NodeObservation
 from slurmctl.reconcilers.node_plans import (
@@ -21,10 +21,11 @@ from slurmctl.reconcilers.node_plans import (
     plan_status,
 )
 from slurmctl.reconcilers.node_steps import ForceDelete, Replace, SlurmWrite
-from slurmctl.reconcilers.observed import WorkerPod
+from slurmctl.reconcilers.observed import WorkerPod, trimmed_node
+from slurmctl.reconcilers.preemption import DEFAULT_PREEMPTION_TAINTS, preemption_taint
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE, SlurmSnapshot
 from slurmctl.render import meta
-from slurmctl.slurm import Node
+from slurmctl.slurm import ExitCode, Job, Node
 from test.unit.reconcilers.env import NAME, NS
 from test.unit.reconcilers.plans import NOW, loaded
 
@@ -165,3 +166,58 @@ def test_an_outage_takes_every_evictable_label_off_but_the_holds_and_logs_each_e
     assert again.warnings == ()
     unasked, _ = plan_outage(dataclasses.replace(obs, hold=0.0), NodeMemory(), "")
     assert unasked.requeue_after is None, "Slurm's return wakes the loop; nothing counts meanwhile"
+
+
+def test_a_worker_whose_node_is_going_away_is_drained_and_set_down_at_once_so_its_jobs_are_requeued() -> None:
+    """A preemption taint: the busy worker is drained and set DOWN in the same pass (Slurm requeues its jobs, a Warning
+    names them), the idle one only drained; a node DOWN already is not set DOWN again."""
+    taint = "cloud.google.com/impending-node-termination"
+    job = Job(7, "train", "alice", "RUNNING", (P0,), ExitCode(("PENDING",), None, None))
+    running = SlurmSnapshot(0.0, nodes=(node(P0, "ALLOCATED"), node(P1)), jobs=(job,))
+    preempted = {P0: taint, P1: taint}
+    repair = plan_repair(observe(slurm=running, preempted=preempted), NodeMemory())
+    reason_a, reason_b = preempted_reason("node-a", taint), preempted_reason("node-b", taint)
+    assert [(s.verb, s.nodes, s.reason) for s in repair.steps if isinstance(s, SlurmWrite)] == [
+        ("drain", (P0,), reason_a),
+        ("drain", (P1,), reason_b),
+        ("set_down", (P0,), reason_a),
+    ]
+    (warning,) = repair.steps[2].notes  # type: ignore[union-attr]
+    assert (warning.type, warning.reason) == ("Warning", "Preempted")
+    assert "going away (taint cloud.google.com/impending-node-termination)" in warning.message
+    assert "requeues jobs 7" in warning.message
+    down = SlurmSnapshot(0.0, nodes=(node(P0, "DOWN", "DRAIN", reason=reason_a), node(P1)), jobs=(job,))
+    again = plan_repair(observe(slurm=down, preempted={P0: taint}), NodeMemory())
+    assert again.steps == ()
+
+
+def test_a_worker_drained_for_a_withdrawn_preemption_is_resumed() -> None:
+    """The taint went and the machine stayed (a warning withdrawn): slurmctl's drain and DOWN are resumed."""
+    reason = preempted_reason("node-a", "aws-node-termination-handler/spot-itn")
+    gone = SlurmSnapshot(0.0, nodes=(node(P0, "DOWN", "DRAIN", reason=reason), node(P1)))
+    repair = plan_repair(observe(slurm=gone), NodeMemory())
+    assert [(s.verb, s.nodes) for s in repair.steps if isinstance(s, SlurmWrite)] == [("resume", (P0,))]
+    still = plan_repair(observe(slurm=gone, preempted={P0: "aws-node-termination-handler/spot-itn"}), NodeMemory())
+    assert still.steps == ()
+
+
+def test_the_cached_node_keeps_its_taints_and_the_preemption_taint_is_found_among_them() -> None:
+    live = {
+        "metadata": {"name": "node-a"},
+        "spec": {
+            "taints": [
+                {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+                {
+                    "key": "aws-node-termination-handler/spot-itn",
+                    "value": "x",
+                    "effect": "NoSchedule",
+                    "timeAdded": "t",
+                },
+            ]
+        },
+    }
+    kept = trimmed_node(live)
+    assert kept["spec"]["taints"][1] == {"key": "aws-node-termination-handler/spot-itn", "effect": "NoSchedule"}
+    assert preemption_taint(kept, DEFAULT_PREEMPTION_TAINTS) == "aws-node-termination-handler/spot-itn"
+    assert preemption_taint(kept, ()) is None
+    assert preemption_taint(None, DEFAULT_PREEMPTION_TAINTS) is None
