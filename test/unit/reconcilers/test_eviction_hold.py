@@ -10,11 +10,10 @@ import pytest
 
 from slurmctl.reconcilers.eviction_hold import CordonedSince, expired, hold_reason
 from slurmctl.reconcilers.observed import WorkerPod
-from slurmctl.render.kinds import POD
 from slurmctl.slurm import Node
 from test.unit.reconcilers.env import Env
 from test.unit.reconcilers.fake_slurm import FakeSlurm
-from test.unit.reconcilers.test_evictions import CORDONED_A, P0, P1, is_evictable, running
+from test.unit.reconcilers.test_evictions import CORDONED_A, P0, P1, is_evictable, on_two_nodes
 from test.unit.runtime.fakes import FakeClock
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -59,15 +58,6 @@ async def test_cordoned_since_counts_from_first_seen_and_forgets_an_uncordon() -
     assert since.held(key, {P0, P1}, 30) == ({P0}, set()), "said once"
     assert since.held(key, {P1}, 30) == (set(), set()), "P0 uncordoned: forgotten"
     assert since.held(key, {P0, P1}, 0) == (set(), set()), "no hold: never"
-
-
-async def on_two_nodes(env: Env, slurm: FakeSlurm) -> None:
-    """`running`, with P1 moved to node-b: a cordon of node-a concerns P0 only."""
-    await running(env, slurm)
-    env.pod_runs(P1)
-    pod1 = env.get(POD, P1)
-    assert pod1 is not None
-    env.fake.put({**pod1, "spec": {"nodeName": "node-b"}})
 
 
 async def test_a_job_that_never_ends_is_requeued_after_the_hold_and_the_pod_becomes_evictable() -> None:

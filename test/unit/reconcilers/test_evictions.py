@@ -37,6 +37,15 @@ async def running(env: Env, slurm: FakeSlurm, *, size: int = 2) -> None:
     await env.poll_slurm()
 
 
+async def on_two_nodes(env: Env, slurm: FakeSlurm) -> None:
+    """`running`, with P1 moved to node-b: a cordon (or a taint) of node-a concerns P0 only."""
+    await running(env, slurm)
+    env.pod_runs(P1)
+    pod1 = env.get(POD, P1)
+    assert pod1 is not None
+    env.fake.put({**pod1, "spec": {"nodeName": "node-b"}})
+
+
 def is_evictable(env: Env, pod: str) -> bool:
     return env.labels(pod).get(EVICTABLE) == "true"
 
@@ -138,11 +147,7 @@ async def test_an_unregistered_pod_whose_slurmd_cannot_start_is_evictable_until_
 async def test_a_cordoned_node_drains_its_workers_which_become_evictable_once_idle_and_uncordon_resumes_them() -> None:
     async with Env() as env:
         slurm = FakeSlurm()
-        await running(env, slurm)
-        env.pod_runs(P1)
-        pod1 = env.get(POD, P1)
-        assert pod1 is not None
-        env.fake.put({**pod1, "spec": {"nodeName": "node-b"}})  # P1 runs on node-b
+        await on_two_nodes(env, slurm)
         slurm.run_job(7, P0)
         env.k8s_node("node-a", unschedulable=True)  # kubectl cordon node-a (the first step of kubectl drain)
         assert await env.poll_slurm() == Result(requeue_after=5.0), "looks again soon: it may be idle at once"
@@ -221,11 +226,7 @@ async def test_a_preemption_warning_requeues_the_jobs_of_its_node_at_once_and_it
     reason = f"slurmctl: Kubernetes node node-a is going away ({taint})"
     async with Env() as env:
         slurm = FakeSlurm()
-        await running(env, slurm)
-        env.pod_runs(P1)
-        pod1 = env.get(POD, P1)
-        assert pod1 is not None
-        env.fake.put({**pod1, "spec": {"nodeName": "node-b"}})
+        await on_two_nodes(env, slurm)
         slurm.run_job(7, P0)
         before = env.get(NODE, "node-a")
         env.k8s_node("node-a", taints=(taint,))
