@@ -77,12 +77,14 @@ class SlurmConfig(ApiModel):
         return {key: str(value) for key, value in values if value is not None}
 
 
-SlurmDaemon = Literal["slurmctld", "slurmd", "slurmdbd", "slurmrestd"]
+SlurmDaemon = Literal["slurmctld", "slurmd", "slurmdbd"]
 
 
 class LogLevels(ApiModel):
     """How much each Slurm daemon logs, in Slurm's level names; unset is Slurm's own default, info. Each daemon logs to
-    its container's log (`kubectl logs`); slurmd's level is its step daemons' (slurmstepd) too."""
+    its container's log (`kubectl logs`); slurmd's level is its step daemons' (slurmstepd) too. Not slurmrestd: Slurm
+    24.11's slurmrestd logs to a standard error that is not a terminal at info whatever it is told (SLURMRESTD_DEBUG
+    and -v move only its syslog level, which nothing reads in a pod)."""
 
     slurmctld: DebugLevel | None = Field(
         None, description="SlurmctldDebug (slurm.conf); applied in place by a reconfigure, no restart. Default info."
@@ -96,11 +98,6 @@ class LogLevels(ApiModel):
         None,
         description="DebugLevel (slurmdbd.conf); slurmdbd is restarted to apply it (slurmctld keeps its records "
         "meanwhile). Default info.",
-    )
-    slurmrestd: DebugLevel | None = Field(
-        None,
-        description="SLURMRESTD_DEBUG (slurmrestd's environment); its pods are replaced one at a time to apply it. "
-        "Default info.",
     )
 
 
@@ -161,6 +158,5 @@ class SlurmSpec(ApiModel):
             "slurmctld": self.log_level.slurmctld or self.config.slurmctld_debug,
             "slurmd": self.log_level.slurmd or self.config.slurmd_debug,
             "slurmdbd": self.log_level.slurmdbd,
-            "slurmrestd": self.log_level.slurmrestd,
         }
         return {daemon: level for daemon, level in levels.items() if level is not None}

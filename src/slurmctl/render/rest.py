@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slurmctl.api.v1 import DEFAULT_LOG_LEVEL, SlurmCluster
+from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
 from slurmctl.render.slurm_conf import SLURM_CONF_DIR
 
@@ -45,13 +45,6 @@ def openapi_plugins(cluster: SlurmCluster) -> list[str]:
 
 def slurmrestd_args(cluster: SlurmCluster) -> list[str]:
     return ["-a", "rest_auth/jwt", "-s", ",".join(openapi_plugins(cluster)), f"0.0.0.0:{meta.SLURMRESTD_PORT}"]
-
-
-def debug_env(cluster: SlurmCluster) -> list[dict[str, str]]:
-    """spec.slurm.logLevel.slurmrestd as SLURMRESTD_DEBUG, slurmrestd's only setting of its level (it reads no
-    SlurmctldDebug): a change replaces the pods. Nothing at Slurm's default."""
-    level = cluster.spec.slurm.log_levels().get("slurmrestd", DEFAULT_LOG_LEVEL)
-    return [] if level == DEFAULT_LOG_LEVEL else [{"name": "SLURMRESTD_DEBUG", "value": level}]
 
 
 def config_hash(configs: Mapping[str, str]) -> str:
@@ -82,7 +75,6 @@ def render_rest_deployment(cluster: SlurmCluster, *, configs: Mapping[str, str])
             # slurmrestd unshares its SysV semaphores and file table at start; the runtime's default seccomp filter
             # refuses unshare(2) to a container without CAP_SYS_ADMIN, and the pod already isolates both.
             {"name": "SLURMRESTD_SECURITY", "value": "disable_unshare_sysv,disable_unshare_files"},
-            *debug_env(cluster),
         ],
         "ports": [{"name": "http", "containerPort": meta.SLURMRESTD_PORT, "protocol": "TCP"}],
         "volumeMounts": [{"name": "slurm-configs", "mountPath": SLURM_CONF_DIR, "readOnly": True}],

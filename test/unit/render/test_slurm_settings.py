@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from slurmctl.api.v1 import Policy, SlurmCluster, check_cluster
-from slurmctl.render import accounting, rest
+from slurmctl.render import accounting
 from slurmctl.render.slurm_conf import CGROUP_CONF, RESTART_KEYS, SLURM_CONF, render_slurm_configs
 from test.unit.render.samples import DBD_PASSWORD, sample_doc
 
@@ -49,7 +49,7 @@ def _every_feature() -> SlurmCluster:
     doc["spec"]["topology"] = {"tree": {"levels": ["topology.kubernetes.io/zone"]}}
     doc["spec"]["slurm"].update(
         cgroupVersion="v2",
-        logLevel={"slurmctld": "debug", "slurmd": "debug2", "slurmdbd": "verbose", "slurmrestd": "error"},
+        logLevel={"slurmctld": "debug", "slurmd": "debug2", "slurmdbd": "verbose"},
         extraConfig=None,
     )
     doc["spec"]["slurm"].pop("config", None)
@@ -85,7 +85,6 @@ def test_info_is_slurms_default_and_writes_nothing() -> None:
     slurm = render_slurm_configs(cluster)[SLURM_CONF]
     assert "Debug=" not in slurm
     assert "DebugLevel" not in accounting.render_slurmdbd_conf(cluster, dbd_password=DBD_PASSWORD)
-    assert rest.debug_env(cluster) == []
 
 
 def test_log_levels_reach_each_daemons_own_setting() -> None:
@@ -93,7 +92,6 @@ def test_log_levels_reach_each_daemons_own_setting() -> None:
     slurm = render_slurm_configs(cluster)[SLURM_CONF].splitlines()
     assert {"SlurmctldDebug=debug", "SlurmdDebug=debug2"} <= set(slurm)
     assert "DebugLevel=verbose" in accounting.render_slurmdbd_conf(cluster, dbd_password=DBD_PASSWORD).splitlines()
-    assert rest.debug_env(cluster) == [{"name": "SLURMRESTD_DEBUG", "value": "error"}]
     # A reconfigure applies them: changing a level restarts neither slurmctld nor a worker.
     assert {"slurmctlddebug", "slurmddebug"}.isdisjoint(RESTART_KEYS)
 
