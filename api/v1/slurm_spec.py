@@ -25,7 +25,7 @@ SelectTypeParameters = Literal["CR_CPU", "CR_CPU_Memory", "CR_Core", "CR_Core_Me
 
 
 class SlurmConfig(ApiModel):
-    """Common slurm.conf keys with types; unset keys keep slurmctl's (or Slurm's) defaults."""
+    """Common slurm.conf keys with types; unset keys keep what docs/slurm-settings.md lists (mostly Slurm's defaults)."""
 
     max_job_count: int | None = Field(
         None, ge=1, le=10_000_000, description="MaxJobCount: jobs slurmctld keeps in memory at once."
@@ -53,7 +53,7 @@ class SlurmConfig(ApiModel):
         ge=10,
         le=65_535,
         description="SlurmctldTimeout: seconds a standby slurmctld (spec.controller.standby) waits for an unresponsive "
-        "primary before it takes control (slurmctl's default 120).",
+        "primary before it takes control (Slurm's default 120).",
     )
     slurmctld_debug: DebugLevel | None = Field(
         None, description="Deprecated: spec.slurm.logLevel.slurmctld, which wins when both are set."
@@ -128,7 +128,8 @@ class SlurmSpec(ApiModel):
         default_factory=LogLevels, description="Log levels of the Slurm daemons (Slurm's default: info)."
     )
     config: SlurmConfig = Field(
-        default_factory=SlurmConfig, description="Typed slurm.conf keys that override slurmctl's defaults."
+        default_factory=SlurmConfig,
+        description="Typed slurm.conf keys that override what slurmctl writes (docs/slurm-settings.md).",
     )
     extra_config: str | None = Field(
         None,
