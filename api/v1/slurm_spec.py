@@ -25,7 +25,8 @@ SelectTypeParameters = Literal["CR_CPU", "CR_CPU_Memory", "CR_Core", "CR_Core_Me
 
 
 class SlurmConfig(ApiModel):
-    """Common slurm.conf keys with types; unset keys keep what docs/slurm-settings.md lists (mostly Slurm's defaults)."""
+    """Common slurm.conf keys with types; unset keys keep what docs/slurm-settings.md lists (Slurm's defaults but
+    for its reasons)."""
 
     max_job_count: int | None = Field(
         None, ge=1, le=10_000_000, description="MaxJobCount: jobs slurmctld keeps in memory at once."

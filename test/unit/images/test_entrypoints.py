@@ -549,7 +549,8 @@ def test_the_step_daemons_log_reaches_the_containers_output_once(pod: dict[str, 
         '    echo "[2026-12-03T00:00:01.000] [$step] error: execve(): /no/such/program: No such file" >> "$2"\n'
         "done\n",
     )
-    done = run_script("entrypoint-worker", env=jail_env(pod), wrapper=("unshare", "--mount", "--propagation", "private"))
+    wrapper = ("unshare", "--mount", "--propagation", "private")
+    done = run_script("entrypoint-worker", env=jail_env(pod), wrapper=wrapper)
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
