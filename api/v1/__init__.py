@@ -45,7 +45,7 @@ from .jail import JailSpec, PopulateJailSpec, SubMount
 from .policy import CONTROL_PLANE_LABELS, DEFAULT_VOLUME_SOURCES, OPEN_POLICY, PYXIS_KEY, Policy, image_prefix_problem
 from .problems import Problem
 from .schema import crd
-from .slurm_spec import SlurmConfig, SlurmSpec
+from .slurm_spec import DEFAULT_LOG_LEVEL, LogLevels, SlurmConfig, SlurmDaemon, SlurmSpec
 from .spec import SlurmClusterSpec
 from .status import (
     ACCOUNTING_READY,
@@ -92,6 +92,7 @@ __all__ = [
     "CONTROLLER_READY",
     "CONTROL_PLANE_LABELS",
     "CRD_NAME",
+    "DEFAULT_LOG_LEVEL",
     "DEFAULT_PARTITION",
     "DEFAULT_VOLUME_SOURCES",
     "GROUP",
@@ -130,6 +131,7 @@ __all__ = [
     "HealthChecks",
     "JailSpec",
     "LocalObjectReference",
+    "LogLevels",
     "LoginService",
     "LoginSpec",
     "MariaDBSpec",
@@ -152,6 +154,7 @@ __all__ = [
     "SlurmClusterSpec",
     "SlurmClusterStatus",
     "SlurmConfig",
+    "SlurmDaemon",
     "SlurmNodeCounts",
     "SlurmSpec",
     "StateVolume",

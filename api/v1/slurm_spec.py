@@ -4,7 +4,7 @@ keys (SlurmConfig) or raw extra lines, and the escape hatch that lets those line
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
@@ -18,12 +18,15 @@ from .defaults import (
 )
 from .types import NO_WHITESPACE_PATTERN, ApiModel, LocalObjectReference
 
+# Slurm's own level for every daemon when its config says none: nothing is written for it.
+DEFAULT_LOG_LEVEL: Final = "info"
 DebugLevel = Literal["quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3", "debug4", "debug5"]
 SelectTypeParameters = Literal["CR_CPU", "CR_CPU_Memory", "CR_Core", "CR_Core_Memory", "CR_Socket", "CR_Socket_Memory"]
 
 
 class SlurmConfig(ApiModel):
-    """Common slurm.conf keys with types; unset keys keep slurmctl's (or Slurm's) defaults."""
+    """Common slurm.conf keys with types; unset keys keep what docs/slurm-settings.md lists (Slurm's defaults but
+    for its reasons)."""
 
     max_job_count: int | None = Field(
         None, ge=1, le=10_000_000, description="MaxJobCount: jobs slurmctld keeps in memory at once."
@@ -51,10 +54,14 @@ class SlurmConfig(ApiModel):
         ge=10,
         le=65_535,
         description="SlurmctldTimeout: seconds a standby slurmctld (spec.controller.standby) waits for an unresponsive "
-        "primary before it takes control (slurmctl's default 120).",
+        "primary before it takes control (Slurm's default 120).",
     )
-    slurmctld_debug: DebugLevel | None = Field(None, description="SlurmctldDebug: slurmctld's log level.")
-    slurmd_debug: DebugLevel | None = Field(None, description="SlurmdDebug: slurmd's log level.")
+    slurmctld_debug: DebugLevel | None = Field(
+        None, description="Deprecated: spec.slurm.logLevel.slurmctld, which wins when both are set."
+    )
+    slurmd_debug: DebugLevel | None = Field(
+        None, description="Deprecated: spec.slurm.logLevel.slurmd, which wins when both are set."
+    )
 
     def slurm_conf(self) -> dict[str, str]:
         """The keys that are set, spelled as slurm.conf spells them, in a stable order."""
@@ -66,11 +73,33 @@ class SlurmConfig(ApiModel):
             "def_mem_per_cpu": "DefMemPerCPU",
             "select_type_parameters": "SelectTypeParameters",
             "slurmctld_timeout": "SlurmctldTimeout",
-            "slurmctld_debug": "SlurmctldDebug",
-            "slurmd_debug": "SlurmdDebug",
         }
         values = ((key, getattr(self, field)) for field, key in names.items())
         return {key: str(value) for key, value in values if value is not None}
+
+
+SlurmDaemon = Literal["slurmctld", "slurmd", "slurmdbd"]
+
+
+class LogLevels(ApiModel):
+    """How much each Slurm daemon logs, in Slurm's level names; unset is Slurm's own default, info. Each daemon logs to
+    its container's log (`kubectl logs`); slurmd's level is its step daemons' (slurmstepd) too. Not slurmrestd: Slurm
+    24.11's slurmrestd logs to a standard error that is not a terminal at info whatever it is told (SLURMRESTD_DEBUG
+    and -v move only its syslog level, which nothing reads in a pod)."""
+
+    slurmctld: DebugLevel | None = Field(
+        None, description="SlurmctldDebug (slurm.conf); applied in place by a reconfigure, no restart. Default info."
+    )
+    slurmd: DebugLevel | None = Field(
+        None,
+        description="SlurmdDebug (slurm.conf), slurmd's and its step daemons' (slurmstepd); applied in place by a "
+        "reconfigure, no restart. Default info.",
+    )
+    slurmdbd: DebugLevel | None = Field(
+        None,
+        description="DebugLevel (slurmdbd.conf); slurmdbd is restarted to apply it (slurmctld keeps its records "
+        "meanwhile). Default info.",
+    )
 
 
 class SlurmSpec(ApiModel):
@@ -102,8 +131,12 @@ class SlurmSpec(ApiModel):
             "(CgroupPlugin=autodetect), which suits clusters that mix kernels; v1 or v2 force a plugin."
         ),
     )
+    log_level: LogLevels = Field(
+        default_factory=LogLevels, description="Log levels of the Slurm daemons (Slurm's default: info)."
+    )
     config: SlurmConfig = Field(
-        default_factory=SlurmConfig, description="Typed slurm.conf keys that override slurmctl's defaults."
+        default_factory=SlurmConfig,
+        description="Typed slurm.conf keys that override what slurmctl writes (docs/slurm-settings.md).",
     )
     extra_config: str | None = Field(
         None,
@@ -126,3 +159,12 @@ class SlurmSpec(ApiModel):
         "chroot plugin, the generated node and partition records); overriding them can break the cluster or switch "
         "the jail off, and is unsupported.",
     )
+
+    def log_levels(self) -> dict[SlurmDaemon, DebugLevel]:
+        """The daemons whose level the spec sets: logLevel, else the deprecated config.slurmctldDebug/slurmdDebug."""
+        levels: dict[SlurmDaemon, DebugLevel | None] = {
+            "slurmctld": self.log_level.slurmctld or self.config.slurmctld_debug,
+            "slurmd": self.log_level.slurmd or self.config.slurmd_debug,
+            "slurmdbd": self.log_level.slurmdbd,
+        }
+        return {daemon: level for daemon, level in levels.items() if level is not None}

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from slurmctl.api.v1 import SlurmCluster
+from slurmctl.api.v1 import DEFAULT_LOG_LEVEL, SlurmCluster
 from slurmctl.render import meta, pods
 from slurmctl.render.kinds import MARIADB
 from slurmctl.render.slurm_conf import JWT_AUTH_SETTINGS
@@ -97,8 +97,11 @@ def check_password(password: str) -> None:
 
 
 def _settings(cluster: SlurmCluster) -> list[tuple[str, str]]:
-    """Every slurmdbd.conf setting but the password. LogFile is unset so slurmdbd logs to stderr."""
+    """Every slurmdbd.conf setting but the password. LogFile is unset so slurmdbd logs to stderr. Each key and why:
+    docs/slurm-settings.md. They are all in the pod template's hash, so a change (DebugLevel too) restarts slurmdbd."""
     db = database(cluster)
+    level = cluster.spec.slurm.log_levels().get("slurmdbd", DEFAULT_LOG_LEVEL)
+    debug = [] if level == DEFAULT_LOG_LEVEL else [("DebugLevel", level)]
     return [
         ("AuthType", "auth/munge"),
         *JWT_AUTH_SETTINGS,  # slurmrestd's openapi/slurmdbd forwards users' JWTs to slurmdbd
@@ -111,6 +114,7 @@ def _settings(cluster: SlurmCluster) -> list[tuple[str, str]]:
         ("StoragePort", str(db.port)),
         ("StorageUser", db.user),
         ("StorageLoc", db.name),
+        *debug,
     ]
 
 

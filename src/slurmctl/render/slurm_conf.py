@@ -21,9 +21,12 @@ import math
 from collections.abc import Mapping
 
 from slurmctl.api.v1 import (
+    DEFAULT_LOG_LEVEL,
     MAX_GROUP_SIZE,
     MAX_TOTAL_WORKERS,
     SlurmCluster,
+    SlurmDaemon,
+    SlurmSpec,
     WorkerGroup,
     parse_duration,
     parse_quantity,
@@ -177,6 +180,22 @@ def power_save_settings(cluster: SlurmCluster) -> dict[str, str]:
     return settings
 
 
+# The slurm.conf key of each daemon's level (spec.slurm.logLevel); slurmdbd's is slurmdbd.conf DebugLevel
+# (render/accounting.py), slurmrestd's its SLURMRESTD_DEBUG (render/rest.py).
+SLURM_CONF_LOG_LEVEL_KEYS: dict[SlurmDaemon, str] = {"slurmctld": "SlurmctldDebug", "slurmd": "SlurmdDebug"}
+
+
+def log_level_settings(slurm: SlurmSpec) -> dict[str, str]:
+    """SlurmctldDebug and SlurmdDebug where the spec sets a level other than Slurm's default: a reconfigure applies
+    them (not RESTART_KEYS), and going back to info removes the line, which the reconfigure applies as well."""
+    levels = slurm.log_levels()
+    return {
+        key: levels[daemon]
+        for daemon, key in SLURM_CONF_LOG_LEVEL_KEYS.items()
+        if levels.get(daemon, DEFAULT_LOG_LEVEL) != DEFAULT_LOG_LEVEL
+    }
+
+
 def render_slurm_conf(cluster: SlurmCluster, *, root_jobs: bool = True) -> str:
     """`root_jobs=False` (the operator's policy without --allow-root-jobs) adds DisableRootJobs=YES: a job of root
     runs as root in a privileged worker pod, a chroot away from the node. extraConfig cannot undo it: the policy
@@ -185,49 +204,46 @@ def render_slurm_conf(cluster: SlurmCluster, *, root_jobs: bool = True) -> str:
     spec = cluster.spec
     ctld = meta.controller(c)
     standby = spec.controller.standby
+    # Only what differs from Slurm's own defaults, or what the pods themselves depend on: each key and why is in
+    # docs/slurm-settings.md (a unit test holds the two together). Everything else is Slurm's default.
     settings: dict[str, str] = {
         "ClusterName": c,
         "SlurmctldHost": f"{ctld}-0({ctld}-0.{ctld})",
+        # Slurm's defaults, written because the Services, probes and network policies open these ports.
         "SlurmctldPort": str(meta.SLURMCTLD_PORT),
         "SlurmdPort": str(meta.SLURMD_PORT),
+        # Slurm's defaults, written because every pod runs munged for them (and a newer default would strand them).
         "AuthType": "auth/munge",
+        "CredType": "cred/munge",
         # Users' JWTs besides munge: `scontrol token` and slurmrestd (-a rest_auth/jwt) need them.
         **dict(JWT_AUTH_SETTINGS),
-        "CredType": "cred/munge",
         "SlurmUser": "slurm",
-        "SlurmdUser": "root",
         "StateSaveLocation": "/var/spool/slurmctld",
+        # Slurm's defaults (/var/run is /run in the images), but RESTART_KEYS: the pods' hash and the running
+        # containers' scripts compare them, so leaving them out would restart every pod on upgrade for no change.
+        "SlurmdUser": "root",
         "SlurmdSpoolDir": "/var/spool/slurmd",
+        "SlurmdPidFile": "/run/slurmd.pid",
         # slurmctld runs as SlurmUser, which cannot write /run; the state directory is its own. Not with a standby:
         # both slurmctlds share the state directory, and a slurmctld that finds the pid file locked by another
         # kills that pid (its own namespace's!) and waits for the lock (controller.c _kill_old_slurmctld). The
         # entrypoint makes the directory of a pid file elsewhere SlurmUser's.
         "SlurmctldPidFile": SLURMCTLD_STANDBY_PIDFILE if standby else "/var/spool/slurmctld/slurmctld.pid",
-        "SlurmdPidFile": "/run/slurmd.pid",
         # Dynamic nodes: slurmctld sizes its node table once, and talks to every node directly (the other daemons do
         # not know the node list, so they cannot forward messages down a tree).
         "MaxNodeCount": str(MAX_TOTAL_WORKERS),
         "TreeWidth": "65533",
+        # Slurm's default where it was built with cgroup support: written because PrologFlags=Contain,
+        # pam_slurm_adopt and the jobs' confinement need it, whatever the images' Slurm was built with.
         "ProctrackType": "proctrack/cgroup",
         "TaskPlugin": "task/cgroup,task/affinity",
         "JobAcctGatherType": "jobacct_gather/cgroup",
         "PrologFlags": "Contain",
         "LaunchParameters": "use_interactive_step",
-        "PropagateResourceLimits": "NONE",
-        "MpiDefault": "none",
+        # A worker's pod that comes back (rescheduled, its node restarted) is a node that rebooted: it takes jobs
+        # again as soon as it registers, whatever set it DOWN (lost_nodes.py relies on it).
         "ReturnToService": "2",
-        "SchedulerType": "sched/backfill",
-        "SelectType": "select/cons_tres",
-        "SelectTypeParameters": "CR_Core_Memory",
-        "SlurmctldTimeout": "120",
-        "SlurmdTimeout": "300",
-        "InactiveLimit": "0",
-        "KillWait": "30",
-        "MinJobAge": "300",
-        "Waittime": "0",
-        "SlurmctldDebug": "info",
-        "SlurmdDebug": "info",
-        "PlugStackConfig": f"{SLURM_CONF_DIR}/{PLUGSTACK_CONF}",
+        **log_level_settings(spec.slurm),
         # What Slurm starts for a job outside its steps (sbcast's writer in slurmd) enters the jail too (the worker
         # images' job_container_jail.so, native/spank_chroot): sbcast's files land where the job looks for them.
         "JobContainerType": JOB_CONTAINER,
@@ -247,7 +263,6 @@ def render_slurm_conf(cluster: SlurmCluster, *, root_jobs: bool = True) -> str:
         settings["AccountingStorageType"] = "accounting_storage/slurmdbd"
         settings["AccountingStorageHost"] = f"{c}-accounting"
         settings["AccountingStoragePort"] = str(meta.SLURMDBD_PORT)
-        settings["JobCompType"] = "jobcomp/none"
         if spec.gpu_groups:
             settings["AccountingStorageTRES"] = "gres/gpu"  # GPUs are not among the TRES tracked by default
         if spec.accounting.declares_limits:
@@ -276,16 +291,17 @@ CGROUP_PLUGINS = {"auto": "autodetect", "v1": "cgroup/v1", "v2": "cgroup/v2"}
 
 
 def render_cgroup_conf(cluster: SlurmCluster) -> str:
-    """One set of keys valid for both plugins: slurmd in a pod has no systemd to delegate to (IgnoreSystemd), and swap
-    is not constrained because v1 kernels without swap accounting would refuse it."""
+    """One set of keys valid for both plugins: slurmd in a pod has no systemd to delegate to (IgnoreSystemd). Swap is
+    not constrained (Slurm's default) because v1 kernels without swap accounting would refuse it."""
     pairs = [
-        ("CgroupPlugin", CGROUP_PLUGINS[cluster.spec.slurm.cgroup_version]),
         ("ConstrainCores", "yes"),
         ("ConstrainDevices", "yes"),
         ("ConstrainRAMSpace", "yes"),
-        ("ConstrainSwapSpace", "no"),
         ("IgnoreSystemd", "yes"),
     ]
+    version = cluster.spec.slurm.cgroup_version
+    if version != "auto":  # auto is Slurm's own default (autodetect)
+        pairs.insert(0, ("CgroupPlugin", CGROUP_PLUGINS[version]))
     return _header(cluster) + _lines(pairs)
 
 

@@ -162,6 +162,46 @@ def test_jail_user_logs_in_over_ssh_and_runs_jobs(available: Kube, jail_user: tu
     assert owner.strip() == str(UID)
 
 
+def test_a_lower_ulimit_in_the_login_session_reaches_the_users_srun_job(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """Slurm's default PropagateResourceLimits (ALL; docs/slurm-settings.md): the soft limits a user sets in their
+    login shell are their job's on the worker, as on any Slurm cluster (Slurm's own test1.29). 4096 KiB of stack and
+    512 open files are below what the worker's slurmd runs with, so the job can only have them from the login."""
+    kube = available
+    key, ip = jail_user
+    show = "echo $(ulimit -S -s) $(ulimit -S -n)"
+    worker = kube.exec(f"{NAME}-worker-cpu-0", "slurmd", "bash", "-c", show).split()
+    assert worker != ["4096", "512"], worker
+    out = ssh(key, USER, ip, f"ulimit -S -s 4096 && ulimit -S -n 512 && {show} && srun -N1 bash -c '{show}'")
+    assert out.split("\n")[:2] == ["4096 512", "4096 512"], out
+
+
+def test_a_step_that_fails_to_start_says_why_in_its_workers_container_log(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """slurmstepd's own log (docs/slurm-settings.md "Where the logs are"): a step (`srun` in a batch job) whose
+    program is not in the jail fails in slurmstepd's execve, whose error line, with its step, is in `kubectl logs
+    <worker> -c slurmd`, once; slurmd's own lines are there once as well (its standard error), none of them copied a
+    second time from its log file."""
+    kube = available
+    key, ip = jail_user
+    worker, program = f"{NAME}-worker-cpu-0", "/no/such/program-of-alice"
+    job = ssh(key, USER, ip, f"cd ~ && sbatch --parsable --wait -w {worker} -o /dev/null --wrap 'srun {program}; true'")
+    job_id = job.strip().split(";")[0]
+    error = rf"\[{job_id}\.0\] error: execve\(\): {program}: No such file or directory"
+    line = re.compile(rf"^\[[^]]+\] {error}$", re.M)
+
+    def logged() -> str | None:
+        logs = kube.run("logs", worker, "-c", "slurmd")
+        return logs if line.search(logs) else None
+
+    logs = until(logged, timeout=30, interval=1, what=f"slurmstepd's execve error of job {job_id} in {worker}'s log")
+    assert len(line.findall(logs)) == 1, logs
+    assert not re.search(r"^\[[^]]+\] (?!\[[0-9])", logs, re.M), "slurmd's log file lines were copied too"
+    assert "slurmd version" in logs  # slurmd's own start, from its standard error
+
+
 def test_scancel_of_a_step_started_on_the_login_node_is_answered_and_srun_hears_it(
     available: Kube, jail_user: tuple[Path, str]
 ) -> None:

@@ -68,6 +68,7 @@ def pod(shared_tmp: Path) -> Iterator[dict[str, str]]:
         "ROOT": str(shared_tmp),
         "LOG": str(log),
         "SLURM_CONFIGS_POLL_SECONDS": "0.2",
+        "SLURMD_LOG_PIPE": str(shared_tmp / "run" / "slurmctl" / "slurmd-log"),
     }
     yield env
     sock.close()
@@ -529,7 +530,36 @@ def test_worker_completes_the_jail_then_runs_slurmd(pod: dict[str, str]) -> None
     assert done.returncode == 0, done.stderr
     assert_configs_installed(pod)
     assert "jail " + env["JAIL_DIR"] + " is complete" in done.stderr
-    assert Path(pod["LOG"]).read_text() == "slurmd uid=0 args=-D\n"
+    assert Path(pod["LOG"]).read_text() == f"slurmd uid=0 args=-D -L {pod['SLURMD_LOG_PIPE']}\n"
+
+
+def test_the_step_daemons_log_reaches_the_containers_output_once(pod: dict[str, str]) -> None:
+    """slurmd gets a FIFO as its log file (-L), which it hands to every slurmstepd; the entrypoint copies the lines of
+    the step daemons (they start with their step) to its standard output, and not slurmd's own, which slurmd in the
+    foreground writes to its standard error as well. Stand-ins write what Slurm 24.11 writes (log.c: "[time] " then
+    slurmstepd's "[job.step] " prefix) and exit; the copy ends after them with every line out."""
+    root = Path(pod["ROOT"])
+    write_exe(
+        root / "bin" / "slurmd",
+        "#!/bin/bash\n"
+        'while [ "$1" != -L ]; do shift; done\n'
+        'echo "slurmd: slurmd version 24.11.5 started" >&2\n'
+        'echo "[2026-12-03T00:00:00.000] slurmd version 24.11.5 started" >> "$2"\n'
+        "for step in 42.0 42.batch 7.extern; do\n"
+        '    echo "[2026-12-03T00:00:01.000] [$step] error: execve(): /no/such/program: No such file" >> "$2"\n'
+        "done\n",
+    )
+    wrapper = ("unshare", "--mount", "--propagation", "private")
+    done = run_script("entrypoint-worker", env=jail_env(pod), wrapper=wrapper)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"[2026-12-03T00:00:01.000] [{step}] error: execve(): /no/such/program: No such file"
+        for step in ("42.0", "42.batch", "7.extern")
+    ]
+    assert done.stderr.count("slurmd version 24.11.5 started") == 1, done.stderr
+    fifo = Path(pod["SLURMD_LOG_PIPE"])
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and stat.S_IMODE(fifo.stat().st_mode) == 0o600
 
 
 def test_worker_registers_a_dynamic_node_knows_jail_users_and_puts_its_spool_in_the_jail(pod: dict[str, str]) -> None:
@@ -553,7 +583,8 @@ def test_worker_registers_a_dynamic_node_knows_jail_users_and_puts_its_spool_in_
     assert listed == "seen"
     assert home_mount != "/home"
     assert Path(pod["LOG"]).read_text() == (
-        "slurmd uid=0 args=-D -Z --conf Feature=cpu CPUs=1 RealMemory=1024 -N c-worker-cpu-0\n"
+        f"slurmd uid=0 args=-D -L {pod['SLURMD_LOG_PIPE']} -Z --conf Feature=cpu CPUs=1 RealMemory=1024"
+        " -N c-worker-cpu-0\n"
     )
     passwd = Path(env["EXTRAUSERS_DIR"]) / "passwd"
     assert passwd.is_symlink() and passwd.read_text() == "alice:x:1500:1500::/home/alice:/bin/bash\n"
@@ -592,7 +623,7 @@ def test_a_worker_whose_sub_mount_is_refused_drains_its_node_before_slurmd_start
     assert Path(pod["LOG"]).read_text().splitlines() == [
         "scontrol uid=0 args=-o show node c-worker-cpu-0",
         f"scontrol uid=0 args=update NodeName=c-worker-cpu-0 State=DRAIN Reason={reason}",
-        "slurmd uid=0 args=-D -b -N c-worker-cpu-0",
+        f"slurmd uid=0 args=-D -L {pod['SLURMD_LOG_PIPE']} -b -N c-worker-cpu-0",
     ]
 
 
@@ -780,7 +811,7 @@ def test_a_worker_with_ssh_to_job_nodes_runs_the_login_nodes_sshd_behind_pam_slu
 
     off = run_script("entrypoint-worker", env=env, wrapper=wrapper)
     assert off.returncode == 0, off.stderr
-    assert Path(pod["LOG"]).read_text() == "slurmd uid=0 args=-D\n"
+    assert Path(pod["LOG"]).read_text() == f"slurmd uid=0 args=-D -L {pod['SLURMD_LOG_PIPE']}\n"
     assert pam.read_text() == "@include common-account\n"
     assert not (root / "etc" / "ssh" / "sshd_config").exists()
 

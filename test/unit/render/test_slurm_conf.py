@@ -34,14 +34,14 @@ def test_minimal_sample_nodes_and_default_partition() -> None:
         "ClusterName=minimal",
         "SlurmctldHost=minimal-controller-0(minimal-controller-0.minimal-controller)",
         "AuthType=auth/munge",
-        "PlugStackConfig=/etc/slurm/plugstack.conf",
         "ProctrackType=proctrack/cgroup",
         "MaxNodeCount=4096",
         "TreeWidth=65533",
         "Include /etc/slurm/nodes.conf",
     ):
         assert line in slurm
-    assert "CgroupPlugin=autodetect" in _lines(configs["cgroup.conf"])
+    # cgroupVersion auto is Slurm's own autodetect: no CgroupPlugin line (docs/slurm-settings.md).
+    assert not any(line.startswith("CgroupPlugin") for line in _lines(configs["cgroup.conf"]))
     assert not any(line.startswith(("GresTypes", "AccountingStorage", "HealthCheck")) for line in slurm)
     assert _lines(configs["plugstack.conf"])[1:] == [CHROOT_LINE]
     assert _lines(configs["gres.conf"])[1:] == []
