@@ -16,7 +16,7 @@ from typing import Any
 
 from slurmctl.api.v1 import SPEC_VALID, Phase, Reason, SlurmCluster, SlurmClusterStatus
 from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler
-from slurmctl.reconcilers.component import Component, component_is
+from slurmctl.reconcilers.component import Component, component_is, owned
 from slurmctl.reconcilers.conditions import make_condition
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
@@ -31,16 +31,18 @@ from slurmctl.reconcilers.observed import (
     topology_placement,
 )
 from slurmctl.reconcilers.plan import Create, Plan
-from slurmctl.reconcilers.views import Cluster, ClusterStatus, condition
+from slurmctl.reconcilers.views import Cluster, ClusterStatus, Secret, condition
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
-from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
+from slurmctl.render.kinds import CONFIGMAP, NODE, POD, SLURM_CLUSTER, STATEFULSET
 from slurmctl.render.manifests import cluster_objects
+from slurmctl.render.slurm_conf import NODES_CONF, hold_removed_groups
 from slurmctl.render.workers import COMPONENT as WORKERS_COMPONENT
 from slurmctl.render.workers import FORMER_COMPONENTS as FORMER_WORKERS_COMPONENTS
 from slurmctl.runtime import Event, EventType, Request
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
+from slurmctl.runtime.objects import meta_of
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,11 @@ def placement_changed(event: Event) -> bool:
     if event.type is not EventType.UPDATED:
         return True
     return _placed(event.old) != _placed(event.obj)
+
+
+def appeared_or_went(event: Event) -> bool:
+    """A worker StatefulSet made or deleted (not its every status update)."""
+    return event.type is not EventType.UPDATED and not event.low_priority
 
 
 def node_labels_changed(event: Event) -> bool:
@@ -100,6 +107,11 @@ def plan(obs: Observation) -> Plan:
     (`derive_phase`), which an observation taken before this pass's writes could only make stale."""
     cluster = obs.loaded.cluster
     cond = obs.condition(SPEC_VALID, ok=True, reason=Reason.VALID, message="the spec is valid")
+    configs = dict(obs.loaded.configs)
+    installed = obs.owned(CONFIGMAP).get(meta.slurm_configs(obs.loaded.name))
+    configs[NODES_CONF] = hold_removed_groups(
+        configs[NODES_CONF], Secret.of(installed).data.get(NODES_CONF, ""), obs.removed_groups
+    )
     missing = [
         Create(None, make=make)
         for name, make in key_makers(cluster, obs.settings.host_key_types).items()
@@ -107,7 +119,7 @@ def plan(obs: Observation) -> Plan:
     ]
     return Plan(
         SPEC_VALID,
-        apply=tuple(cluster_objects(obs.inputs(placement=obs.placement))),
+        apply=tuple(cluster_objects(obs.inputs(placement=obs.placement, configs=configs))),
         create=tuple(missing),
         status=SlurmClusterStatus(observed_generation=obs.loaded.generation, conditions=[cond]),
     )
@@ -140,8 +152,10 @@ class ClusterReconciler(ComponentReconciler):
         ctx.status.written = self.phase_written
 
     def watch(self, builder: ControllerBuilder) -> None:
-        """topology.conf follows the workers: their pods' readiness and Kubernetes nodes, and those nodes' labels."""
+        """topology.conf follows the workers: their pods' readiness and Kubernetes nodes, and those nodes' labels.
+        nodes.conf follows the worker StatefulSets: a removed group's is held there until its StatefulSet is gone."""
         workers = component_is(*WORKER_LABELS)
+        builder.watches(*STATEFULSET, enqueue_mapped(cluster_of_pod), predicates=[workers, appeared_or_went])
         builder.watches(
             *POD, enqueue_mapped(self._with_topology(cluster_of_pod)), predicates=[workers, placement_changed]
         )
@@ -216,8 +230,20 @@ class ClusterReconciler(ComponentReconciler):
         return SlurmClusterStatus(phase="Failed", observed_generation=loaded.generation, conditions=[cond])
 
     async def observe(self, loaded: Loaded) -> Observation:
-        """The component's observation, and where the workers run (topology.conf)."""
-        return dataclasses.replace(await super().observe(loaded), placement=self.placement(loaded))
+        """The component's observation, where the workers run (topology.conf) and the worker groups removed from the
+        spec whose StatefulSet is still there (their node sets and partitions are held in nodes.conf meanwhile)."""
+        obs = await super().observe(loaded)
+        return dataclasses.replace(obs, placement=self.placement(loaded), removed_groups=self.removed_groups(loaded))
+
+    def removed_groups(self, loaded: Loaded) -> frozenset[str]:
+        prefix = meta.worker_group(loaded.name, "")
+        live = {
+            name.removeprefix(prefix)
+            for label in WORKER_LABELS
+            for sts in owned(self.cache, loaded, STATEFULSET, (label,))
+            if (name := meta_of(sts).name).startswith(prefix)
+        }
+        return frozenset(live - {g.name for g in loaded.cluster.spec.workers})
 
     def phase_written(self, obj: Mapping[str, Any], before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
         """The status writer wrote `after` over `before`: an Event when that moved a phase derived from the

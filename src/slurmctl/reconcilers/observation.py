@@ -59,6 +59,7 @@ class Observation:
     slurm: SlurmSnapshot | None = None
     refusals: Mapping[str, str] = field(default_factory=dict)
     placement: Placement = field(default_factory=dict)  # Slurm node -> its Kubernetes node's labels (spec.topology)
+    removed_groups: frozenset[str] = frozenset()  # worker groups the spec no longer has whose StatefulSet is there
 
     def owned(self, kind: Kind) -> Mapping[str, Obj]:
         """The component's children of a kind, by name."""
@@ -107,11 +108,11 @@ class Observation:
 
 
 def inputs(loaded: Loaded, settings: Settings, **known: Any) -> Inputs:
-    """The renderer's inputs: the loaded cluster and its configs, what was observed (`known`: key ids, replicas), and
-    the operator's settings."""
+    """The renderer's inputs: the loaded cluster and its configs, what was observed (`known`: key ids, replicas, the
+    configs as the cluster component holds them), and the operator's settings."""
+    known.setdefault("configs", loaded.configs)
     return Inputs(
         cluster=loaded.cluster,
-        configs=loaded.configs,
         cluster_domain=settings.cluster_domain,
         network=settings.network,
         privileged_jobs=settings.privileged_jobs,

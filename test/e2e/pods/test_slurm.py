@@ -8,6 +8,7 @@ allreduce → ssh to the worker of a running job → job files at any path in th
 worker, each with its own /tmp and /dev/shm → the escape table → slurmrestd → the operator's Slurm metrics against
 sinfo and squeue → Slurm's node state on the pods → a partition change reaches every daemon in place → scale out under
 a running job → scale in under a running job (drain first) → scale in while Slurm cannot be asked (nothing goes) →
+a worker group with its own partition removed under a running job →
 delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
 (Re-creating workers for a change only a restart can apply is unit-tested: test/unit/reconcilers/test_drain.py.)
 """
@@ -31,7 +32,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slurmctl.render.rest import API_VERSION
 from test.e2e.harness import REPO, free_port
-from test.e2e.pods.slurm import Kube, attempts_script, attempts_seen, identity, pod_ready, ssh, ssh_keypair
+from test.e2e.pods.slurm import (
+    Kube,
+    attempts_script,
+    attempts_seen,
+    identity,
+    node_fields,
+    pod_ready,
+    small_group,
+    ssh,
+    ssh_keypair,
+)
 from test.waiting import holds, until
 
 pytestmark = pytest.mark.e2e
@@ -903,6 +914,85 @@ def test_scale_in_waits_while_slurm_cannot_be_asked(available: Kube) -> None:
     until(lambda: leaving not in worker_pods(kube), timeout=240, what=f"pod {leaving} to go once Slurm answers")
     nodes = wait_for_nodes(kube, lambda n: len(n) == 1, timeout=120, what="one node left in Slurm")
     assert set(nodes) == {f"{NAME}-worker-cpu-0"}
+
+
+def test_removing_a_worker_group_lets_its_running_job_finish_and_keeps_slurmctld_up(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """A group with a partition of its own, whose node ran a job that finished and runs one that has not, is removed
+    from the spec with its partition: slurmctld takes the new config in place (no restart), the running job finishes
+    (the drain gate keeps the node until then, and the operator keeps the group's node set and partition in nodes.conf
+    meanwhile: Slurm ends a running job whose partition is gone), then the node leaves Slurm; the rest works."""
+    kube = available
+    key, ip = jail_user
+    extra = f"{NAME}-worker-extra-0"
+    seen = Timeline()
+    partitions = [{"name": "main", "default": True, "workers": ["cpu"]}, {"name": "extra", "workers": ["extra"]}]
+    patch_cluster(
+        kube,
+        f'{{"op":"add","path":"/spec/workers/-","value":{json.dumps(small_group("extra"))}}}',
+        f'{{"op":"add","path":"/spec/partitions","value":{json.dumps(partitions)}}}',
+    )
+    wait_for_nodes(kube, lambda n: n.get(extra) == "idle", timeout=240, what=f"{extra} idle")
+    seen(f"{extra} idle")
+    finished = submit(key, ip, "-p", "extra", "--wrap", "true")
+    done = until(lambda: job_ended(kube, finished), timeout=60, what=f"job {finished} to end")
+    assert (done["JobState"], done["NodeList"]) == ("COMPLETED", extra), done
+    release = f"{JAIL}/home/{USER}/release-removal"
+    job = running_job(kube, key, ip, "-p", "extra", "--wrap", "'while [ ! -e ~/release-removal ]; do sleep 1; done'")
+    seen(f"job {finished} completed on {extra}, job {job} running there")
+    controller = identity(kube.json("pod", CONTROLLER_POD))
+    workers = kube.json("slurmcluster", NAME)["spec"]["workers"]
+    index = next(i for i, g in enumerate(workers) if g["name"] == "extra")
+    patch_cluster(
+        kube,
+        f'{{"op":"test","path":"/spec/workers/{index}/name","value":"extra"}}',
+        f'{{"op":"remove","path":"/spec/workers/{index}"}}',
+        # And a new option on main: when slurmctld shows it, it took the nodes.conf without the group.
+        '{"op":"replace","path":"/spec/partitions","value":[{"name":"main","default":true,'
+        '"options":{"MaxTime":"03:00:00"}}]}',
+    )
+    seen("group extra and its partition removed from the spec")
+
+    def slurm_node(name: str) -> dict[str, str]:
+        """`scontrol show node` ({} once Slurm does not know it): sinfo lists only nodes in a partition."""
+        out = kube.cp.kubectl("-n", kube.ns, "exec", LOGIN_POD, "-c", LOGIN, "--", "scontrol", "show", "node", "-o",
+                              name, check=False)  # fmt: skip
+        return node_fields(out.stdout) if out.returncode == 0 and out.stdout.strip() else {}
+
+    def partition(name: str) -> str:
+        out = kube.cp.kubectl("-n", kube.ns, "exec", LOGIN_POD, "-c", LOGIN, "--", "scontrol", "-o", "show",
+                              "partition", name, check=False)  # fmt: skip
+        return out.stdout if out.returncode == 0 else ""
+
+    until(lambda: "MaxTime=03:00:00" in partition("main"), timeout=180, interval=2, what="slurmctld to take the edit")
+    seen("slurmctld reconfigured with the spec without the group")
+    until(lambda: "DRAIN" in slurm_node(extra).get("State", ""), timeout=60, what=f"{extra} drained in Slurm")
+    # The group's partition is held while its job runs (Slurm would end the job at its next state load otherwise).
+    assert "Nodes=" + extra in partition("extra"), partition("extra")
+    kube.exec(CONTROLLER_POD, "slurmctld", "scontrol", "reconfigure")  # a state load, as any later change makes
+    holds(
+        lambda: job_state(kube, job)["JobState"] == "RUNNING" and extra in worker_pods(kube),
+        seconds=20,
+        what=f"job {job} ended, or {extra}'s pod went, while the job should run on",
+    )
+    seen(f"job {job} still running on {extra}, drained, across another reconfigure")
+    kube.exec(LOGIN_POD, LOGIN, "sh", "-c", f"touch {release}")
+    done = until(lambda: job_ended(kube, job), timeout=60, what=f"job {job} to end")
+    assert (done["JobState"], done["ExitCode"], done["NodeList"]) == ("COMPLETED", "0:0", extra), done
+    seen(f"job {job} completed")
+    until(lambda: extra not in worker_pods(kube), timeout=120, what=f"pod {extra} to go")
+    until(lambda: not slurm_node(extra), timeout=60, what=f"{extra} gone from Slurm")
+    until(lambda: not partition("extra"), timeout=180, interval=2, what="the held partition gone from slurmctld")
+    seen(f"{extra} and its partition gone from Kubernetes and Slurm")
+    assert f"statefulset.apps/{NAME}-worker-extra" not in kube.run("get", "statefulset", "-o", "name").split()
+    assert identity(kube.json("pod", CONTROLLER_POD)) == controller, "slurmctld restarted"
+    assert extra not in sinfo_nodes(kube)
+    assert kube.exec(LOGIN_POD, LOGIN, "squeue", "-h", "-o", "%i").split() == []
+    out = ssh(key, USER, ip, "srun -N1 hostname")
+    assert out.strip().startswith(f"{NAME}-worker-cpu-"), out
+    assert identity(kube.json("pod", CONTROLLER_POD)) == controller, "slurmctld restarted"
+    seen("timeline:\n" + "\n".join(seen.lines))
 
 
 def jail_host_path(kube: Kube) -> Path:

@@ -128,3 +128,39 @@ async def test_a_key_secret_this_cluster_did_not_create_is_never_used_and_its_ow
         assert munge is not None and munge["immutable"] is True
         assert base64.b64decode(munge["data"]["munge.key"]) != predecessor["munge.key"]
         assert f"{NAME}-controller" in env.names(STATEFULSET)
+
+
+async def test_a_removed_groups_node_set_and_partition_stay_in_nodes_conf_until_its_statefulset_is_gone() -> None:
+    """The cluster component reads which removed groups still have a StatefulSet (their nodes drain) and holds their
+    node sets and dropped partitions in the configs ConfigMap (render/slurm_conf.py hold_removed_groups); the
+    StatefulSet's deletion wakes it (a watch) and the held lines go."""
+    async with Env() as env:
+        body = spec()
+        body["workers"].append({"name": "extra", "size": 1, "resources": {"requests": {"cpu": 1}}})
+        body["partitions"] = [
+            {"name": "main", "default": True, "workers": ["cpu"]},
+            {"name": "x", "workers": ["extra"]},
+        ]
+        await env.available(body)
+
+        def nodes_conf() -> str:
+            configs = env.get(CONFIGMAP, meta.slurm_configs(NAME))
+            assert configs is not None
+            return str(configs["data"]["nodes.conf"])
+
+        assert "PartitionName=x Nodes=extra Default=NO State=UP" in nodes_conf()
+
+        def drop(s: dict[str, Any]) -> None:
+            s["workers"].pop()
+            s["partitions"] = [{"name": "main", "default": True}]
+
+        env.edit(drop)
+        await env.run("cluster")
+        held = nodes_conf().splitlines()
+        assert "PartitionName=main Nodes=cpu Default=YES State=UP" in held
+        assert held[-2:] == ["NodeSet=extra Feature=extra", "PartitionName=x Nodes=extra Default=NO State=UP"]
+
+        await env.fake.delete(*STATEFULSET, meta.worker_group(NAME, "extra"), namespace=NS)
+        await asyncio.sleep(0)  # the informer delivers the deletion to the cache
+        await env.run("cluster")
+        assert "extra" not in nodes_conf()
