@@ -1,5 +1,5 @@
-"""The `cluster` component: the key Secrets (created once, never rotated), the Slurm configs ConfigMap, the
-`SpecValid` condition and the aggregate phase.
+"""The `cluster` component: the key Secrets (each created once; the JWT key is replaced when spec.jwtKeyRotation asks
+for it), the Slurm configs ConfigMap, the `SpecValid` condition and the aggregate phase.
 
 The phase is derived from the conditions of the registered components only (each declares whether it counts for
 Available): `Degraded` means something that was ready at this generation no longer is; a spec change that is still
@@ -30,11 +30,11 @@ from slurmctl.reconcilers.observed import (
     node_labels,
     topology_placement,
 )
-from slurmctl.reconcilers.plan import Create, Plan
+from slurmctl.reconcilers.plan import Create, Delete, Note, Plan
 from slurmctl.reconcilers.views import Cluster, ClusterStatus, Secret, condition
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
-from slurmctl.render.kinds import CONFIGMAP, NODE, POD, SLURM_CLUSTER, STATEFULSET
+from slurmctl.render.kinds import CONFIGMAP, NODE, POD, SECRET, SLURM_CLUSTER, STATEFULSET
 from slurmctl.render.manifests import cluster_objects
 from slurmctl.render.slurm_conf import NODES_CONF, hold_removed_groups
 from slurmctl.render.workers import COMPONENT as WORKERS_COMPONENT
@@ -45,6 +45,8 @@ from slurmctl.runtime.manager import ControllerBuilder
 from slurmctl.runtime.objects import meta_of
 
 log = logging.getLogger(__name__)
+
+JWT_KEY_ROTATED = "JWTKeyRotated"  # the Event of a JWT key replaced for spec.jwtKeyRotation
 
 WORKER_LABELS = (WORKERS_COMPONENT, *FORMER_WORKERS_COMPONENTS)
 Mapper = Callable[[Mapping[str, Any]], Iterable[Request]]
@@ -112,22 +114,53 @@ def plan(obs: Observation) -> Plan:
     configs[NODES_CONF] = hold_removed_groups(
         configs[NODES_CONF], Secret.of(installed).data.get(NODES_CONF, ""), obs.removed_groups
     )
-    missing = [
-        Create(None, make=make)
-        for name, make in key_makers(cluster, obs.settings.host_key_types).items()
-        if name not in obs.keys and name not in obs.foreign_keys
-    ]
+    makers = key_makers(cluster, obs.settings.host_key_types)
+    taken = {*obs.keys, *obs.foreign_keys}
+    missing = [Create(None, make=make) for name, make in makers.items() if name not in taken]
+    jwt = meta.jwt_key_secret(obs.loaded.name)
+    rotation = jwt_key_rotation(obs)
+    if rotation is not None:
+        missing.append(Create(None, make=makers[jwt]))
+    status = SlurmClusterStatus(
+        observed_generation=obs.loaded.generation,
+        conditions=[cond],
+        jwt_key_rotation=cluster.spec.jwt_key_rotation if rotation else obs.key_rotations.get(jwt),
+    )
     return Plan(
         SPEC_VALID,
         apply=tuple(cluster_objects(obs.inputs(placement=obs.placement, configs=configs))),
+        delete=(rotation,) if rotation else (),
         create=tuple(missing),
-        status=SlurmClusterStatus(observed_generation=obs.loaded.generation, conditions=[cond]),
+        status=status,
     )
 
 
+def jwt_key_rotation(obs: Observation) -> Delete | None:
+    """The JWT key Secret to delete when spec.jwtKeyRotation asks for a key it was not made for (the Secret records
+    the request it was made for: meta.JWT_KEY_ROTATION_ANNOTATION); the plan creates the new one in the same pass,
+    after the delete, with a new key and the request's value. None without a request, for a key made for it (a request
+    is handled once), or while there is no key of ours (a missing one is made with the request's value anyway).
+
+    A key Secret is immutable, so a new key is a new Secret: its new uid rolls slurmctld and slurmdbd (their config
+    hashes carry it), which load the key only when they start, and makes the operator mint its tokens with it
+    (slurm_access caches them per key uid). slurmrestd and slurmd never read the key."""
+    wanted = obs.loaded.cluster.spec.jwt_key_rotation
+    name = meta.jwt_key_secret(obs.loaded.name)
+    if not wanted or name not in obs.keys or obs.key_rotations.get(name) == wanted:
+        return None
+    before = obs.key_rotations.get(name)
+    message = (
+        f"replaced the JWT key for spec.jwtKeyRotation {wanted!r} "
+        f"(the old key was made for {'the cluster' if before is None else repr(before)}): slurmctld and slurmdbd "
+        "restart with the new key, tokens signed with the old one are refused"
+    )
+    return Delete(SECRET, name, message, uid=obs.keys[name], event=Note("Normal", JWT_KEY_ROTATED, message))
+
+
 def key_makers(cluster: SlurmCluster, host_key_types: tuple[str, ...]) -> KeyMakers:
-    """How each key Secret is made, by name: called only by the executor, when it creates the Secret (key material is
-    never rotated), so a plan that holds them stays a pure decision."""
+    """How each key Secret is made, by name: called only by the executor, when it creates the Secret (never over an
+    existing one: the JWT key is replaced by deleting its Secret first), so a plan that holds them stays a pure
+    decision."""
 
     async def munge() -> dict[str, Any]:
         return render_munge_secret(cluster, new_munge_key())
