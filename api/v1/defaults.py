@@ -33,6 +33,8 @@ DEFAULT_PARTITION: Final = "main"
 # controller-revision-hash=<statefulset>-<10 char hash>, at most 63), and pods `<...>-<ordinal>` within 63.
 MAX_CLUSTER_NAME_LENGTH: Final = 24
 MAX_GROUP_NAME_LENGTH: Final = 20
+# spec.jwtKeyRotation: a request value (a date, a ticket id), copied onto the key Secret as an annotation.
+MAX_JWT_KEY_ROTATION_LENGTH: Final = 63
 MAX_GROUP_SIZE: Final = 1000  # ordinals stay within three digits
 MAX_TOTAL_WORKERS: Final = 4096
 MAX_WORKER_GROUPS: Final = 64

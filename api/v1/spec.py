@@ -18,6 +18,7 @@ from .containers import ContainersSpec
 from .defaults import (
     DEFAULT_PARTITION,
     IMAGE_TAG,
+    MAX_JWT_KEY_ROTATION_LENGTH,
     MAX_PARTITIONS,
     MAX_TOTAL_WORKERS,
     MAX_WORKER_GROUPS,
@@ -113,6 +114,16 @@ class SlurmClusterSpec(ApiModel):
     login: LoginSpec = Field(default_factory=LoginSpec, description="Login nodes users reach over SSH.")
     accounting: AccountingSpec = Field(default_factory=AccountingSpec, description="Slurm accounting (slurmdbd).")
     rest: RestSpec = Field(default_factory=RestSpec, description="Slurm's REST API (slurmrestd).")
+    # A request, kept in the spec rather than an annotation: changing it is a new generation, so the phase reads the
+    # controller's restart as the rollout of a change (Reconciling), not as a failure of what was Available.
+    jwt_key_rotation: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_JWT_KEY_ROTATION_LENGTH,
+        description="Set to a value not used before (a date, a ticket) to replace the cluster's JWT key once for it: "
+        "slurmctld and slurmdbd restart with the new key (running jobs go on) and every token signed with the old one "
+        "is refused. status.jwtKeyRotation names the value the key in use was made for.",
+    )
     containers: ContainersSpec = Field(
         default_factory=ContainersSpec, description="Container jobs (Slurm's OCI support; pyxis for images with it)."
     )

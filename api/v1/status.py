@@ -183,6 +183,10 @@ class SlurmClusterStatus(ApiModel):
     slurm_nodes: SlurmNodeCounts | None = Field(
         None, description="Worker nodes by Slurm state, as the operator last read them from slurmrestd."
     )
+    jwt_key_rotation: str | None = Field(
+        None,
+        description="The spec.jwtKeyRotation value the JWT key in use was made for (absent: the cluster's first key).",
+    )
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)

@@ -153,6 +153,7 @@ class ComponentReconciler:
             keys=keys.ids,
             key_fields=keys.fields,
             foreign_keys=keys.foreign,
+            key_rotations=keys.rotations,
             jail_open=jail_gate_open(self.cache, loaded),
             children=children,
             pods=dict(sorted(pods.items())),

@@ -1,5 +1,5 @@
-"""The `cluster` component: the key Secrets (created once, never rotated), the Slurm configs ConfigMap, the
-`SpecValid` condition and the aggregate phase.
+"""The `cluster` component: the key Secrets (each created once; the JWT key is replaced when spec.jwtKeyRotation asks
+for it), the Slurm configs ConfigMap, the `SpecValid` condition and the aggregate phase.
 
 The phase is derived from the conditions of the registered components only (each declares whether it counts for
 Available): `Degraded` means something that was ready at this generation no longer is; a spec change that is still
@@ -16,7 +16,7 @@ from typing import Any
 
 from slurmctl.api.v1 import SPEC_VALID, Phase, Reason, SlurmCluster, SlurmClusterStatus
 from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler
-from slurmctl.reconcilers.component import Component, component_is
+from slurmctl.reconcilers.component import Component, component_is, owned
 from slurmctl.reconcilers.conditions import make_condition
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
@@ -30,19 +30,23 @@ from slurmctl.reconcilers.observed import (
     node_labels,
     topology_placement,
 )
-from slurmctl.reconcilers.plan import Create, Plan
-from slurmctl.reconcilers.views import Cluster, ClusterStatus, condition
+from slurmctl.reconcilers.plan import Create, Delete, Note, Plan
+from slurmctl.reconcilers.views import Cluster, ClusterStatus, Secret, condition
 from slurmctl.render import meta
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
-from slurmctl.render.kinds import NODE, POD, SLURM_CLUSTER
+from slurmctl.render.kinds import CONFIGMAP, NODE, POD, SECRET, SLURM_CLUSTER, STATEFULSET
 from slurmctl.render.manifests import cluster_objects
+from slurmctl.render.slurm_conf import NODES_CONF, hold_removed_groups
 from slurmctl.render.workers import COMPONENT as WORKERS_COMPONENT
 from slurmctl.render.workers import FORMER_COMPONENTS as FORMER_WORKERS_COMPONENTS
 from slurmctl.runtime import Event, EventType, Request
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
+from slurmctl.runtime.objects import meta_of
 
 log = logging.getLogger(__name__)
+
+JWT_KEY_ROTATED = "JWTKeyRotated"  # the Event of a JWT key replaced for spec.jwtKeyRotation
 
 WORKER_LABELS = (WORKERS_COMPONENT, *FORMER_WORKERS_COMPONENTS)
 Mapper = Callable[[Mapping[str, Any]], Iterable[Request]]
@@ -62,6 +66,11 @@ def placement_changed(event: Event) -> bool:
     if event.type is not EventType.UPDATED:
         return True
     return _placed(event.old) != _placed(event.obj)
+
+
+def appeared_or_went(event: Event) -> bool:
+    """A worker StatefulSet made or deleted (not its every status update)."""
+    return event.type is not EventType.UPDATED and not event.low_priority
 
 
 def node_labels_changed(event: Event) -> bool:
@@ -100,22 +109,58 @@ def plan(obs: Observation) -> Plan:
     (`derive_phase`), which an observation taken before this pass's writes could only make stale."""
     cluster = obs.loaded.cluster
     cond = obs.condition(SPEC_VALID, ok=True, reason=Reason.VALID, message="the spec is valid")
-    missing = [
-        Create(None, make=make)
-        for name, make in key_makers(cluster, obs.settings.host_key_types).items()
-        if name not in obs.keys and name not in obs.foreign_keys
-    ]
+    configs = dict(obs.loaded.configs)
+    installed = obs.owned(CONFIGMAP).get(meta.slurm_configs(obs.loaded.name))
+    configs[NODES_CONF] = hold_removed_groups(
+        configs[NODES_CONF], Secret.of(installed).data.get(NODES_CONF, ""), obs.removed_groups
+    )
+    makers = key_makers(cluster, obs.settings.host_key_types)
+    taken = {*obs.keys, *obs.foreign_keys}
+    missing = [Create(None, make=make) for name, make in makers.items() if name not in taken]
+    jwt = meta.jwt_key_secret(obs.loaded.name)
+    rotation = jwt_key_rotation(obs)
+    if rotation is not None:
+        missing.append(Create(None, make=makers[jwt]))
+    status = SlurmClusterStatus(
+        observed_generation=obs.loaded.generation,
+        conditions=[cond],
+        jwt_key_rotation=cluster.spec.jwt_key_rotation if rotation else obs.key_rotations.get(jwt),
+    )
     return Plan(
         SPEC_VALID,
-        apply=tuple(cluster_objects(obs.inputs(placement=obs.placement))),
+        apply=tuple(cluster_objects(obs.inputs(placement=obs.placement, configs=configs))),
+        delete=(rotation,) if rotation else (),
         create=tuple(missing),
-        status=SlurmClusterStatus(observed_generation=obs.loaded.generation, conditions=[cond]),
+        status=status,
     )
 
 
+def jwt_key_rotation(obs: Observation) -> Delete | None:
+    """The JWT key Secret to delete when spec.jwtKeyRotation asks for a key it was not made for (the Secret records
+    the request it was made for: meta.JWT_KEY_ROTATION_ANNOTATION); the plan creates the new one in the same pass,
+    after the delete, with a new key and the request's value. None without a request, for a key made for it (a request
+    is handled once), or while there is no key of ours (a missing one is made with the request's value anyway).
+
+    A key Secret is immutable, so a new key is a new Secret: its new uid rolls slurmctld and slurmdbd (their config
+    hashes carry it), which load the key only when they start, and makes the operator mint its tokens with it
+    (slurm_access caches them per key uid). slurmrestd and slurmd never read the key."""
+    wanted = obs.loaded.cluster.spec.jwt_key_rotation
+    name = meta.jwt_key_secret(obs.loaded.name)
+    if not wanted or name not in obs.keys or obs.key_rotations.get(name) == wanted:
+        return None
+    before = obs.key_rotations.get(name)
+    message = (
+        f"replaced the JWT key for spec.jwtKeyRotation {wanted!r} "
+        f"(the old key was made for {'the cluster' if before is None else repr(before)}): slurmctld and slurmdbd "
+        "restart with the new key, tokens signed with the old one are refused"
+    )
+    return Delete(SECRET, name, message, uid=obs.keys[name], event=Note("Normal", JWT_KEY_ROTATED, message))
+
+
 def key_makers(cluster: SlurmCluster, host_key_types: tuple[str, ...]) -> KeyMakers:
-    """How each key Secret is made, by name: called only by the executor, when it creates the Secret (key material is
-    never rotated), so a plan that holds them stays a pure decision."""
+    """How each key Secret is made, by name: called only by the executor, when it creates the Secret (never over an
+    existing one: the JWT key is replaced by deleting its Secret first), so a plan that holds them stays a pure
+    decision."""
 
     async def munge() -> dict[str, Any]:
         return render_munge_secret(cluster, new_munge_key())
@@ -140,8 +185,10 @@ class ClusterReconciler(ComponentReconciler):
         ctx.status.written = self.phase_written
 
     def watch(self, builder: ControllerBuilder) -> None:
-        """topology.conf follows the workers: their pods' readiness and Kubernetes nodes, and those nodes' labels."""
+        """topology.conf follows the workers: their pods' readiness and Kubernetes nodes, and those nodes' labels.
+        nodes.conf follows the worker StatefulSets: a removed group's is held there until its StatefulSet is gone."""
         workers = component_is(*WORKER_LABELS)
+        builder.watches(*STATEFULSET, enqueue_mapped(cluster_of_pod), predicates=[workers, appeared_or_went])
         builder.watches(
             *POD, enqueue_mapped(self._with_topology(cluster_of_pod)), predicates=[workers, placement_changed]
         )
@@ -216,8 +263,20 @@ class ClusterReconciler(ComponentReconciler):
         return SlurmClusterStatus(phase="Failed", observed_generation=loaded.generation, conditions=[cond])
 
     async def observe(self, loaded: Loaded) -> Observation:
-        """The component's observation, and where the workers run (topology.conf)."""
-        return dataclasses.replace(await super().observe(loaded), placement=self.placement(loaded))
+        """The component's observation, where the workers run (topology.conf) and the worker groups removed from the
+        spec whose StatefulSet is still there (their node sets and partitions are held in nodes.conf meanwhile)."""
+        obs = await super().observe(loaded)
+        return dataclasses.replace(obs, placement=self.placement(loaded), removed_groups=self.removed_groups(loaded))
+
+    def removed_groups(self, loaded: Loaded) -> frozenset[str]:
+        prefix = meta.worker_group(loaded.name, "")
+        live = {
+            name.removeprefix(prefix)
+            for label in WORKER_LABELS
+            for sts in owned(self.cache, loaded, STATEFULSET, (label,))
+            if (name := meta_of(sts).name).startswith(prefix)
+        }
+        return frozenset(live - {g.name for g in loaded.cluster.spec.workers})
 
     def phase_written(self, obj: Mapping[str, Any], before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
         """The status writer wrote `after` over `before`: an Event when that moved a phase derived from the

@@ -27,6 +27,7 @@ from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
 from slurmctl.render.topology import Placement
 from slurmctl.runtime import Cache
+from slurmctl.runtime.objects import meta_of
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Observation:
     keys: Mapping[str, str] = field(default_factory=dict)  # key Secret -> uid, of those the cluster created
     key_fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # key Secret -> the keys of its data
     foreign_keys: frozenset[str] = frozenset()  # key Secrets of the cluster's names that it did not create
+    key_rotations: Mapping[str, str] = field(default_factory=dict)  # key Secret -> the rotation it was made for
     jail_open: bool = False
     children: Mapping[Kind, Mapping[str, Obj]] = field(default_factory=dict)  # the component's own, by kind and name
     pods: Mapping[str, Obj] = field(default_factory=dict)  # the component's pods (by its labels), by name
@@ -59,6 +61,7 @@ class Observation:
     slurm: SlurmSnapshot | None = None
     refusals: Mapping[str, str] = field(default_factory=dict)
     placement: Placement = field(default_factory=dict)  # Slurm node -> its Kubernetes node's labels (spec.topology)
+    removed_groups: frozenset[str] = frozenset()  # worker groups the spec no longer has whose StatefulSet is there
 
     def owned(self, kind: Kind) -> Mapping[str, Obj]:
         """The component's children of a kind, by name."""
@@ -107,11 +110,11 @@ class Observation:
 
 
 def inputs(loaded: Loaded, settings: Settings, **known: Any) -> Inputs:
-    """The renderer's inputs: the loaded cluster and its configs, what was observed (`known`: key ids, replicas), and
-    the operator's settings."""
+    """The renderer's inputs: the loaded cluster and its configs, what was observed (`known`: key ids, replicas, the
+    configs as the cluster component holds them), and the operator's settings."""
+    known.setdefault("configs", loaded.configs)
     return Inputs(
         cluster=loaded.cluster,
-        configs=loaded.configs,
         cluster_domain=settings.cluster_domain,
         network=settings.network,
         privileged_jobs=settings.privileged_jobs,
@@ -122,26 +125,30 @@ def inputs(loaded: Loaded, settings: Settings, **known: Any) -> Inputs:
 @dataclass(frozen=True)
 class Keys:
     """The cluster's key Secrets as the cache holds them: the uid of each it created (a new key means a new Secret,
-    so its uid in the config hash rolls the pods), the keys of their data, and the names taken by a Secret it did not
-    create."""
+    so its uid in the config hash rolls the pods), the keys of their data, the names taken by a Secret it did not
+    create, and the rotation request each was made for (meta.JWT_KEY_ROTATION_ANNOTATION; none: the first key)."""
 
     ids: Mapping[str, str]
     fields: Mapping[str, tuple[str, ...]]
     foreign: frozenset[str]
+    rotations: Mapping[str, str] = field(default_factory=dict)
 
 
 def read_keys(cache: Cache, loaded: Loaded, names: Iterable[str]) -> Keys:
     ids: dict[str, str] = {}
     fields: dict[str, tuple[str, ...]] = {}
     foreign: set[str] = set()
+    rotations: dict[str, str] = {}
     for name in names:
         secret = cache.get(*SECRET, name, namespace=loaded.namespace)
         if secret is not None and meta.controlled_by(secret, loaded.cluster):
             ids[name] = uid(secret)
             fields[name] = tuple(data_keys(secret))
+            if rotation := meta_of(secret).annotations.get(meta.JWT_KEY_ROTATION_ANNOTATION):
+                rotations[name] = rotation
         elif secret is not None:
             foreign.add(name)
-    return Keys(ids, fields, frozenset(foreign))
+    return Keys(ids, fields, frozenset(foreign), rotations)
 
 
 def key_secrets(c: str) -> tuple[str, ...]:

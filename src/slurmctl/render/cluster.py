@@ -26,9 +26,12 @@ def render_munge_secret(cluster: SlurmCluster, key: bytes) -> dict[str, Any]:
 
 
 def render_jwt_key_secret(cluster: SlurmCluster, key: bytes) -> dict[str, Any]:
-    return meta.secret(
-        cluster, meta.jwt_key_secret(meta.cluster_name(cluster)), COMPONENT, {JWT_KEY: key}, immutable=True
-    )
+    """Immutable like every key Secret: a new key (spec.jwtKeyRotation) is a new Secret, whose uid rolls the pods that
+    load the key. It records the rotation request it was made for (meta.JWT_KEY_ROTATION_ANNOTATION)."""
+    rotation = cluster.spec.jwt_key_rotation
+    annotations = {meta.JWT_KEY_ROTATION_ANNOTATION: rotation} if rotation else None
+    name = meta.jwt_key_secret(meta.cluster_name(cluster))
+    return meta.secret(cluster, name, COMPONENT, {JWT_KEY: key}, immutable=True, annotations=annotations)
 
 
 def render_ssh_host_keys_secret(cluster: SlurmCluster, files: Mapping[str, bytes]) -> dict[str, Any]:

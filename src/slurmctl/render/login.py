@@ -128,8 +128,10 @@ def render_login_statefulset(
     login = spec.login
     image = spec.image_for("login", login.image)
     # spec.login.sshToJobNodes: the workers' sshd has these host keys too, so the login container writes them into the
-    # known hosts of the jail's ssh client for the workers' names (images/scripts/entrypoint-login).
-    job_nodes = [f"{meta.worker_group(c, g.name)}-*" for g in spec.workers] if login.ssh_to_job_nodes else []
+    # known hosts of the jail's ssh client for the workers' names (images/scripts/entrypoint-login). One pattern for
+    # every group (`<c>-worker-*`), not one per group: the pod template must not change when a group is added or
+    # removed, or every login pod would restart and end its users' sessions.
+    job_nodes = [f"{meta.worker_group(c, '')}*"] if login.ssh_to_job_nodes else []
     sshd = {
         "name": "sshd",
         "image": image,

@@ -31,6 +31,9 @@ STATEFULSET_POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"  # set by the 
 # through this selector only, so it never lists (or caches) the cluster's other ConfigMaps, Secrets, Services...
 OWNED_SELECTOR = f"{LABEL_NAME}=slurmcluster,{LABEL_MANAGED_BY}={MANAGED_BY}"
 CONFIG_HASH_ANNOTATION = "slurm.slurmctl.io/config-hash"
+# On the JWT key Secret: the spec.jwtKeyRotation value the key was made for. Written with the key, in the same create,
+# so the record of a handled request can never be apart from the key that handled it.
+JWT_KEY_ROTATION_ANNOTATION = "slurm.slurmctl.io/jwt-key-rotation"
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
@@ -213,14 +216,23 @@ def configmap(cluster: SlurmCluster, name: str, component: str, data: Mapping[st
 
 
 def secret(
-    cluster: SlurmCluster, name: str, component: str, files: Mapping[str, bytes | str], *, immutable: bool = False
+    cluster: SlurmCluster,
+    name: str,
+    component: str,
+    files: Mapping[str, bytes | str],
+    *,
+    immutable: bool = False,
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """An Opaque Secret; text values are stored as UTF-8. `immutable`: its data can never change (key material)."""
     encoded = {k: base64.b64encode(v.encode() if isinstance(v, str) else v).decode() for k, v in sorted(files.items())}
+    metadata = object_meta(cluster, name, component)
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     out: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": object_meta(cluster, name, component),
+        "metadata": metadata,
         "type": "Opaque",
         "data": encoded,
     }

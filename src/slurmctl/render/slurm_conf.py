@@ -18,7 +18,7 @@ Output is deterministic: an unchanged spec renders byte-identical files, so the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from slurmctl.api.v1 import (
     DEFAULT_LOG_LEVEL,
@@ -156,6 +156,49 @@ def render_nodes_conf(cluster: SlurmCluster) -> str:
         pairs.extend(sorted(partition.options.items()))
         out.append(_line(pairs))
     return "".join(out)
+
+
+def _pairs(line: str) -> list[tuple[str, str]]:
+    return [(key, value) for key, _, value in (word.partition("=") for word in line.split())]
+
+
+def hold_removed_groups(rendered: str, installed: str, removed: Collection[str]) -> str:
+    """`rendered` (the spec's nodes.conf) plus what Slurm must go on knowing while the nodes of worker groups removed
+    from the spec (`removed`: those whose StatefulSet is still there) drain and finish their jobs, taken from the
+    `installed` nodes.conf: each such group's node set, and each partition the spec no longer has that named one of
+    them (as installed, its node sets narrowed to those still rendered or held, never the default).
+
+    Slurm 24.11 ends a running job whose partition is gone when it next loads its state (every reconfigure: "Invalid
+    partition ... for JobId"; Slinky #138 saw slurmctld crash-loop on the same recovery). A job that already ended
+    keeps its records either way (sacct). Once the group's StatefulSet is gone (its nodes ran no job: the drain gate),
+    the held lines go. A partition removed from the spec on its own, whose jobs still run, is not held."""
+    if not removed:
+        return rendered
+    kept_sets = {value for line in rendered.splitlines() for key, value in _pairs(line)[:1] if key == "NodeSet"}
+    spec_parts = {value for line in rendered.splitlines() for key, value in _pairs(line)[:1] if key == "PartitionName"}
+    held: list[str] = []
+    held_sets: set[str] = set()
+    for line in installed.splitlines():
+        pairs = _pairs(line)
+        if pairs[:1] and pairs[0][0] == "NodeSet" and pairs[0][1] in removed and pairs[0][1] not in kept_sets:
+            held.append(line)
+            held_sets.add(pairs[0][1])
+    for line in installed.splitlines():
+        pairs = _pairs(line)
+        if not pairs or pairs[0][0] != "PartitionName" or pairs[0][1] in spec_parts:
+            continue
+        if pairs[0][1].startswith(POWER_PARTITION_PREFIX):
+            continue
+        nodes = dict(pairs).get("Nodes", "").split(",")
+        if not held_sets.intersection(nodes):
+            continue
+        narrowed = ",".join(n for n in nodes if n in held_sets or n in kept_sets)
+        out = [(k, narrowed if k == "Nodes" else "NO" if k == "Default" else v) for k, v in pairs]
+        held.append(" ".join(f"{k}={v}" for k, v in out))
+    if not held:
+        return rendered
+    note = "# Held while the nodes of removed worker groups drain: their running jobs must keep their partition\n"
+    return rendered + note + "".join(f"{line}\n" for line in held)
 
 
 def power_save_settings(cluster: SlurmCluster) -> dict[str, str]:

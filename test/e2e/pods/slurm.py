@@ -198,14 +198,16 @@ class Kube:
         until(gone, timeout=timeout, interval=1, what=f"{kind} {name} to be deleted")
 
 
+def small_group(name: str, size: int = 1) -> dict[str, Any]:
+    """A worker group of small workers (room for other modules' pods on this 2-core node)."""
+    resources = {"requests": {"cpu": "300m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
+    return {"name": name, "size": size, "resources": resources}
+
+
 def small_cluster(name: str, **spec: Any) -> list[dict[str, Any]]:
-    """A jail claim and a SlurmCluster with one small worker (room for other modules' pods on this 2-core node) and
-    a login node; `spec` adds to the SlurmCluster's spec."""
-    worker = {
-        "name": "cpu",
-        "size": 1,
-        "resources": {"requests": {"cpu": "300m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
-    }
+    """A jail claim and a SlurmCluster with one small worker (`small_group` cpu) and a login node; `spec` adds to the
+    SlurmCluster's spec."""
+    worker = small_group("cpu")
     return [
         {
             "apiVersion": "v1",

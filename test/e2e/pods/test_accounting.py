@@ -3,8 +3,9 @@
 `spec.accounting.external` points at.
 
 One cluster is shared by the tests of this module, in order: registered → jobs recorded with state and exit code →
-slurmdbd deleted while jobs run → the database pod re-created on its claim → a limit declared in the cluster that
-bites, follows edits and goes → the database unreachable.
+slurmdbd deleted while jobs run → the database pod re-created on its claim → a worker group removed after its job,
+the job kept in sacct → a limit declared in the cluster that bites, follows edits and goes → the database
+unreachable.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from test.e2e.pods.slurm import (
     pod_ready,
     slurm_image,
     small_cluster,
+    small_group,
     ssh,
     ssh_keypair,
 )
@@ -180,6 +182,70 @@ def test_the_database_pod_recreated_on_its_claim_loses_nothing(cluster: Kube) ->
 
     until(recreated, timeout=180, interval=2, what="the database pod re-created and ready")
     recorded(kube, before, timeout=120, what="every job recorded before, after the database came back")
+
+
+EXTRA = "extra"
+EXTRA_POD = f"{NAME}-worker-{EXTRA}-0"
+
+
+def sinfo_nodes(kube: Kube, *args: str) -> dict[str, str]:
+    """Slurm's nodes as the login node sees them (`args` narrows, e.g. to a partition): name -> state."""
+    out = login(kube, "sinfo", "-h", "-N", "-o", "%N %t", *args)
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def test_removing_a_worker_group_whose_node_ran_a_job_keeps_slurmctld_up_and_the_jobs_history(cluster: Kube) -> None:
+    """Slinky #138: a NodeSet removed while a finished job still named its node and partition crash-looped
+    slurmctld. Here a group with a partition of its own runs a job, and both go minutes before Slurm forgets the job
+    (MinJobAge): slurmctld reconfigures without restarting, sacct keeps the job with its node, the rest works."""
+    kube = cluster
+    group = small_group(EXTRA)
+    partitions = [{"name": "main", "default": True, "workers": ["cpu"]}, {"name": EXTRA, "workers": [EXTRA]}]
+    patch = [
+        {"op": "add", "path": "/spec/workers/-", "value": group},
+        {"op": "add", "path": "/spec/partitions", "value": partitions},
+    ]
+    kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", json.dumps(patch))
+    until(
+        lambda: sinfo_nodes(kube, "-p", EXTRA) == {EXTRA_POD: "idle"},
+        timeout=240,
+        interval=2,
+        what=f"{EXTRA_POD} idle in partition {EXTRA}",
+    )
+    job = login(kube, "sbatch", "--parsable", "-p", EXTRA, "-o", "/dev/null", "--wrap", "true").strip()
+    recorded(kube, {job: ("COMPLETED", "0:0")}, timeout=120, what=f"job {job} on {EXTRA_POD} in sacct")
+    controller = identity(kube.json("pod", CONTROLLER_POD))
+
+    workers = kube.json("slurmcluster", NAME)["spec"]["workers"]
+    index = next(i for i, g in enumerate(workers) if g["name"] == EXTRA)
+    removal = [
+        {"op": "test", "path": f"/spec/workers/{index}/name", "value": EXTRA},
+        {"op": "remove", "path": f"/spec/workers/{index}"},
+        {"op": "replace", "path": "/spec/partitions", "value": [{"name": "main", "default": True}]},
+    ]
+    kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", json.dumps(removal))
+
+    def gone() -> bool:
+        partition = kube.cp.kubectl("-n", kube.ns, "exec", LOGIN_POD, "-c", LOGIN, "--", "scontrol", "show",
+                                    "partition", EXTRA, check=False)  # fmt: skip
+        return (
+            partition.returncode != 0
+            and EXTRA_POD not in sinfo_nodes(kube)
+            and not kube.pods(f"slurm.slurmctl.io/worker-group={EXTRA}")
+        )
+
+    until(gone, timeout=240, interval=2, what=f"partition {EXTRA} and node {EXTRA_POD} gone from Slurm, pod gone")
+    assert not kube.run("get", "statefulset", "-o", "name").count(f"{NAME}-worker-{EXTRA}")
+    # Still the same slurmctld, answering: nothing restarted it while it forgot the group.
+    assert identity(kube.json("pod", CONTROLLER_POD)) == controller, "slurmctld restarted"
+    assert sinfo_nodes(kube) == {WORKER_POD: "idle"}
+    out = login(kube, "sacct", "-a", "-n", "-P", "-X", "-j", job, "--format=JobID,State,ExitCode,NodeList,Partition")
+    assert out.split() == [f"{job}|COMPLETED|0:0|{EXTRA_POD}|{EXTRA}"], out
+    assert login(kube, "squeue", "-h", "-o", "%i").split() == []
+    assert login(kube, "srun", "-N1", "hostname").strip() == WORKER_POD
+    assert identity(kube.json("pod", CONTROLLER_POD)) == controller, "slurmctld restarted"
+    log = kube.run("logs", CONTROLLER_POD, "-c", "slurmctld")
+    print("\n".join(line for line in log.splitlines() if job in line or EXTRA in line)[-3000:])
 
 
 def as_user(kube: Kube, command: str) -> str:

@@ -8,6 +8,7 @@ allreduce → ssh to the worker of a running job → job files at any path in th
 worker, each with its own /tmp and /dev/shm → the escape table → slurmrestd → the operator's Slurm metrics against
 sinfo and squeue → Slurm's node state on the pods → a partition change reaches every daemon in place → scale out under
 a running job → scale in under a running job (drain first) → scale in while Slurm cannot be asked (nothing goes) →
+the JWT key rotated under a running job → a worker group with its own partition removed under a running job →
 delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
 (Re-creating workers for a change only a restart can apply is unit-tested: test/unit/reconcilers/test_drain.py.)
 """
@@ -31,7 +32,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slurmctl.render.rest import API_VERSION
 from test.e2e.harness import REPO, free_port
-from test.e2e.pods.slurm import Kube, attempts_script, attempts_seen, identity, pod_ready, ssh, ssh_keypair
+from test.e2e.pods.slurm import (
+    Kube,
+    attempts_script,
+    attempts_seen,
+    identity,
+    node_fields,
+    pod_ready,
+    small_group,
+    ssh,
+    ssh_keypair,
+)
 from test.waiting import holds, until
 
 pytestmark = pytest.mark.e2e
@@ -943,6 +954,170 @@ def test_scale_in_waits_while_slurm_cannot_be_asked(available: Kube) -> None:
     until(lambda: leaving not in worker_pods(kube), timeout=240, what=f"pod {leaving} to go once Slurm answers")
     nodes = wait_for_nodes(kube, lambda n: len(n) == 1, timeout=120, what="one node left in Slurm")
     assert set(nodes) == {f"{NAME}-worker-cpu-0"}
+
+
+def test_a_jwt_key_rotation_keeps_jobs_refuses_old_tokens_and_the_operator_still_asks_slurm(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """spec.jwtKeyRotation: a new key Secret, slurmctld restarted with it (nothing else: slurmrestd, slurmd and the
+    login pods never read the key), a job running across it completes once, a token from before is refused by
+    slurmrestd and a new one works, and the operator reads Slurm with its new tokens (a drain shows on the pod)."""
+    kube = available
+    key, ip = jail_user
+    seen = Timeline()
+    url = shlex.quote(f"{REST}/slurm/{API_VERSION}/nodes")
+
+    def rest_answer(token: str) -> tuple[str, str]:
+        """slurmrestd's HTTP status and body for `token`, as root in the login container."""
+        headers = f"-H 'X-SLURM-USER-NAME: root' -H 'X-SLURM-USER-TOKEN: {token}'"
+        call = f"curl -s -w '\\n%{{http_code}}' --max-time 30 {headers} {url}"
+        body, _, status = kube.exec(LOGIN_POD, LOGIN, "bash", "-c", call).rstrip("\n").rpartition("\n")
+        return status, body
+
+    def refused(token: str) -> bool:
+        """slurmctld refused the token: slurmrestd 24.11 answers 511 with Slurm's "Protocol authentication error"."""
+        status, body = rest_answer(token)
+        return status != "200" and "authentication" in body.lower()
+
+    def token() -> str:
+        return kube.exec(LOGIN_POD, LOGIN, "scontrol", "token", "lifespan=900").strip().removeprefix("SLURM_JWT=")
+
+    before = token()
+    assert rest_answer(before)[0] == "200"
+    secret = kube.json("secret", f"{NAME}-jwt-key")
+    release = f"{JAIL}/home/{USER}/release-rotation"
+    job = running_job(kube, key, ip, "-N1", "--wrap", "'while [ ! -e ~/release-rotation ]; do sleep 1; done'")
+    controller = kube.json("pod", CONTROLLER_POD)["metadata"]["uid"]
+    others = {name: identity(p) for name, p in worker_pods(kube).items()}
+    others.update({p["metadata"]["name"]: identity(p) for p in kube.pods(REST_PODS)})
+    others[LOGIN_POD] = identity(kube.json("pod", LOGIN_POD))
+    patch_cluster(kube, '{"op":"add","path":"/spec/jwtKeyRotation","value":"e2e-1"}')
+    seen(f"spec.jwtKeyRotation e2e-1, job {job} running")
+
+    status = until(
+        lambda: kube.json("slurmcluster", NAME)["status"].get("jwtKeyRotation") == "e2e-1" or None,
+        timeout=60,
+        what="status.jwtKeyRotation e2e-1",
+    )
+    rotated = kube.json("secret", f"{NAME}-jwt-key")
+    assert rotated["metadata"]["uid"] != secret["metadata"]["uid"] and rotated["data"] != secret["data"], status
+    assert rotated["metadata"]["annotations"]["slurm.slurmctl.io/jwt-key-rotation"] == "e2e-1"
+    events = kube.run("get", "events", "--field-selector", "reason=JWTKeyRotated", "-o", "jsonpath={.items[*].message}")
+    assert "'e2e-1'" in events, events
+    seen("a new key Secret")
+
+    def restarted() -> bool:
+        pod = kube.json("pod", CONTROLLER_POD)
+        return pod["metadata"]["uid"] != controller and pod_ready(pod)
+
+    until(restarted, timeout=240, interval=2, what="slurmctld restarted with the new key")
+    seen("slurmctld restarted and ready")
+    until(lambda: refused(before), timeout=60, what="the token from before refused")
+    after = token()
+    assert rest_answer(after)[0] == "200"
+    seen(f"the old token refused ({rest_answer(before)[0]}), a new one answered (200)")
+    assert job_state(kube, job)["JobState"] == "RUNNING"
+    kube.exec(LOGIN_POD, LOGIN, "sh", "-c", f"touch {release}")
+    done = until(lambda: job_ended(kube, job), timeout=60, what=f"job {job} to end")
+    assert (done["JobState"], done["ExitCode"], done["Restarts"]) == ("COMPLETED", "0:0", "0"), done
+    seen(f"job {job} completed, never requeued")
+
+    # The operator asks Slurm with tokens of the new key: a drain made now shows on the pod and in the status.
+    pod = sorted(worker_pods(kube))[0]
+    kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", f"nodename={pod}", "state=drain", "reason=e2e-rotation")
+    until(
+        lambda: node_state_condition(kube, pod) == ("False", "Drained", "e2e-rotation") or None,
+        timeout=90,
+        what=f"SlurmNodeState Drained on {pod}, read by the operator after the rotation",
+    )
+    kube.exec(LOGIN_POD, LOGIN, "scontrol", "update", f"nodename={pod}", "state=resume")
+    until(lambda: node_state_condition(kube, pod) == ("True", "Idle", "") or None, timeout=90, what="back to Idle")
+    seen("the operator reads Slurm's node states again")
+    now = {name: identity(p) for name, p in worker_pods(kube).items()}
+    now.update({p["metadata"]["name"]: identity(p) for p in kube.pods(REST_PODS)})
+    now[LOGIN_POD] = identity(kube.json("pod", LOGIN_POD))
+    assert now == others, "a pod that never reads the key restarted"
+    until(lambda: kube.phase(NAME) == "Available" or None, timeout=120, what=f"{NAME} Available again")
+    seen("timeline:\n" + "\n".join(seen.lines))
+
+
+def test_removing_a_worker_group_lets_its_running_job_finish_and_keeps_slurmctld_up(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """A group with a partition of its own, whose node ran a job that finished and runs one that has not, is removed
+    from the spec with its partition: slurmctld takes the new config in place (no restart), the running job finishes
+    (the drain gate keeps the node until then, and the operator keeps the group's node set and partition in nodes.conf
+    meanwhile: Slurm ends a running job whose partition is gone), then the node leaves Slurm; the rest works."""
+    kube = available
+    key, ip = jail_user
+    extra = f"{NAME}-worker-extra-0"
+    seen = Timeline()
+    partitions = [{"name": "main", "default": True, "workers": ["cpu"]}, {"name": "extra", "workers": ["extra"]}]
+    patch_cluster(
+        kube,
+        f'{{"op":"add","path":"/spec/workers/-","value":{json.dumps(small_group("extra"))}}}',
+        f'{{"op":"add","path":"/spec/partitions","value":{json.dumps(partitions)}}}',
+    )
+    wait_for_nodes(kube, lambda n: n.get(extra) == "idle", timeout=240, what=f"{extra} idle")
+    seen(f"{extra} idle")
+    finished = submit(key, ip, "-p", "extra", "--wrap", "true")
+    done = until(lambda: job_ended(kube, finished), timeout=60, what=f"job {finished} to end")
+    assert (done["JobState"], done["NodeList"]) == ("COMPLETED", extra), done
+    release = f"{JAIL}/home/{USER}/release-removal"
+    job = running_job(kube, key, ip, "-p", "extra", "--wrap", "'while [ ! -e ~/release-removal ]; do sleep 1; done'")
+    seen(f"job {finished} completed on {extra}, job {job} running there")
+    controller = identity(kube.json("pod", CONTROLLER_POD))
+    workers = kube.json("slurmcluster", NAME)["spec"]["workers"]
+    index = next(i for i, g in enumerate(workers) if g["name"] == "extra")
+    patch_cluster(
+        kube,
+        f'{{"op":"test","path":"/spec/workers/{index}/name","value":"extra"}}',
+        f'{{"op":"remove","path":"/spec/workers/{index}"}}',
+        # And a new option on main: when slurmctld shows it, it took the nodes.conf without the group.
+        '{"op":"replace","path":"/spec/partitions","value":[{"name":"main","default":true,'
+        '"options":{"MaxTime":"03:00:00"}}]}',
+    )
+    seen("group extra and its partition removed from the spec")
+
+    def slurm_node(name: str) -> dict[str, str]:
+        """`scontrol show node` ({} once Slurm does not know it): sinfo lists only nodes in a partition."""
+        out = kube.cp.kubectl("-n", kube.ns, "exec", LOGIN_POD, "-c", LOGIN, "--", "scontrol", "show", "node", "-o",
+                              name, check=False)  # fmt: skip
+        return node_fields(out.stdout) if out.returncode == 0 and out.stdout.strip() else {}
+
+    def partition(name: str) -> str:
+        out = kube.cp.kubectl("-n", kube.ns, "exec", LOGIN_POD, "-c", LOGIN, "--", "scontrol", "-o", "show",
+                              "partition", name, check=False)  # fmt: skip
+        return out.stdout if out.returncode == 0 else ""
+
+    until(lambda: "MaxTime=03:00:00" in partition("main"), timeout=180, interval=2, what="slurmctld to take the edit")
+    seen("slurmctld reconfigured with the spec without the group")
+    until(lambda: "DRAIN" in slurm_node(extra).get("State", ""), timeout=60, what=f"{extra} drained in Slurm")
+    # The group's partition is held while its job runs (Slurm would end the job at its next state load otherwise).
+    assert "Nodes=" + extra in partition("extra"), partition("extra")
+    kube.exec(CONTROLLER_POD, "slurmctld", "scontrol", "reconfigure")  # a state load, as any later change makes
+    holds(
+        lambda: job_state(kube, job)["JobState"] == "RUNNING" and extra in worker_pods(kube),
+        seconds=20,
+        what=f"job {job} ended, or {extra}'s pod went, while the job should run on",
+    )
+    seen(f"job {job} still running on {extra}, drained, across another reconfigure")
+    kube.exec(LOGIN_POD, LOGIN, "sh", "-c", f"touch {release}")
+    done = until(lambda: job_ended(kube, job), timeout=60, what=f"job {job} to end")
+    assert (done["JobState"], done["ExitCode"], done["NodeList"]) == ("COMPLETED", "0:0", extra), done
+    seen(f"job {job} completed")
+    until(lambda: extra not in worker_pods(kube), timeout=120, what=f"pod {extra} to go")
+    until(lambda: not slurm_node(extra), timeout=60, what=f"{extra} gone from Slurm")
+    until(lambda: not partition("extra"), timeout=180, interval=2, what="the held partition gone from slurmctld")
+    seen(f"{extra} and its partition gone from Kubernetes and Slurm")
+    assert f"statefulset.apps/{NAME}-worker-extra" not in kube.run("get", "statefulset", "-o", "name").split()
+    assert identity(kube.json("pod", CONTROLLER_POD)) == controller, "slurmctld restarted"
+    assert extra not in sinfo_nodes(kube)
+    assert kube.exec(LOGIN_POD, LOGIN, "squeue", "-h", "-o", "%i").split() == []
+    out = ssh(key, USER, ip, "srun -N1 hostname")
+    assert out.strip().startswith(f"{NAME}-worker-cpu-"), out
+    assert identity(kube.json("pod", CONTROLLER_POD)) == controller, "slurmctld restarted"
+    seen("timeline:\n" + "\n".join(seen.lines))
 
 
 def jail_host_path(kube: Kube) -> Path:

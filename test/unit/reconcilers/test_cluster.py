@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Callable
 from typing import Any
 
+import jwt
+import pytest
+
+from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.render import meta
+from slurmctl.render.cluster import JWT_KEY
 from slurmctl.render.kinds import CONFIGMAP, SECRET, STATEFULSET
 from slurmctl.runtime import Request
 from test.unit.reconcilers.env import NAME, NS, Env, spec
+from test.unit.reconcilers.fake_slurm import FakeSlurm
+from test.unit.reconcilers.fake_slurm import connect as connect_rest
 
 
 async def test_keys_and_configs_are_created_owned_by_the_cluster_and_never_rotated() -> None:
@@ -128,3 +136,87 @@ async def test_a_key_secret_this_cluster_did_not_create_is_never_used_and_its_ow
         assert munge is not None and munge["immutable"] is True
         assert base64.b64decode(munge["data"]["munge.key"]) != predecessor["munge.key"]
         assert f"{NAME}-controller" in env.names(STATEFULSET)
+
+
+async def test_a_jwt_key_rotation_replaces_the_key_once_rolls_slurmctld_and_the_operators_tokens_follow() -> None:
+    """spec.jwtKeyRotation end to end in the operator: a new key Secret (new uid, the request recorded on it), an
+    Event naming the request, slurmctld's pod template rolled (slurmdbd's too: test_rest.py), the status naming the
+    request, and the operator's next token signed with the new key, refused by the old; the request handled once."""
+    async with Env() as env:
+        await env.available()
+        name = meta.jwt_key_secret(NAME)
+        old = env.get(SECRET, name)
+        assert old is not None
+        tokens: list[Callable[[], str]] = []
+
+        def connect(url: str, token: Callable[[], str]) -> Any:
+            tokens.append(token)
+            return object()
+
+        connect_rest(env, FakeSlurm())
+        access = SlurmAccess(env.manager.cache, connect=connect)
+        access.client(NAME, NS)
+
+        def template_hash() -> str:
+            sts = env.get(STATEFULSET, meta.controller(NAME))
+            assert sts is not None
+            return str(sts["spec"]["template"]["metadata"]["annotations"][meta.CONFIG_HASH_ANNOTATION])
+
+        rolled_from = template_hash()
+        env.edit(lambda s: s.update(jwtKeyRotation="2026-12-03"))
+        await env.converge()
+        new = env.get(SECRET, name)
+        assert new is not None and new["metadata"]["uid"] != old["metadata"]["uid"]
+        assert new["metadata"]["annotations"] == {meta.JWT_KEY_ROTATION_ANNOTATION: "2026-12-03"}
+        old_key, new_key = (base64.b64decode(s["data"][JWT_KEY]) for s in (old, new))
+        assert old_key != new_key
+        assert template_hash() != rolled_from, "slurmctld loads the key only when it starts"
+        assert env.cluster()["status"]["jwtKeyRotation"] == "2026-12-03"
+        rotated = [e for e in env.events() if e[1] == "JWTKeyRotated"]
+        assert len(rotated) == 1 and "'2026-12-03'" in rotated[0][2], rotated
+
+        access.client(NAME, NS)
+        fresh = tokens[-1]()
+        assert jwt.decode(fresh, new_key, algorithms=["HS256"])["sun"] == "slurm"
+        with pytest.raises(jwt.InvalidSignatureError):
+            jwt.decode(fresh, old_key, algorithms=["HS256"])
+
+        mark = env.mark()
+        await env.run()
+        assert env.writes_since(mark) == [], "a request is handled once"
+
+
+async def test_a_removed_groups_node_set_and_partition_stay_in_nodes_conf_until_its_statefulset_is_gone() -> None:
+    """The cluster component reads which removed groups still have a StatefulSet (their nodes drain) and holds their
+    node sets and dropped partitions in the configs ConfigMap (render/slurm_conf.py hold_removed_groups); the
+    StatefulSet's deletion wakes it (a watch) and the held lines go."""
+    async with Env() as env:
+        body = spec()
+        body["workers"].append({"name": "extra", "size": 1, "resources": {"requests": {"cpu": 1}}})
+        body["partitions"] = [
+            {"name": "main", "default": True, "workers": ["cpu"]},
+            {"name": "x", "workers": ["extra"]},
+        ]
+        await env.available(body)
+
+        def nodes_conf() -> str:
+            configs = env.get(CONFIGMAP, meta.slurm_configs(NAME))
+            assert configs is not None
+            return str(configs["data"]["nodes.conf"])
+
+        assert "PartitionName=x Nodes=extra Default=NO State=UP" in nodes_conf()
+
+        def drop(s: dict[str, Any]) -> None:
+            s["workers"].pop()
+            s["partitions"] = [{"name": "main", "default": True}]
+
+        env.edit(drop)
+        await env.run("cluster")
+        held = nodes_conf().splitlines()
+        assert "PartitionName=main Nodes=cpu Default=YES State=UP" in held
+        assert held[-2:] == ["NodeSet=extra Feature=extra", "PartitionName=x Nodes=extra Default=NO State=UP"]
+
+        await env.fake.delete(*STATEFULSET, meta.worker_group(NAME, "extra"), namespace=NS)
+        await asyncio.sleep(0)  # the informer delivers the deletion to the cache
+        await env.run("cluster")
+        assert "extra" not in nodes_conf()

@@ -3,19 +3,23 @@ in, a plan out (the workers': test_workers_plan.py). No API server, no clock."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
 
 from slurmctl.api.v1 import JAIL_POPULATED
 from slurmctl.reconcilers import benchmark, cluster, controller, login, populate_jail, rest
+from slurmctl.reconcilers.base import status_part
+from slurmctl.reconcilers.keys import JWT_KEY_BYTES
 from slurmctl.reconcilers.observation import Settings
 from slurmctl.reconcilers.plan import Plan
 from slurmctl.render import meta
-from slurmctl.render.kinds import DEPLOYMENT, JOB, SERVICE, STATEFULSET, Kind
+from slurmctl.render.cluster import JWT_KEY
+from slurmctl.render.kinds import DEPLOYMENT, JOB, SECRET, SERVICE, STATEFULSET, Kind
 from slurmctl.render.sshd import HOST_KEY_TYPES, host_key_types
 from test.unit.reconcilers.env import NAME, NS
-from test.unit.reconcilers.plans import loaded, observe
+from test.unit.reconcilers.plans import KEYS, loaded, observe
 
 
 def child(kind: Kind, name: str, *, uid: str = "", **status: Any) -> dict[str, Any]:
@@ -129,3 +133,47 @@ async def test_the_host_keys_a_cluster_gets_are_the_operators_setting() -> None:
     made = [await create.body() for create in cluster.plan(obs).create]
     (host_keys,) = [s for s in made if s["metadata"]["name"] == meta.ssh_host_keys_secret(NAME)]
     assert host_key_types(host_keys["data"]) == HOST_KEY_TYPES
+
+
+JWT = meta.jwt_key_secret(NAME)
+
+
+async def test_a_jwt_key_rotation_replaces_the_key_secret_once_per_request_value() -> None:
+    """spec.jwtKeyRotation: a value the key Secret was not made for deletes it (that incarnation) and makes a new one,
+    carrying the value, in the same pass; the Event and the status name the value; the same value is not handled
+    again once the new Secret records it, and a new value is."""
+    p = cluster.plan(observe(loaded(jwtKeyRotation="2026-12")))
+    (gone,) = p.delete
+    assert (gone.kind, gone.name, gone.uid) == (SECRET, JWT, f"{JWT}-uid")
+    assert gone.event is not None and (gone.event.type, gone.event.reason) == ("Normal", "JWTKeyRotated")
+    assert "'2026-12'" in gone.event.message and "the old key was made for the cluster" in gone.event.message
+    (made,) = [await create.body() for create in p.create]
+    assert made["metadata"]["name"] == JWT and made["immutable"] is True
+    assert made["metadata"]["annotations"] == {meta.JWT_KEY_ROTATION_ANNOTATION: "2026-12"}
+    assert len(base64.b64decode(made["data"][JWT_KEY])) == JWT_KEY_BYTES
+    assert p.status is not None and p.status.jwt_key_rotation == "2026-12"
+
+    handled = cluster.plan(observe(loaded(jwtKeyRotation="2026-12"), key_rotations={JWT: "2026-12"}))
+    assert (handled.delete, handled.create) == ((), ())
+    assert handled.status is not None and handled.status.jwt_key_rotation == "2026-12"
+
+    again = cluster.plan(observe(loaded(jwtKeyRotation="2027-01"), key_rotations={JWT: "2026-12"}))
+    (gone,) = again.delete
+    assert gone.event is not None and "'2027-01'" in gone.event.message and "made for '2026-12'" in gone.event.message
+
+
+async def test_no_jwt_key_rotation_without_a_request_and_none_of_a_key_that_is_missing_or_not_ours() -> None:
+    """Without spec.jwtKeyRotation nothing is replaced (and the status says nothing of it). A key missing while a
+    request stands is made once, for it (not made and then replaced); a Secret someone else holds is never touched."""
+    plain = cluster.plan(observe(loaded()))
+    assert plain.delete == ()
+    assert plain.status is not None and "jwtKeyRotation" not in status_part(plain.status)
+
+    keys = {name: uid for name, uid in KEYS.items() if name != JWT}
+    missing = cluster.plan(observe(loaded(jwtKeyRotation="r1"), keys=keys))
+    assert missing.delete == ()
+    (made,) = [await create.body() for create in missing.create]
+    assert made["metadata"]["annotations"] == {meta.JWT_KEY_ROTATION_ANNOTATION: "r1"}
+
+    foreign = cluster.plan(observe(loaded(jwtKeyRotation="r1"), keys=keys, foreign_keys=frozenset({JWT})))
+    assert (foreign.delete, foreign.create) == ((), ())

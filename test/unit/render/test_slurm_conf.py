@@ -8,9 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec
-from slurmctl.render.slurm_conf import dynamic_node_conf, render_slurm_configs
+from slurmctl.render.slurm_conf import dynamic_node_conf, hold_removed_groups, render_slurm_configs
 from slurmctl.render.workers import render_worker_statefulset
-from test.unit.render.samples import manifests, sample
+from test.unit.render.samples import manifests, sample, sample_doc
 
 CHROOT_LINE = "required /usr/lib/slurmctl/chroot.so jail=/mnt/jail"
 
@@ -259,3 +259,34 @@ def test_submounts_are_nosuid_unless_a_spec_allows_setuid_on_one() -> None:
     spec["jail"]["subMounts"][0]["allowSetuid"] = True
     allowed = cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
     assert slurmd_env(allowed)["JAIL_SUBMOUNTS_SETUID"] == "datasets"
+
+
+def test_a_removed_groups_node_set_and_its_own_partitions_are_held_until_its_statefulset_is_gone() -> None:
+    """Removing a group (and the partition that was its alone) while its node still runs a job: Slurm would end the
+    job at the next reconfigure for its partition being gone. The group's node set and the partitions the spec
+    dropped that named it stay in nodes.conf, as installed, narrowed to the node sets still there and never the
+    default; a partition the spec keeps is the spec's; nothing is held once no removed group's StatefulSet is left."""
+    doc = sample_doc("minimal")
+    doc["spec"]["workers"].append({"name": "extra", "size": 1})
+    doc["spec"]["partitions"] = [
+        {"name": "main", "default": True},
+        {"name": "extra", "workers": ["extra"], "options": {"MaxTime": "01:00:00"}},
+        {"name": "both", "workers": ["cpu", "extra"]},
+    ]
+    installed = render_slurm_configs(SlurmCluster.model_validate(doc))["nodes.conf"]
+    doc["spec"]["workers"].pop()
+    doc["spec"]["partitions"] = [{"name": "main", "default": True}]
+    rendered = render_slurm_configs(SlurmCluster.model_validate(doc))["nodes.conf"]
+    assert "extra" not in rendered
+
+    held = hold_removed_groups(rendered, installed, frozenset({"extra"}))
+    assert held.startswith(rendered)
+    assert _lines(held)[len(_lines(rendered)) + 1 :] == [
+        "NodeSet=extra Feature=extra",
+        "PartitionName=both Nodes=cpu,extra Default=NO State=UP",
+        "PartitionName=extra Nodes=extra Default=NO State=UP MaxTime=01:00:00",
+    ]
+    assert hold_removed_groups(rendered, installed, frozenset()) == rendered
+    assert hold_removed_groups(rendered, rendered, frozenset({"extra"})) == rendered, "held from what is installed"
+    # Held again from a file that holds them already (the next pass): the same file.
+    assert hold_removed_groups(rendered, held, frozenset({"extra"})) == held
