@@ -19,6 +19,7 @@ from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler
 from slurmctl.reconcilers.component import Component, component_is, owned
 from slurmctl.reconcilers.conditions import make_condition
 from slurmctl.reconcilers.context import Context
+from slurmctl.reconcilers.elastic import is_elastic_pod, stray_elastic_pods
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
 from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.observation import Observation
@@ -36,7 +37,7 @@ from slurmctl.render import meta
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 from slurmctl.render.kinds import CONFIGMAP, NODE, POD, SECRET, SLURM_CLUSTER, STATEFULSET
 from slurmctl.render.manifests import cluster_objects
-from slurmctl.render.slurm_conf import NODES_CONF, hold_removed_groups
+from slurmctl.render.slurm_conf import NODES_CONF, hold_elastic_nodes, hold_removed_groups
 from slurmctl.render.workers import COMPONENT as WORKERS_COMPONENT
 from slurmctl.render.workers import FORMER_COMPONENTS as FORMER_WORKERS_COMPONENTS
 from slurmctl.runtime import Event, EventType, Request
@@ -71,6 +72,11 @@ def placement_changed(event: Event) -> bool:
 def appeared_or_went(event: Event) -> bool:
     """A worker StatefulSet made or deleted (not its every status update)."""
     return event.type is not EventType.UPDATED and not event.low_priority
+
+
+def elastic_pod_went(event: Event) -> bool:
+    """An elastic worker pod deleted: a node held in nodes.conf for it is released."""
+    return event.type is EventType.DELETED and is_elastic_pod(event.obj)
 
 
 def node_labels_changed(event: Event) -> bool:
@@ -111,8 +117,9 @@ def plan(obs: Observation) -> Plan:
     cond = obs.condition(SPEC_VALID, ok=True, reason=Reason.VALID, message="the spec is valid")
     configs = dict(obs.loaded.configs)
     installed = obs.owned(CONFIGMAP).get(meta.slurm_configs(obs.loaded.name))
-    configs[NODES_CONF] = hold_removed_groups(
-        configs[NODES_CONF], Secret.of(installed).data.get(NODES_CONF, ""), obs.removed_groups
+    held = Secret.of(installed).data.get(NODES_CONF, "")
+    configs[NODES_CONF] = hold_elastic_nodes(
+        hold_removed_groups(configs[NODES_CONF], held, obs.removed_groups), held, obs.held_nodes
     )
     makers = key_makers(cluster, obs.settings.host_key_types)
     taken = {*obs.keys, *obs.foreign_keys}
@@ -186,12 +193,14 @@ class ClusterReconciler(ComponentReconciler):
 
     def watch(self, builder: ControllerBuilder) -> None:
         """topology.conf follows the workers: their pods' readiness and Kubernetes nodes, and those nodes' labels.
-        nodes.conf follows the worker StatefulSets: a removed group's is held there until its StatefulSet is gone."""
+        nodes.conf follows the worker StatefulSets and elastic pods: a removed group's node set is held there until its
+        StatefulSet is gone, an elastic node the spec no longer has until its pod is."""
         workers = component_is(*WORKER_LABELS)
         builder.watches(*STATEFULSET, enqueue_mapped(cluster_of_pod), predicates=[workers, appeared_or_went])
         builder.watches(
             *POD, enqueue_mapped(self._with_topology(cluster_of_pod)), predicates=[workers, placement_changed]
         )
+        builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[workers, elastic_pod_went])
         builder.watches(*NODE, enqueue_mapped(self._with_topology(self.clusters_on)), predicates=[node_labels_changed])
 
     def _with_topology(self, mapper: Mapper) -> Mapper:
@@ -263,10 +272,15 @@ class ClusterReconciler(ComponentReconciler):
         return SlurmClusterStatus(phase="Failed", observed_generation=loaded.generation, conditions=[cond])
 
     async def observe(self, loaded: Loaded) -> Observation:
-        """The component's observation, where the workers run (topology.conf) and the worker groups removed from the
-        spec whose StatefulSet is still there (their node sets and partitions are held in nodes.conf meanwhile)."""
+        """The component's observation, where the workers run (topology.conf), the worker groups removed from the
+        spec whose StatefulSet or elastic pods are still there (their node sets and partitions are held in nodes.conf
+        meanwhile), and the elastic nodes the spec no longer has whose pods are there (held there too)."""
         obs = await super().observe(loaded)
-        return dataclasses.replace(obs, placement=self.placement(loaded), removed_groups=self.removed_groups(loaded))
+        held = self.held_nodes(loaded)
+        removed = self.removed_groups(loaded) | (set(held.values()) - {g.name for g in loaded.cluster.spec.workers})
+        return dataclasses.replace(
+            obs, placement=self.placement(loaded), removed_groups=frozenset(removed), held_nodes=held
+        )
 
     def removed_groups(self, loaded: Loaded) -> frozenset[str]:
         prefix = meta.worker_group(loaded.name, "")
@@ -277,6 +291,11 @@ class ClusterReconciler(ComponentReconciler):
             if (name := meta_of(sts).name).startswith(prefix)
         }
         return frozenset(live - {g.name for g in loaded.cluster.spec.workers})
+
+    def held_nodes(self, loaded: Loaded) -> dict[str, str]:
+        """Elastic pods (going ones too) that no elastic group of the spec has, with their groups."""
+        pods = self.cache.list(*POD, namespace=loaded.namespace, labels=meta.selector(loaded.name, WORKERS_COMPONENT))
+        return dict(stray_elastic_pods(loaded.name, loaded.cluster.spec.elastic_groups, pods, going=True))
 
     def phase_written(self, obj: Mapping[str, Any], before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
         """The status writer wrote `after` over `before`: an Event when that moved a phase derived from the

@@ -153,14 +153,15 @@ def is_elastic(md: ObjectMeta) -> bool:
 
 
 def stray_elastic_pods(
-    c: str, groups: Sequence[WorkerGroup], pods: Sequence[Mapping[str, Any]]
+    c: str, groups: Sequence[WorkerGroup], pods: Sequence[Mapping[str, Any]], *, going: bool = False
 ) -> list[tuple[str, str]]:
     """Elastic pods no elastic group of the spec has (a removed group, a group made fixed, an index at or past a
-    lowered `max`): (pod, group) pairs. They leave through the drain gate, as a scale-in does."""
+    lowered `max`): (pod, group) pairs. They leave through the drain gate, as a scale-in does; `going`: those already
+    being deleted too (their nodes stay in nodes.conf until they are gone)."""
     wanted = {name for group in groups for name in node_names(c, group)}
     prefix = meta.worker_group(c, "")
     out = []
     for md in map(meta_of, pods):
-        if is_elastic(md) and md.name not in wanted and not md.deletion_timestamp:
+        if is_elastic(md) and md.name not in wanted and (going or not md.deletion_timestamp):
             out.append((md.name, md.name.removeprefix(prefix).rpartition("-")[0]))
     return out

@@ -62,6 +62,8 @@ class Observation:
     refusals: Mapping[str, str] = field(default_factory=dict)
     placement: Placement = field(default_factory=dict)  # Slurm node -> its Kubernetes node's labels (spec.topology)
     removed_groups: frozenset[str] = frozenset()  # worker groups the spec no longer has whose StatefulSet is there
+    # (or, for an elastic group, whose pods are)
+    held_nodes: Mapping[str, str] = field(default_factory=dict)  # elastic pod the spec no longer has -> its group
 
     def owned(self, kind: Kind) -> Mapping[str, Obj]:
         """The component's children of a kind, by name."""

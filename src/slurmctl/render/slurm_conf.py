@@ -201,6 +201,32 @@ def hold_removed_groups(rendered: str, installed: str, removed: Collection[str])
     return rendered + note + "".join(f"{line}\n" for line in held)
 
 
+def hold_elastic_nodes(rendered: str, installed: str, held: Mapping[str, str]) -> str:
+    """`rendered` plus a CLOUD node line for each elastic node the spec no longer has while its pod is there (`held`:
+    node -> its group: an index at or past a lowered `max`, or a node of a removed elastic group), defined as its
+    group's nodes are in the `installed` nodes.conf. Such a node is drained by the gate and its pod goes once its jobs
+    are done; a node gone from nodes.conf before that would end them at the next reconfigure. The lines go with the
+    pods. They come before the node sets, which gather nodes by feature."""
+    if not held:
+        return rendered
+    definitions: dict[str, list[tuple[str, str]]] = {}
+    for line in installed.splitlines():
+        pairs = _pairs(line)
+        if pairs[:1] and pairs[0][0] == "NodeName":
+            group = dict(pairs).get("Feature", "").split(",")[0]
+            definitions.setdefault(group, pairs[1:])
+    lines = [
+        _line([("NodeName", node), *definitions[group]]) for node, group in sorted(held.items()) if group in definitions
+    ]
+    if not lines:
+        return rendered
+    at = next((i for i, line in enumerate(rendered.splitlines(keepends=True)) if line.startswith("NodeSet=")), None)
+    note = "# Held while these elastic nodes, which the spec no longer has, drain and finish their jobs\n"
+    out = rendered.splitlines(keepends=True)
+    at = len(out) if at is None else at
+    return "".join([*out[:at], note, *lines, *out[at:]])
+
+
 def power_save_settings(cluster: SlurmCluster) -> dict[str, str]:
     """Slurm's power saving for the elastic groups only: the global SuspendTime stays INFINITE, so a node is
     suspended only through its group's power partition (a fixed group's nodes are in none). An elastic group's `min`

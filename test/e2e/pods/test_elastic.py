@@ -177,6 +177,53 @@ def test_a_job_needing_more_nodes_than_the_group_has_is_refused_by_slurm_and_cre
     holds(lambda: not worker_pods(kube) and resting(kube, CPU), seconds=10, what="nothing powered up")
 
 
+def set_max(kube: Kube, value: int) -> None:
+    patch = [{"op": "replace", "path": "/spec/workers/0/autoscale/max", "value": value}]
+    kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", json.dumps(patch))
+
+
+@pytest.mark.timeout(600)
+def test_lowering_max_below_a_node_running_a_job_lets_the_job_finish_then_the_node_leaves(elastic: Kube) -> None:
+    """`max` lowered from 3 to 2 while a job runs on node 2: the drain gate drains the node and keeps its pod, and
+    slurmctl keeps the node in nodes.conf, so the job survives slurmctld's reconfigure and completes; then the pod goes
+    and the node leaves Slurm. `max` goes back to 3 at the end."""
+    kube = elastic
+    until(lambda: powered_down(kube, CPU), timeout=120, what="the cpu nodes powered down and idle")
+    release = f"/root/release-{time.monotonic_ns()}"  # in the jail, which every node shares
+    wait = f"while [ ! -e {release} ]; do sleep 1; done"
+    job_id = sbatch(kube, "-w", CPU[2], "-t", "10", "--wrap", wait)
+    until(lambda: job_in(kube, job_id, "RUNNING"), timeout=300, interval=0.5, what=f"job {job_id} running on {CPU[2]}")
+    set_max(kube, 2)
+    try:
+        held = f"grep -q '^NodeName={CPU[2]} ' /etc/slurm/nodes.conf && echo held || echo no"
+        until(
+            lambda: kube.exec(f"{NAME}-controller-0", "slurmctld", "sh", "-c", held).strip() == "held",
+            timeout=180,
+            interval=2,
+            what=f"slurmctld's nodes.conf holding {CPU[2]} on its own line",
+        )
+        kube.exec(LOGIN_POD, LOGIN, "scontrol", "reconfigure")  # slurmctld reads the files again, now
+        until(  # draining: the gate's drain, its job still running
+            lambda: sinfo(kube).get(CPU[2], "").startswith("drng") or None,
+            timeout=60,
+            what=f"{CPU[2]} draining in sinfo after the reconfigure",
+        )
+        assert job(kube, job_id)["JobState"] == "RUNNING"
+        kube.exec(LOGIN_POD, LOGIN, "touch", f"/mnt/jail{release}")
+        ended = until(
+            lambda: job_in(kube, job_id, "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT"),
+            timeout=120,
+            what=f"job {job_id} to end",
+        )
+        assert ended["JobState"] == "COMPLETED", ended
+        until(lambda: CPU[2] not in worker_pods(kube) or None, timeout=120, what=f"the pod of {CPU[2]} gone")
+        until(lambda: CPU[2] not in sinfo(kube) or None, timeout=240, interval=3, what=f"{CPU[2]} gone from Slurm")
+    finally:
+        set_max(kube, 3)
+        kube.exec(LOGIN_POD, LOGIN, "rm", "-f", f"/mnt/jail{release}")
+    until(lambda: powered_down(kube, CPU), timeout=240, interval=3, what="the three cpu nodes known again, idle~")
+
+
 @pytest.mark.timeout(480)  # resumeTimeout 30 s, then Slurm's power-save pass and the pod's end
 def test_a_pod_that_cannot_be_placed_is_reported_and_its_node_goes_down_without_losing_the_job(elastic: Kube) -> None:
     kube = elastic

@@ -13,7 +13,7 @@ import pytest
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.render import meta
 from slurmctl.render.cluster import JWT_KEY
-from slurmctl.render.kinds import CONFIGMAP, SECRET, STATEFULSET
+from slurmctl.render.kinds import CONFIGMAP, POD, SECRET, STATEFULSET
 from slurmctl.runtime import Request
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm
@@ -220,3 +220,43 @@ async def test_a_removed_groups_node_set_and_partition_stay_in_nodes_conf_until_
         await asyncio.sleep(0)  # the informer delivers the deletion to the cache
         await env.run("cluster")
         assert "extra" not in nodes_conf()
+
+
+async def test_an_elastic_node_the_spec_no_longer_has_stays_in_nodes_conf_until_its_pod_is_gone() -> None:
+    """`max` lowered from 3 to 1 while node 2 of the group has a pod (the drain gate lets it finish its jobs): its CLOUD
+    node stays defined in the configs ConfigMap, as the group's nodes were, before the node sets; the pod's deletion
+    wakes the cluster component and the line goes (render/slurm_conf.py hold_elastic_nodes)."""
+    async with Env() as env:
+        burst = {"name": "burst", "resources": {"requests": {"cpu": 1}}, "autoscale": {"max": 3}}
+        env.create(spec(workers=[*spec()["workers"], burst]))
+        await env.run("cluster")
+        node = f"{meta.worker_group(NAME, 'burst')}-2"
+        cluster = env.cluster()
+        owner = {"apiVersion": cluster["apiVersion"], "kind": "SlurmCluster", "name": NAME,
+                 "uid": cluster["metadata"]["uid"], "controller": True}  # fmt: skip
+        labels = meta.labels(NAME, "workers", **{meta.LABEL_WORKER_GROUP: "burst"})
+        env.fake.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": node, "namespace": NS, "labels": labels,
+                                                                    "ownerReferences": [owner]}})  # fmt: skip
+
+        def nodes_conf() -> list[str]:
+            configs = env.get(CONFIGMAP, meta.slurm_configs(NAME))
+            assert configs is not None
+            return str(configs["data"]["nodes.conf"]).splitlines()
+
+        defined = next(line for line in nodes_conf() if line.startswith(f"NodeName={meta.worker_group(NAME, 'burst')}"))
+        assert defined.startswith(f"NodeName={meta.worker_group(NAME, 'burst')}-[0-2] State=CLOUD")
+
+        def lower(s: dict[str, Any]) -> None:
+            s["workers"][1]["autoscale"]["max"] = 1
+
+        env.edit(lower)
+        await env.run("cluster")
+        held = nodes_conf()
+        line = f"NodeName={node} {defined.split(' ', 1)[1]}"
+        assert line in held and held.index(line) < held.index("NodeSet=burst Feature=burst")
+        assert f"NodeName={meta.worker_group(NAME, 'burst')}-0 State=CLOUD" in "\n".join(held)
+
+        await env.fake.delete(*POD, node, namespace=NS)
+        await asyncio.sleep(0)  # the informer delivers the deletion to the cache
+        await env.run("cluster")
+        assert not any(node in line for line in nodes_conf())
