@@ -64,6 +64,7 @@ from .status import (
     Reason,
     SlurmClusterStatus,
     SlurmNodeCounts,
+    ResumeFailure,
     WorkerGroupStatus,
     ready_summary,
 )
@@ -164,6 +165,7 @@ __all__ = [
     "TopologyTree",
     "VolumeRef",
     "WorkerGroup",
+    "ResumeFailure",
     "WorkerGroupStatus",
     "check_cluster",
     "crd",
