@@ -31,6 +31,8 @@ STATEFULSET_POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"  # set by the 
 # through this selector only, so it never lists (or caches) the cluster's other ConfigMaps, Secrets, Services...
 OWNED_SELECTOR = f"{LABEL_NAME}=slurmcluster,{LABEL_MANAGED_BY}={MANAGED_BY}"
 CONFIG_HASH_ANNOTATION = "slurm.slurmctl.io/config-hash"
+# On an elastic group's pod: the hash of the group's pod template it was made from (render/workers.py).
+TEMPLATE_HASH_ANNOTATION = "slurm.slurmctl.io/template-hash"
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
