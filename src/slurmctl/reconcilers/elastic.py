@@ -6,7 +6,7 @@ and creates the node's pod, whose slurmd registers, and the job starts. A node i
 powered down by Slurm (its power partition's SuspendTime); slurmctl sees POWERING_DOWN or POWERED_DOWN and deletes the
 pod. A node whose pod could not be placed or started within resumeTimeout is set DOWN by Slurm (reason "ResumeTimeout
 reached", its batch jobs requeued) and POWERED_DOWN, and its pod goes the same way; slurmctl resumes it after a
-backoff (`retry_due`), so that Slurm can power it up again once the cause is gone.
+backoff (`resume_backoff`), so that Slurm can power it up again once the cause is gone.
 
 An elastic pod keeps its template while its node is up. A pod made from an older template than its group's (its
 TEMPLATE_HASH_ANNOTATION differs, or it has none) is replaced through Slurm once its node is idle: slurmctl asks for
@@ -189,7 +189,7 @@ def plan_elastic(
                     waits.append((due - now).total_seconds())
                     problems.append(
                         f"worker group {group.name}: node {name} was not up within its resumeTimeout, so Slurm set it "
-                        f"DOWN ({node.reason}) and requeued its jobs ({_times(failure.failures)} in a row); slurmctl "
+                        f"DOWN ({node.reason}) and requeued its jobs (failure {failure.failures} in a row); slurmctl "
                         f"resumes it at {due.isoformat(timespec='seconds')}, or now: scontrol update "
                         f"nodename={name} state=resume"
                     )
@@ -243,10 +243,6 @@ def plan_elastic(
         in_flight=in_flight or bool(power_up) or bool(resume),
         retry_in=min(waits, default=None),
     )
-
-
-def _times(n: int) -> str:
-    return "once" if n == 1 else f"{n} times"
 
 
 def is_elastic_pod(pod: Mapping[str, Any]) -> bool:

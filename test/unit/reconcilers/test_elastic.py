@@ -165,7 +165,7 @@ async def test_a_node_slurm_gave_up_on_is_resumed_after_its_backoff_and_a_second
         assert [c for c in slurm.calls if c[0] == "resume"] == [("resume", (node(1),), "")], "not yet: 2 minutes"
         cond = env.condition("WorkersReady")
         assert cond is not None and cond["reason"] == "Unschedulable"
-        assert "2 times in a row" in cond["message"] and "slurmctl resumes it at" in cond["message"]
+        assert "failure 2 in a row" in cond["message"] and "slurmctl resumes it at" in cond["message"]
         result = results["workers"]
         assert result is not None and result.requeue_after is not None and 100 < result.requeue_after < 125
 

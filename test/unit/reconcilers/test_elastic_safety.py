@@ -94,7 +94,8 @@ def test_a_failed_node_is_resumed_once_its_backoff_on_slurms_clock_is_over() -> 
     assert early.resume == (), "the first wait is max(resumeTimeout, 60 s)"
     assert early.retry_in == 1.0, "the plan says when to look again: Slurm says nothing new then"
     (problem,) = early.problems
-    assert name(0) in problem and "resumes it at 2026-01-01T12:01:00+00:00" in problem and "once in a row" in problem
+    assert name(0) in problem and "resumes it at 2026-01-01T12:01:00+00:00" in problem
+    assert "failure 1 in a row" in problem
     assert f"scontrol update nodename={name(0)} state=resume" in problem, "a person may still do it sooner"
     assert early.rows[0].resume_failures == [ResumeFailure(node=name(0), failures=1, since=T0)]
     due = plan(nodes, now=T0 + timedelta(seconds=60), resumeTimeout="30s", memory=remembered(early))
@@ -119,7 +120,7 @@ def test_each_failure_in_a_row_doubles_the_wait_and_the_count_survives_in_the_st
     again = plan([timed_out(0, t1)], now=t1 + timedelta(minutes=9), resumeTimeout="5m", memory=remembered(powering))
     assert again.resume == ()
     assert again.rows[0].resume_failures == [ResumeFailure(node=name(0), failures=2, since=t1)]
-    assert "2 times in a row" in again.problems[0]
+    assert "failure 2 in a row" in again.problems[0]
     same = plan([timed_out(0, t1)], now=t1 + timedelta(minutes=10), resumeTimeout="5m", memory=remembered(again))
     assert same.resume == (Retry(name(0), 2),), "the same failure is not counted twice: 10 minutes after it"
 
