@@ -120,8 +120,8 @@ def plan(obs: Observation) -> Plan:
         if elastic.plan.power_down:
             nodes = elastic.plan.power_down
             announce = (
-                f"asked Slurm to power down {', '.join(nodes)} once idle (POWER_DOWN_ASAP): their pods are of an "
-                "older template, the next power-up makes them anew"
+                f"asked Slurm to power down {', '.join(nodes)} once idle (POWER_DOWN_ASAP): pods of an older "
+                "template; the next power-up makes them from the group's current one"
             )
             slurm.append(SlurmAction("power_down", nodes, announce, ELASTIC_WAIT, Reason.NOT_READY))
         for group, index in elastic.plan.create:
