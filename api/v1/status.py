@@ -135,12 +135,32 @@ class Condition(ApiModel):
     )
 
 
+class ResumeFailure(ApiModel):
+    """One elastic node Slurm gave up on (not up within its resumeTimeout): how many times in a row, and when Slurm
+    said so last."""
+
+    node: str = Field(max_length=253, description="Slurm node name.")
+    failures: int = Field(ge=1, description="Consecutive ResumeTimeouts since the node was last up.")
+    since: datetime = Field(
+        strict=False, description="When Slurm set the node DOWN the last time (its reason's timestamp)."
+    )
+
+
 class WorkerGroupStatus(ApiModel):
     """Pod counts of one worker group."""
 
     name: str = Field(max_length=63, description="Name of the worker group.")
     desired: int = Field(ge=0, description="Worker pods the spec asks for.")
     ready: int = Field(ge=0, description="Worker pods that are ready.")
+    resume_failures: list[ResumeFailure] | None = Field(
+        None,
+        max_length=4096,
+        description=(
+            "Elastic groups: nodes Slurm set DOWN after their resumeTimeout, until one comes up again. slurmctl "
+            "resumes such a node itself after a backoff that doubles with each consecutive failure; this is where it "
+            "keeps the count, so that an operator restart does not shorten it."
+        ),
+    )
 
 
 class SlurmNodeCounts(ApiModel):

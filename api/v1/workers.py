@@ -59,7 +59,8 @@ class Autoscale(ApiModel):
         "5m",
         description="How long Slurm waits for a powered-up node's slurmd (its partitions' ResumeTimeout). A pod that "
         "cannot be placed or started in that time leaves its node DOWN with reason 'ResumeTimeout reached' (its jobs "
-        "requeued) and is removed; the WorkersScheduled condition names the group and the scheduler's reason.",
+        "requeued) and is removed; WorkersReady names the group and the scheduler's reason, and slurmctl resumes the "
+        "node after max(resumeTimeout, 60s), doubled for each failure in a row (at most an hour).",
     )
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The Event reason of each Slurm action once Slurm took it.
-_ANNOUNCED = {"drain": "Draining", "power_up": "PoweringUp"}
+_ANNOUNCED = {"drain": "Draining", "power_up": "PoweringUp", "resume": "ResumeRetried", "power_down": "PoweringDown"}
 
 
 async def execute(rec: ComponentReconciler, loaded: Loaded, plan: Plan) -> Result | None:
@@ -89,6 +89,10 @@ async def _slurm(rec: ComponentReconciler, loaded: Loaded, actions: tuple[SlurmA
             api = rec.ctx.slurm.client(c, ns)
             if action.verb == "drain":
                 await api.drain(action.nodes, reason=action.reason)
+            elif action.verb == "resume":
+                await api.resume(action.nodes)
+            elif action.verb == "power_down":
+                await api.power_down_asap(action.nodes)
             else:
                 await api.power_up(action.nodes)
         except SlurmError as exc:

@@ -19,7 +19,7 @@ from slurmctl.render.kinds import Kind
 from slurmctl.slurm import AccountingKind
 
 Obj = dict[str, Any]
-SlurmVerb = Literal["drain", "power_up"]
+SlurmVerb = Literal["drain", "power_up", "resume", "power_down"]
 RecordVerb = Literal["add", "update", "level"]
 LogLine = tuple[str, Mapping[str, str]]  # a WARNING line and its key=value context
 
@@ -66,7 +66,8 @@ class Create:
 
 @dataclass(frozen=True)
 class SlurmAction:
-    """Change Slurm: drain `nodes` (with `reason`) or power them up. `announce` is the Event once Slurm took it. When
+    """Change Slurm: drain `nodes` (with `reason`), power them up, resume them (undo a DOWN) or power them down as
+    soon as they run no job (POWER_DOWN_ASAP). `announce` is the Event once Slurm took it. When
     Slurm refuses, the component's condition becomes `failed_reason` with `failed: <Slurm's error>` (the rest of the
     plan is still carried out: every other step was decided on what Slurm said before)."""
 

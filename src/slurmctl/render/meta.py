@@ -34,6 +34,8 @@ CONFIG_HASH_ANNOTATION = "slurm.slurmctl.io/config-hash"
 # On the JWT key Secret: the spec.jwtKeyRotation value the key was made for. Written with the key, in the same create,
 # so the record of a handled request can never be apart from the key that handled it.
 JWT_KEY_ROTATION_ANNOTATION = "slurm.slurmctl.io/jwt-key-rotation"
+# On an elastic group's pod: the hash of the group's pod template it was made from (render/workers.py).
+TEMPLATE_HASH_ANNOTATION = "slurm.slurmctl.io/template-hash"
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818

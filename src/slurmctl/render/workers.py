@@ -112,9 +112,41 @@ def render_elastic_worker_pod(
         privileged_jobs=privileged_jobs,
     )
     metadata = meta.object_meta(cluster, name, COMPONENT, extra_labels=template["metadata"]["labels"])
-    metadata["annotations"] = template["metadata"]["annotations"]
+    metadata["annotations"] = {
+        **template["metadata"]["annotations"],
+        meta.TEMPLATE_HASH_ANNOTATION: template_hash(template),
+    }
     spec = {**template["spec"], "hostname": name, "subdomain": meta.workers_service(c)}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def elastic_template_hash(
+    cluster: SlurmCluster,
+    group: WorkerGroup,
+    *,
+    configs: Mapping[str, str],
+    munge_key_id: str,
+    cluster_domain: str = meta.DEFAULT_CLUSTER_DOMAIN,
+    privileged_jobs: bool = False,
+) -> str:
+    """The hash an elastic group's pods made now carry (TEMPLATE_HASH_ANNOTATION): a live pod whose hash differs was
+    made from an older template, and is replaced once its node is idle (reconcilers/elastic.py)."""
+    template = _pod_template(
+        cluster,
+        group,
+        configs=configs,
+        munge_key_id=munge_key_id,
+        cluster_domain=cluster_domain,
+        privileged_jobs=privileged_jobs,
+    )
+    return template_hash(template)
+
+
+def template_hash(template: Mapping[str, Any]) -> str:
+    """The group's pod template as a StatefulSet would hold it: one hash for every index of the group. What makes
+    one pod of it (its name, hostname and subdomain, its owner) is added after and left out, or every pod would
+    differ from the group's hash and a new name would read as a new template."""
+    return meta.content_hash(template)
 
 
 def confine_env(spec: SlurmClusterSpec, *, privileged_jobs: bool) -> list[dict[str, str]]:

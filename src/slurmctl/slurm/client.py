@@ -182,6 +182,15 @@ class SlurmClient:
         if node_names := _check_names(names):
             await self._request("POST", "nodes/", body={"name": node_names, "state": ["POWER_UP"]})
 
+    async def power_down_asap(self, names: Sequence[str]) -> None:
+        """`scontrol update state=POWER_DOWN_ASAP`: drain the named nodes (no new job starts there) and power each
+        down once no job is left on it. Slurm 24.11's node update (node_mgr.c update_node) drains with POWER_DRAIN
+        and sets POWER_DOWN; its power saving (power_save.c) powers down only a node whose base state is IDLE and
+        that is not COMPLETING, and clears the drain as it does, so the node can be powered up again. Never kills a
+        job: a plain POWER_DOWN would leave the node open to new jobs, POWER_DOWN_FORCE requeues them."""
+        if node_names := _check_names(names):
+            await self._request("POST", "nodes/", body={"name": node_names, "state": ["POWER_DOWN", "POWER_DRAIN"]})
+
     async def delete_node(self, name: str) -> None:
         """Remove a dynamic node from slurmctld (Slurm refuses nodes from slurm.conf, and nodes with jobs)."""
         (node_name,) = _check_names([name])

@@ -6,9 +6,11 @@ runs (its nodes' names resolving to their pods); once idle for idleTime Slurm po
 (twice: a powered-down node comes back) → a job needing more nodes than the group has is refused by Slurm at
 submission and creates no pod → a group `big` whose pod can never be placed (it asks for 64 CPUs): the cluster's
 WorkersReady names the group and the scheduler's reason, after its resumeTimeout Slurm sets the node DOWN, the pod
-goes, and the job is requeued, not lost → a sub-mount a symlink in the jail would lead onto /etc is refused: the
-login pod and a new elastic pod start all the same, the node drained naming it. The operator runs as
-`slurmctl run`. Figures (submit → RUNNING from zero, job end → pods gone) are printed (pytest -s).
+goes, and the job is requeued, not lost; the cause fixed, the operator resumes the node after its backoff and the
+job runs → that node, idle, gets a new template: the operator has Slurm power it down (POWER_DOWN_ASAP) → a
+sub-mount a symlink in the jail would lead onto /etc is refused: the login pod and a new elastic pod start all the
+same, the node drained naming it. The operator runs as `slurmctl run`. Figures (submit → RUNNING from zero, job end
+→ pods gone) are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -224,10 +226,27 @@ def test_lowering_max_below_a_node_running_a_job_lets_the_job_finish_then_the_no
     until(lambda: powered_down(kube, CPU), timeout=240, interval=3, what="the three cpu nodes known again, idle~")
 
 
-@pytest.mark.timeout(480)  # resumeTimeout 30 s, then Slurm's power-save pass and the pod's end
+def events(kube: Kube, reason: str) -> list[str]:
+    """The messages of the SlurmCluster's Events with this reason."""
+    items = kube.json("events", "--field-selector", f"involvedObject.name={NAME},reason={reason}")["items"]
+    return [str(e.get("message", "")) for e in items]
+
+
+def patch_big(kube: Kube, resources: dict[str, Any]) -> None:
+    groups = kube.json("slurmcluster", NAME)["spec"]["workers"]
+    for group in groups:
+        if group["name"] == "big":
+            group["resources"] = resources
+    kube.run("patch", "slurmcluster", NAME, "--type=merge", "-p", json.dumps({"spec": {"workers": groups}}))
+
+
+@pytest.mark.timeout(600)  # resumeTimeout 30 s, Slurm's power-save pass, the pod's end, the 60 s backoff, the job
 def test_a_pod_that_cannot_be_placed_is_reported_and_its_node_goes_down_without_losing_the_job(elastic: Kube) -> None:
+    """...and once the cause is fixed (the group asks for what a node has), the operator resumes the node after its
+    backoff (max(resumeTimeout, 60s) from Slurm's DOWN), Slurm powers it up for the requeued job, which runs."""
     kube = elastic
     job_id = sbatch(kube, "-C", "big", "--wrap", "hostname")
+    ended: dict[str, str] = {}
     try:
         cond = until(
             lambda: c if (c := workers_condition(kube)).get("reason") == "Unschedulable" else None,
@@ -243,8 +262,35 @@ def test_a_pod_that_cannot_be_placed_is_reported_and_its_node_goes_down_without_
         cond = workers_condition(kube)
         assert cond["reason"] == "Unschedulable" and "resumeTimeout" in cond["message"], cond
         print(f"after resumeTimeout: {BIG} {sinfo(kube)[BIG]}, job {job_id} {state['JobState']} ({state['Reason']})")
+        assert "slurmctl resumes it at" in cond["message"], cond
+        patch_big(kube, SMALL)  # the cause fixed, well within the backoff
+        ended = until(
+            lambda: job_in(kube, job_id, "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT"),
+            timeout=300,
+            what=f"job {job_id} to run on {BIG}, resumed by the operator",
+        )
+        print(f"resumed: {events(kube, 'ResumeRetried')}; job {job_id} {ended['JobState']} on {ended.get('NodeList')}")
+        assert any(BIG in m and "retry 1" in m for m in events(kube, "ResumeRetried")), events(kube, "ResumeRetried")
     finally:
-        kube.exec(LOGIN_POD, LOGIN, "scancel", job_id)
+        if not ended:
+            kube.exec(LOGIN_POD, LOGIN, "scancel", job_id)
+    assert ended["JobState"] == "COMPLETED" and ended["NodeList"] == BIG, ended
+
+
+@pytest.mark.timeout(300)
+def test_an_idle_elastic_pod_of_an_older_template_is_powered_down_through_slurm(elastic: Kube) -> None:
+    """The node the test before resumed is up and idle (idleTime 10m: it would stay up); a new template of its group
+    makes the operator ask Slurm for POWER_DOWN_ASAP, Slurm powers it down, and its pod goes."""
+    kube = elastic
+    pod = until(lambda: worker_pods(kube).get(BIG), timeout=60, what=f"the pod of {BIG}")
+    assert sinfo(kube).get(BIG) == "idle", sinfo(kube)
+    patch_big(kube, {**SMALL, "limits": {"memory": "768Mi"}})
+    until(lambda: BIG not in worker_pods(kube) or None, timeout=180, what=f"the pod of {BIG} gone")
+    state = sinfo(kube)[BIG]
+    print(f"{BIG}: {state} after {events(kube, 'PoweringDown')}")
+    assert state in ("idle%", "idle~"), state  # powering down or powered down: never down or drained
+    assert any(BIG in m and "older template" in m for m in events(kube, "PoweringDown"))
+    assert pod["metadata"]["annotations"].get("slurm.slurmctl.io/template-hash")
 
 
 # A symlink a user (or root in the jail) planted where a sub-mount goes, leading it onto the jail's /etc.

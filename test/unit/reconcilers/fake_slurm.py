@@ -111,7 +111,20 @@ class FakeSlurm:
         self._check()
         self.calls.append(("resume", tuple(names), ""))
         for name in names:
-            self._set(name, self.table[name].state - {"DRAIN"}, reason="", reason_changed_at=None)
+            state = self.table[name].state - {"DRAIN"}
+            if "DOWN" in state:  # as slurmctld does: a DOWN node is IDLE again (its power flags kept)
+                state = (state - {"DOWN"}) | {"IDLE"}
+            self._set(name, state, reason="", reason_changed_at=None)
+
+    async def power_down_asap(self, names: Sequence[str]) -> None:
+        """As slurmctld does: drained (reason POWER_DOWN_ASAP unless it has one) and marked POWER_DOWN; its power
+        saving powers the node down once it is idle (the test says when)."""
+        self._check()
+        self.calls.append(("power_down", tuple(names), ""))
+        for name in names:
+            node = self.table[name]
+            reason = node.reason or "POWER_DOWN_ASAP"
+            self._set(name, node.state | {"DRAIN", "POWER_DOWN", "POWER_DRAIN"}, reason=reason)
 
     async def power_up(self, names: Sequence[str]) -> None:
         """As slurmctld does: a powered-down node is powering up (and not responding) until its slurmd registers."""

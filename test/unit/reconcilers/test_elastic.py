@@ -5,9 +5,11 @@ with real slurmctld power saving."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from slurmctl.reconcilers.elastic import ELASTIC_POLL_SECONDS
+from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, POD, STATEFULSET
 from slurmctl.runtime import Result
 from test.unit.reconcilers.env import NAME, NS, Env, spec
@@ -142,3 +144,53 @@ async def test_the_node_loop_looks_at_the_power_states_every_ten_seconds_and_a_n
         assert told == [NAME], "the node loop's read of a new power state wakes the workers"
         await env.run("workers")
         assert pods(env) == [node(1)]
+
+
+async def test_a_node_slurm_gave_up_on_is_resumed_after_its_backoff_and_a_second_failure_waits_twice_as_long() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await elastic_cluster(env, slurm, resumeTimeout="30s")
+        first = datetime.now(UTC) - timedelta(minutes=2)  # Slurm's clock: the backoff (60 s) is over
+        slurm.add_node(node(1), "DOWN", "CLOUD", "POWERED_DOWN", reason="ResumeTimeout reached", since=first)
+        await env.run("workers")
+        assert ("resume", (node(1),), "") in slurm.calls
+        assert "IDLE" in slurm.table[node(1)].state, "Slurm may power it up again for the requeued job"
+        assert any(r == "ResumeRetried" and node(1) in m and "retry 1" in m for _, r, m in env.events())
+        (row,) = env.cluster()["status"]["workers"]
+        assert [(f["node"], f["failures"]) for f in row["resumeFailures"]] == [(node(1), 1)], "the count, kept"
+        assert env.reason("WorkersReady") == ("True", "Ready")
+        again = datetime.now(UTC)  # powered up for the job, not up within resumeTimeout again
+        slurm.add_node(node(1), "DOWN", "CLOUD", "POWERED_DOWN", reason="ResumeTimeout reached", since=again)
+        results = await env.run("workers")
+        assert [c for c in slurm.calls if c[0] == "resume"] == [("resume", (node(1),), "")], "not yet: 2 minutes"
+        cond = env.condition("WorkersReady")
+        assert cond is not None and cond["reason"] == "Unschedulable"
+        assert "failure 2 in a row" in cond["message"] and "slurmctl resumes it at" in cond["message"]
+        result = results["workers"]
+        assert result is not None and result.requeue_after is not None and 100 < result.requeue_after < 125
+
+
+async def test_an_idle_node_whose_pod_is_of_an_older_template_is_powered_down_and_comes_back_with_the_new_one() -> None:
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await elastic_cluster(env, slurm, min=1)
+        (up,) = pods(env)
+        env.pod_runs(up)
+        slurm.add_node(up, "IDLE", "CLOUD")  # registered
+        await env.run("workers")
+        assert [c for c in slurm.calls if c[0] == "power_down"] == [], "its group's template: kept"
+        env.edit(lambda s: s["workers"][0].update(image="example.org/worker:2"))
+        await env.run("workers")
+        assert ("power_down", (up,), "") in slurm.calls
+        assert any(r == "PoweringDown" and up in m for _, r, m in env.events())
+        assert {"DRAIN", "POWER_DOWN"} <= slurm.table[up].state, "no job starts there; powered down once idle"
+        await env.run("workers")
+        assert len([c for c in slurm.calls if c[0] == "power_down"]) == 1, "asked once"
+        slurm.add_node(up, "IDLE", "CLOUD", "POWERING_DOWN")
+        await env.run("workers")
+        assert pods(env) == []
+        slurm.add_node(up, "IDLE", "CLOUD", "POWERING_UP", "NOT_RESPONDING")  # min: powered up again
+        await env.run("workers")
+        pod = env.get(POD, up)
+        assert pod is not None and pod["spec"]["containers"][0]["image"] == "example.org/worker:2"
+        assert meta.TEMPLATE_HASH_ANNOTATION in pod["metadata"]["annotations"]

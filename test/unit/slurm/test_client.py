@@ -215,6 +215,19 @@ async def test_set_down_sends_the_drain_body_with_state_down(session: aiohttp.Cl
     assert [r["json"] for r in seen.requests] == [sent]
 
 
+async def test_power_down_asap_sends_power_down_and_power_drain(session: aiohttp.ClientSession) -> None:
+    """What scontrol sends for state=POWER_DOWN_ASAP (both flags: drained, powered down once idle); slurmrestd
+    answers it as a DRAIN (the same POST /nodes/, another state)."""
+    name = recording("drain")["request"]["json"]["name"]
+    async with serve({("POST", f"{P}/nodes/"): replay("drain")}) as (url, seen):
+        c = client(session, url)
+        await c.power_down_asap(name)
+        await c.power_down_asap([])
+        with pytest.raises(ValueError, match="node name"):
+            await c.power_down_asap(["n[1-2]"])
+    assert [r["json"] for r in seen.requests] == [{"name": name, "state": ["POWER_DOWN", "POWER_DRAIN"]}]
+
+
 async def test_drain_or_resume_of_no_nodes_sends_nothing(session: aiohttp.ClientSession) -> None:
     async with serve({}) as (url, seen):
         c = client(session, url)

@@ -26,14 +26,14 @@ from slurmctl.api.v1 import (
     ready_summary,
 )
 from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Verdict, jobs_by_node, judge, replicas_after, statefulset_of
-from slurmctl.reconcilers.elastic import ElasticPlan, plan_elastic
+from slurmctl.reconcilers.elastic import ElasticMemory, ElasticPlan, plan_elastic
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import deleting, match_labels, ready_replicas, uid, worker_replicas
 from slurmctl.reconcilers.plan import Create, Delete, Note, Obj, Plan, SlurmAction
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET, Kind
 from slurmctl.render.manifests import Inputs, workers_objects
-from slurmctl.render.workers import render_elastic_worker_pod
+from slurmctl.render.workers import elastic_template_hash, render_elastic_worker_pod
 
 # What WorkersReady says when Slurm refuses what the gate or the elastic groups ask of it.
 GATE_CLOSED = "nodes must go but Slurm cannot be asked whether they run jobs, so none goes"
@@ -111,6 +111,19 @@ def plan(obs: Observation) -> Plan:
             nodes = elastic.plan.power_up
             announce = f"asked Slurm to power up {', '.join(nodes)} (min)"
             slurm.append(SlurmAction("power_up", nodes, announce, ELASTIC_WAIT, Reason.NOT_READY))
+        for retry in elastic.plan.resume:
+            announce = (
+                f"resumed {retry.node} in Slurm, retry {retry.attempt} after its resumeTimeout: Slurm powers it up "
+                "again when a job needs it"
+            )
+            slurm.append(SlurmAction("resume", (retry.node,), announce, ELASTIC_WAIT, Reason.NOT_READY))
+        if elastic.plan.power_down:
+            nodes = elastic.plan.power_down
+            announce = (
+                f"asked Slurm to power down {', '.join(nodes)} once idle (POWER_DOWN_ASAP): pods of an older "
+                "template; the next power-up makes them from the group's current one"
+            )
+            slurm.append(SlurmAction("power_down", nodes, announce, ELASTIC_WAIT, Reason.NOT_READY))
         for group, index in elastic.plan.create:
             pod = render_elastic_worker_pod(
                 loaded.cluster,
@@ -130,9 +143,12 @@ def plan(obs: Observation) -> Plan:
     # every ELASTIC_POLL_SECONDS with elastic groups). Looked at again sooner only while something is on its way: a
     # node that must go (the gate decides on a snapshot no older than GATE_MAX_AGE, and a drainTimeout ends without
     # Slurm saying anything), or a node powering up or down.
+    # And when the backoff of a node Slurm set DOWN after its resumeTimeout is over (Slurm says nothing new then).
     requeue = None
     if obs.leaving or (elastic and elastic.plan and elastic.plan.in_flight):
         requeue = DRAIN_POLL_SECONDS
+    if elastic and elastic.plan and elastic.plan.retry_in is not None:
+        requeue = min(filter(None, (requeue, max(elastic.plan.retry_in, 1.0))))
     return Plan(
         WORKERS_READY,
         apply=tuple(apply),
@@ -184,14 +200,36 @@ def _ids(jobs: Sequence[int]) -> str:
 
 def _elastic(obs: Observation, groups: list[WorkerGroup]) -> Elastic | None:
     """Follow Slurm's power saving for the elastic groups (reconcilers/elastic.py): create the pods of nodes Slurm
-    powers up, delete those of nodes it powered down, power up nodes while fewer than `min` are up. Nothing at all
-    while Slurm cannot be asked."""
+    powers up, delete those of nodes it powered down, power up nodes while fewer than `min` are up, resume nodes
+    Slurm gave up on once their backoff is over, power down idle nodes whose pod is of an older template. Nothing at
+    all while Slurm cannot be asked."""
     if not groups:
         return None
     snapshot = obs.slurm
     if snapshot is None or snapshot.error is not None:
         return Elastic(None, unreachable=str(snapshot.error) if snapshot else "Slurm was not asked")
-    found = plan_elastic(obs.loaded.name, groups, dict(obs.pods), snapshot.by_name, jobs_by_node(snapshot.jobs))
+    loaded = obs.loaded
+    templates = {
+        group.name: elastic_template_hash(
+            loaded.cluster,
+            group,
+            configs=loaded.configs,
+            munge_key_id=obs.keys[meta.munge_secret(loaded.name)],
+            cluster_domain=obs.settings.cluster_domain,
+            privileged_jobs=obs.settings.privileged_jobs,
+        )
+        for group in groups
+    }
+    found = plan_elastic(
+        loaded.name,
+        groups,
+        dict(obs.pods),
+        snapshot.by_name,
+        jobs_by_node(snapshot.jobs),
+        now=obs.now,
+        templates=templates,
+        memory=ElasticMemory.of(obs.said),
+    )
     return Elastic(found)
 
 
