@@ -18,6 +18,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,8 +61,14 @@ def test_the_pinned_workers_run_where_their_group_says_with_its_pod_settings(clu
     """A worker group placed by a node label onto a tainted second kubelet it tolerates, with a priority class, the
     cluster's pull secret, a label and an annotation: both workers run there, the API server resolved the class into
     their priority, and the rest is on the pods as given, beside the operator's own labels."""
-    pods = {p["metadata"]["name"]: p for p in cluster.kube.pods(f"{WORKERS},slurm.slurmctl.io/worker-group=cpu")}
-    assert set(pods) == {cluster.w0, cluster.w1}
+    selector = f"{WORKERS},slurm.slurmctl.io/worker-group=cpu"
+
+    def both_ready() -> dict[str, dict[str, Any]] | None:
+        # Slurm says both are idle (bring_up); the kubelet's readiness probe follows within its period.
+        pods = {p["metadata"]["name"]: p for p in cluster.kube.pods(selector)}
+        return pods if set(pods) == {cluster.w0, cluster.w1} and all(map(pod_ready, pods.values())) else None
+
+    pods = until(both_ready, timeout=60, what="both pinned workers ready")
     for name, pod in pods.items():
         spec, metadata = pod["spec"], pod["metadata"]
         assert spec["nodeName"] == FAULTS_NODE, name
@@ -70,7 +77,6 @@ def test_the_pinned_workers_run_where_their_group_says_with_its_pod_settings(clu
         assert spec["imagePullSecrets"] == [{"name": PULL_SECRET}], name
         assert metadata["labels"].items() >= {**POD_LABELS, "app.kubernetes.io/instance": NAME}.items(), name
         assert metadata["annotations"].items() >= POD_ANNOTATIONS.items(), name
-        assert pod_ready(pod), name
 
 
 def test_a_burst_of_submissions_then_the_slurmctld_pod_deleted(cluster: Cluster) -> None:
