@@ -16,10 +16,11 @@ from typing import Any
 
 from slurmctl.api.v1 import SPEC_VALID, Phase, Reason, SlurmCluster, SlurmClusterStatus
 from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler
-from slurmctl.reconcilers.component import Component, component_is, owned
+from slurmctl.reconcilers.component import Component, Obj, component_is, owned
 from slurmctl.reconcilers.conditions import make_condition
 from slurmctl.reconcilers.context import Context
-from slurmctl.reconcilers.elastic import is_elastic_pod, stray_elastic_pods
+from slurmctl.reconcilers.elastic import stray_elastic_pods
+from slurmctl.reconcilers.group_switch import as_fixed_without_nodes, becoming_elastic
 from slurmctl.reconcilers.keys import new_jwt_key, new_munge_key, new_ssh_host_keys
 from slurmctl.reconcilers.loading import Invalid, Loaded
 from slurmctl.reconcilers.observation import Observation
@@ -74,9 +75,10 @@ def appeared_or_went(event: Event) -> bool:
     return event.type is not EventType.UPDATED and not event.low_priority
 
 
-def elastic_pod_went(event: Event) -> bool:
-    """An elastic worker pod deleted: a node held in nodes.conf for it is released."""
-    return event.type is EventType.DELETED and is_elastic_pod(event.obj)
+def worker_pod_went(event: Event) -> bool:
+    """A worker pod deleted: an elastic one's node held in nodes.conf is released, and the last pod of a group that
+    became elastic lets Slurm know its nodes as CLOUD nodes (reconcilers/group_switch.py)."""
+    return event.type is EventType.DELETED
 
 
 def node_labels_changed(event: Event) -> bool:
@@ -200,7 +202,7 @@ class ClusterReconciler(ComponentReconciler):
         builder.watches(
             *POD, enqueue_mapped(self._with_topology(cluster_of_pod)), predicates=[workers, placement_changed]
         )
-        builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[workers, elastic_pod_went])
+        builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[workers, worker_pod_went])
         builder.watches(*NODE, enqueue_mapped(self._with_topology(self.clusters_on)), predicates=[node_labels_changed])
 
     def _with_topology(self, mapper: Mapper) -> Mapper:
@@ -278,24 +280,35 @@ class ClusterReconciler(ComponentReconciler):
         obs = await super().observe(loaded)
         held = self.held_nodes(loaded)
         removed = self.removed_groups(loaded) | (set(held.values()) - {g.name for g in loaded.cluster.spec.workers})
+        switching = self.becoming_elastic(loaded)
+        if switching:  # Slurm keeps knowing those groups as fixed ones (no node) until their StatefulSet's pods left
+            effective = as_fixed_without_nodes(loaded.cluster, switching)
+            obs = dataclasses.replace(obs, loaded=Loaded.of(loaded.obj, effective, self.ctx.loader.policy))
         return dataclasses.replace(
             obs, placement=self.placement(loaded), removed_groups=frozenset(removed), held_nodes=held
         )
 
+    def becoming_elastic(self, loaded: Loaded) -> frozenset[str]:
+        statefulsets = self.worker_statefulsets(loaded)
+        return becoming_elastic(loaded.name, loaded.cluster.spec.workers, statefulsets, self.worker_pods(loaded))
+
     def removed_groups(self, loaded: Loaded) -> frozenset[str]:
         prefix = meta.worker_group(loaded.name, "")
-        live = {
-            name.removeprefix(prefix)
-            for label in WORKER_LABELS
-            for sts in owned(self.cache, loaded, STATEFULSET, (label,))
-            if (name := meta_of(sts).name).startswith(prefix)
-        }
+        live = {name.removeprefix(prefix) for name in self.worker_statefulsets(loaded) if name.startswith(prefix)}
         return frozenset(live - {g.name for g in loaded.cluster.spec.workers})
+
+    def worker_statefulsets(self, loaded: Loaded) -> set[str]:
+        return {
+            meta_of(sts).name for label in WORKER_LABELS for sts in owned(self.cache, loaded, STATEFULSET, (label,))
+        }
 
     def held_nodes(self, loaded: Loaded) -> dict[str, str]:
         """Elastic pods (going ones too) that no elastic group of the spec has, with their groups."""
-        pods = self.cache.list(*POD, namespace=loaded.namespace, labels=meta.selector(loaded.name, WORKERS_COMPONENT))
+        pods = self.worker_pods(loaded)
         return dict(stray_elastic_pods(loaded.name, loaded.cluster.spec.elastic_groups, pods, going=True))
+
+    def worker_pods(self, loaded: Loaded) -> list[Obj]:
+        return self.cache.list(*POD, namespace=loaded.namespace, labels=meta.selector(loaded.name, WORKERS_COMPONENT))
 
     def phase_written(self, obj: Mapping[str, Any], before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
         """The status writer wrote `after` over `before`: an Event when that moved a phase derived from the

@@ -49,9 +49,11 @@ class Leaving:
         return f"{DRAIN_PREFIX} {self.why}"
 
 
-def leaving_nodes(c: str, groups: Sequence[WorkerGroup], live_replicas: Mapping[str, int]) -> list[Leaving]:
+def leaving_nodes(
+    c: str, groups: Sequence[WorkerGroup], live_replicas: Mapping[str, int], elastic: Collection[str] = ()
+) -> list[Leaving]:
     """The nodes of each shrinking group above its new size, and every node of a StatefulSet no group of the spec
-    has (a removed group's).
+    has (a removed group's, or that of a group now `elastic`: reconcilers/group_switch.py).
 
     `live_replicas` is each live worker StatefulSet's replicas, by its name (`<c>-worker-<group>` for a group's)."""
     sizes = {meta.worker_group(c, g.name): (g.name, g.size) for g in groups}
@@ -59,11 +61,12 @@ def leaving_nodes(c: str, groups: Sequence[WorkerGroup], live_replicas: Mapping[
     out: list[Leaving] = []
     for statefulset, live in sorted(live_replicas.items()):
         group, size = sizes.get(statefulset, (statefulset.removeprefix(prefix), 0))
-        why = (
-            f"worker group {group} removed"
-            if statefulset not in sizes
-            else f"scale-in of worker group {group} to {size}"
-        )
+        if statefulset in sizes:
+            why = f"scale-in of worker group {group} to {size}"
+        elif group in elastic:
+            why = f"worker group {group} becomes elastic"
+        else:
+            why = f"worker group {group} removed"
         out.extend(Leaving(f"{statefulset}-{i}", group, why) for i in range(size, live))
     return out
 

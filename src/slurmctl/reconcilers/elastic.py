@@ -245,10 +245,6 @@ def plan_elastic(
     )
 
 
-def is_elastic_pod(pod: Mapping[str, Any]) -> bool:
-    return is_elastic(meta_of(pod))
-
-
 def is_elastic(md: ObjectMeta) -> bool:
     """An elastic group's pod, by its metadata: owned by its SlurmCluster directly (a fixed group's pods are their
     StatefulSet's, and a pod a deleted StatefulSet left behind has no owner)."""

@@ -10,7 +10,7 @@ StatefulSet (its selector changed), or the one pod of the cluster re-created nex
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from slurmctl.reconcilers.component import Obj, owned
@@ -74,12 +74,15 @@ class WorkerPods:
         unselected = _unselected(seen, selectors)
         spec = loaded.cluster.spec
         strays = stray_elastic_pods(loaded.name, spec.elastic_groups, found_pods)
+        fixed = {g.name for g in spec.workers if g.autoscale is None}
         everything = (
-            *leaving_nodes(loaded.name, [g for g in spec.workers if g.autoscale is None], live),
-            *(
-                Leaving(pod, group, f"worker group {group} no longer has this elastic node", recreate=True)
-                for pod, group in strays
+            *leaving_nodes(
+                loaded.name,
+                [g for g in spec.workers if g.autoscale is None],
+                live,
+                elastic={g.name for g in spec.elastic_groups},
             ),
+            *(Leaving(pod, group, _stray_why(group, fixed), recreate=True) for pod, group in strays),
             *_left_behind(loaded, live, unselected),
             *self._roll(loaded, live, seen, unselected),
         )
@@ -107,8 +110,8 @@ class WorkerPods:
         for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
             name = meta.worker_group(c, group.name)
             replicas = live.get(name)
-            if replicas is None or group.size < replicas:
-                continue
+            if replicas is None or group.size < replicas or group.autoscale is not None:
+                continue  # an elastic group's StatefulSet (it was fixed) only leaves
             sts = self.cache.get(*STATEFULSET, name, namespace=ns)
             wanted = match_labels(sts)
             pods = by_group.get(group.name, [])
@@ -125,6 +128,12 @@ class WorkerPods:
                 why = f"re-created for a new pod template of worker group {group.name}"
             return [Leaving(due[-1], group.name, why, recreate=True)]
         return []
+
+
+def _stray_why(group: str, fixed: Collection[str]) -> str:
+    if group in fixed:
+        return f"worker group {group} becomes fixed"
+    return f"worker group {group} no longer has this elastic node"
 
 
 def _unselected(

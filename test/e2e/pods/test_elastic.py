@@ -4,7 +4,8 @@ One cluster, shared by the tests in order: a group `cpu` with min 0 and max 3 (i
 and Slurm knows its three nodes powered down → `sbatch -N2` powers two up, the operator creates their pods, the job
 runs (its nodes' names resolving to their pods); once idle for idleTime Slurm powers them down and their pods go
 (twice: a powered-down node comes back) → a job needing more nodes than the group has is refused by Slurm at
-submission and creates no pod → a group `big` whose pod can never be placed (it asks for 64 CPUs): the cluster's
+submission and creates no pod → `max` lowered under a running job, and the group switched to fixed and back under
+a running job each way: the jobs complete, nodes leave only after them → a group `big` whose pod can never be placed (it asks for 64 CPUs): the cluster's
 WorkersReady names the group and the scheduler's reason, after its resumeTimeout Slurm sets the node DOWN, the pod
 goes, and the job is requeued, not lost; the cause fixed, the operator resumes the node after its backoff and the
 job runs → that node, idle, gets a new template: the operator has Slurm power it down (POWER_DOWN_ASAP) → a
@@ -224,6 +225,85 @@ def test_lowering_max_below_a_node_running_a_job_lets_the_job_finish_then_the_no
         set_max(kube, 3)
         kube.exec(LOGIN_POD, LOGIN, "rm", "-f", f"/mnt/jail{release}")
     until(lambda: powered_down(kube, CPU), timeout=240, interval=3, what="the three cpu nodes known again, idle~")
+
+
+def statefulset_exists(kube: Kube) -> bool:
+    return bool(kube.run("get", "statefulset", "-o", "name", "--ignore-not-found", f"{NAME}-worker-cpu").strip())
+
+
+def ready_pod(kube: Kube, name: str) -> dict[str, Any] | None:
+    pod = worker_pods(kube).get(name)
+    return pod if pod is not None and pod_ready(pod) else None
+
+
+def run_held_job(kube: Kube, node: str) -> tuple[str, str]:
+    """A job on `node` that runs until the test creates its release file (in the jail): (job id, release path)."""
+    release = f"/root/release-{time.monotonic_ns()}"
+    job_id = sbatch(kube, "-w", node, "-t", "10", "--wrap", f"while [ ! -e {release} ]; do sleep 1; done")
+    until(lambda: job_in(kube, job_id, "RUNNING"), timeout=300, interval=0.5, what=f"job {job_id} running on {node}")
+    return job_id, release
+
+
+def release_and_complete(kube: Kube, job_id: str, release: str) -> None:
+    kube.exec(LOGIN_POD, LOGIN, "touch", f"/mnt/jail{release}")
+    ended = until(
+        lambda: job_in(kube, job_id, "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT"),
+        timeout=120,
+        what=f"job {job_id} to end",
+    )
+    assert ended["JobState"] == "COMPLETED", ended
+    assert ended["Restarts"] == "0", ended
+
+
+@pytest.mark.timeout(900)
+def test_switching_a_group_between_elastic_and_fixed_lets_the_running_job_finish_each_way(elastic: Kube) -> None:
+    """cpu, elastic with a job running on node 0, made fixed (size 1): the elastic pod is drained and kept, and no
+    StatefulSet is made, until the job completed; then the StatefulSet's pod registers node 0 as a dynamic node.
+    Made elastic again with a job on that node: the StatefulSet stays, drained, until the job completed; then the
+    group's three nodes are CLOUD nodes again, powered down (reconcilers/group_switch.py)."""
+    kube = elastic
+    until(lambda: powered_down(kube, CPU), timeout=120, what="the cpu nodes powered down and idle")
+    job_id, release = run_held_job(kube, CPU[0])
+    elastic_pod = worker_pods(kube)[CPU[0]]
+    to_fixed = [
+        {"op": "remove", "path": "/spec/workers/0/autoscale"},
+        {"op": "add", "path": "/spec/workers/0/size", "value": 1},
+    ]
+    to_elastic = [
+        {"op": "add", "path": "/spec/workers/0/autoscale", "value": {"min": 0, "max": 3, "idleTime": f"{IDLE_TIME}s"}}
+    ]
+    try:
+        kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", json.dumps(to_fixed))
+        until(lambda: sinfo(kube).get(CPU[0], "").startswith("drng") or None, timeout=120, what=f"{CPU[0]} draining")
+        until(
+            lambda: f"{CPU[0]} for job {job_id}" in workers_condition(kube).get("message", "") or None,
+            timeout=60,
+            what="WorkersReady naming the job the switch waits for",
+        )
+        assert not statefulset_exists(kube), "a StatefulSet while the elastic pod of its node 0 runs a job"
+        assert worker_pods(kube)[CPU[0]]["metadata"]["uid"] == elastic_pod["metadata"]["uid"]
+        release_and_complete(kube, job_id, release)
+        until(lambda: statefulset_exists(kube) or None, timeout=300, interval=2, what="the cpu StatefulSet made")
+        fixed_pod = until(
+            lambda: ready_pod(kube, CPU[0]),
+            timeout=240,
+            what=f"the StatefulSet's pod {CPU[0]} ready",
+        )
+        assert fixed_pod["metadata"]["ownerReferences"][0]["kind"] == "StatefulSet"
+        until(lambda: sinfo(kube).get(CPU[0]) == "idle" or None, timeout=180, what=f"{CPU[0]} idle as a fixed node")
+        assert set(sinfo(kube)) & set(CPU) == {CPU[0]}, sinfo(kube)
+
+        job_id, release = run_held_job(kube, CPU[0])
+        kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", json.dumps(to_elastic))
+        until(lambda: sinfo(kube).get(CPU[0], "").startswith("drng") or None, timeout=120, what=f"{CPU[0]} draining")
+        assert statefulset_exists(kube) and worker_pods(kube)[CPU[0]]["metadata"]["uid"] == fixed_pod["metadata"]["uid"]
+        release_and_complete(kube, job_id, release)
+    finally:
+        if kube.json("slurmcluster", NAME)["spec"]["workers"][0].get("autoscale") is None:
+            kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", json.dumps(to_elastic))
+        kube.exec(LOGIN_POD, LOGIN, "rm", "-f", f"/mnt/jail{release}")
+    until(lambda: not statefulset_exists(kube) or None, timeout=180, interval=2, what="the cpu StatefulSet gone")
+    until(lambda: powered_down(kube, CPU), timeout=300, interval=3, what="the three cpu nodes CLOUD again, idle~")
 
 
 def events(kube: Kube, reason: str) -> list[str]:

@@ -260,3 +260,41 @@ async def test_an_elastic_node_the_spec_no_longer_has_stays_in_nodes_conf_until_
         await asyncio.sleep(0)  # the informer delivers the deletion to the cache
         await env.run("cluster")
         assert not any(node in line for line in nodes_conf())
+
+
+async def test_a_group_made_elastic_stays_fixed_in_slurms_config_until_its_statefulset_and_pods_are_gone() -> None:
+    """A fixed group switched to elastic (reconcilers/group_switch.py): while its StatefulSet or a pod of it is there
+    (dynamic nodes that may run jobs), nodes.conf has no CLOUD line and no power partition for it, which slurmctld's
+    reconfigure would give the names of running dynamic nodes; the last of them gone, the group is elastic there."""
+    async with Env() as env:
+        body = spec()
+        body["workers"].append({"name": "extra", "size": 1, "resources": {"requests": {"cpu": 1}}})
+        await env.available(body)
+        group = meta.worker_group(NAME, "extra")
+        labels = meta.labels(NAME, "workers", **{meta.LABEL_WORKER_GROUP: "extra"})
+        env.fake.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{group}-0", "namespace": NS,
+                                                                    "labels": labels}})  # fmt: skip
+
+        def nodes_conf() -> str:
+            configs = env.get(CONFIGMAP, meta.slurm_configs(NAME))
+            assert configs is not None
+            return str(configs["data"]["nodes.conf"])
+
+        def elastic(s: dict[str, Any]) -> None:
+            s["workers"][1]["autoscale"] = {"max": 2}
+
+        env.edit(elastic)
+        await env.run("cluster")
+        assert "NodeSet=extra Feature=extra" in nodes_conf()
+        assert group not in nodes_conf() and "slurmctl-power-extra" not in nodes_conf()
+
+        await env.fake.delete(*STATEFULSET, group, namespace=NS)
+        await asyncio.sleep(0)  # the informer delivers the deletion to the cache
+        await env.run("cluster")
+        assert group not in nodes_conf(), "its pod is still there"
+
+        await env.fake.delete(*POD, f"{group}-0", namespace=NS)
+        await asyncio.sleep(0)
+        await env.run("cluster")
+        assert f"NodeName={group}-[0-1] State=CLOUD Feature=extra" in nodes_conf()
+        assert "PartitionName=slurmctl-power-extra" in nodes_conf()

@@ -186,6 +186,22 @@ async def test_a_removed_group_keeps_its_statefulset_until_its_nodes_are_drained
         assert f"{NAME}-worker-gpu" not in env.names(STATEFULSET)
 
 
+async def test_a_group_made_elastic_drains_and_keeps_its_statefulset_until_its_jobs_ended() -> None:
+    """Its StatefulSet is no fixed group's any more, so its nodes leave like a removed group's (group_switch.py), with
+    the drain saying why; no elastic pod is made while it is there."""
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 1, spec(size=1))
+        slurm.run_job(4, node(0))
+        env.edit(lambda s: s["workers"][0].update(autoscale={"max": 2}))
+        await env.run("workers")
+        assert CPU in env.names(STATEFULSET) and not [p for p in env.names(POD) if p.startswith(CPU)]
+        assert slurm.calls == [("drain", (node(0),), "slurmctl: worker group cpu becomes elastic")]
+        slurm.end_job(4)
+        await env.run("workers")
+        assert CPU not in env.names(STATEFULSET)
+
+
 async def test_after_the_drain_timeout_the_pod_goes_with_a_warning() -> None:
     async with Env() as env:
         slurm = FakeSlurm()

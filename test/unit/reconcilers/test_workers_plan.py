@@ -181,6 +181,73 @@ def test_a_refused_statefulset_is_named_in_the_condition_while_its_group_is_shor
     assert [(n.type, n.message) for n in p.events] == [("Warning", message)]
 
 
+ELASTIC_CPU = {"name": "cpu", "resources": {"requests": {"cpu": 2, "memory": "4Gi"}}, "autoscale": {"max": 2}}
+FIXED_CPU = {"name": "cpu", "size": 2, "resources": {"requests": {"cpu": 2, "memory": "4Gi"}}}
+
+
+def elastic_pod(name: str) -> dict[str, Any]:
+    owner = {"apiVersion": "slurm.slurmctl.io/v1", "kind": "SlurmCluster", "name": NAME, "uid": "cluster-uid",
+             "controller": True}  # fmt: skip
+    labels = meta.labels(NAME, "workers", **{meta.LABEL_WORKER_GROUP: "cpu"})
+    return {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": labels,
+                         "ownerReferences": [owner]}}  # fmt: skip
+
+
+def test_a_group_made_elastic_keeps_its_statefulset_until_its_nodes_ran_their_jobs_and_makes_no_pod_meanwhile() -> None:
+    """reconcilers/group_switch.py: the StatefulSet's nodes leave through the drain gate; the elastic plan leaves the
+    group alone (a pod of the same name would not be created) until they are gone."""
+    cluster = loaded(workers=[ELASTIC_CPU])
+    leaving = tuple(Leaving(f"{STS}-{i}", "cpu", "worker group cpu becomes elastic") for i in range(2))
+    pods = {f"{STS}-{i}": {"metadata": {"name": f"{STS}-{i}", "namespace": NS, "uid": f"u{i}",
+                                        "labels": SELECTOR}} for i in range(2)}  # fmt: skip
+    busy = SlurmSnapshot(0.0, nodes=(node(f"{STS}-0", "ALLOCATED"), node(f"{STS}-1")), jobs=(running(5, f"{STS}-0"),))
+    children = {STATEFULSET: {STS: statefulset(2)}}
+    p = plan(observe(cluster, children=children, leaving=leaving, slurm=busy, pods=pods))
+    assert not p.delete and not p.create
+    assert not [o for o in p.apply if o["kind"] == "StatefulSet"]
+    (drain,) = p.slurm
+    assert drain.verb == "drain" and drain.reason == "slurmctl: worker group cpu becomes elastic"
+    assert p.status is not None and "job 5" in p.status.conditions[0].message
+
+    idle = SlurmSnapshot(0.0)  # both nodes drained and gone from Slurm: the gate releases them
+    (pruned,) = plan(observe(cluster, children=children, leaving=leaving, slurm=idle, pods=pods)).delete
+    assert (pruned.kind, pruned.name) == (STATEFULSET, STS)
+
+    still = plan(observe(cluster, leaving=(), slurm=idle, pods={f"{STS}-1": pods[f"{STS}-1"]}))
+    assert not still.create, "a pod of the StatefulSet is still going: no elastic pod of its name yet"
+    assert still.status is not None and "becomes elastic" in still.status.conditions[0].message
+
+
+def test_a_group_made_fixed_gets_its_statefulset_once_its_elastic_pods_are_gone_and_slurm_forgot_its_cloud_nodes() -> (
+    None
+):
+    cluster = loaded(workers=[FIXED_CPU])
+    name = f"{STS}-0"
+    leaving = (Leaving(name, "cpu", "worker group cpu becomes fixed", recreate=True),)
+    busy = SlurmSnapshot(0.0, nodes=(node(name, "ALLOCATED", "CLOUD"),), jobs=(running(6, name),))
+    p = plan(observe(cluster, leaving=leaving, slurm=busy, pods={name: elastic_pod(name)}))
+    assert not [o for o in p.apply if o["kind"] == "StatefulSet"] and not p.delete
+    assert [(a.verb, a.reason) for a in p.slurm] == [("drain", "slurmctl: worker group cpu becomes fixed")]
+
+    drained = node(name, "IDLE", "CLOUD", "DRAIN", reason="slurmctl: worker group cpu becomes fixed", since=NOW)
+    p = plan(
+        observe(cluster, leaving=leaving, slurm=SlurmSnapshot(0.0, nodes=(drained,)), pods={name: elastic_pod(name)})
+    )
+    (gone,) = p.delete
+    assert (gone.kind, gone.name) == (POD, name)
+    assert not [o for o in p.apply if o["kind"] == "StatefulSet"]
+
+    cloud = SlurmSnapshot(0.0, nodes=(node(name, "IDLE", "CLOUD", "POWERED_DOWN"),))
+    p = plan(observe(cluster, slurm=cloud))  # the pod gone, slurmctld not reconfigured yet
+    assert not [o for o in p.apply if o["kind"] == "StatefulSet"]
+    assert p.status is not None and p.status.conditions[0].message == (
+        "worker group cpu becomes fixed once the nodes of its elastic pods have left (drained, after their jobs)"
+    )
+    p = plan(observe(cluster, slurm=SlurmSnapshot(0.0)))
+    (sts,) = [o for o in p.apply if o["kind"] == "StatefulSet"]
+    assert sts["spec"]["replicas"] == 2
+
+
 def _with_status(cluster: Loaded, status: dict[str, Any]) -> Loaded:
     obj = {**cluster.obj, "status": status, "metadata": {**cluster.obj["metadata"], "resourceVersion": "2"}}
     found = Loader(policy=Policy(allow_root_logins=True)).load(obj)

@@ -27,6 +27,7 @@ from slurmctl.api.v1 import (
 )
 from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Verdict, jobs_by_node, judge, replicas_after, statefulset_of
 from slurmctl.reconcilers.elastic import ElasticMemory, ElasticPlan, plan_elastic
+from slurmctl.reconcilers.group_switch import becoming_elastic, becoming_fixed, describe, without_groups
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import deleting, match_labels, ready_replicas, uid, worker_replicas
 from slurmctl.reconcilers.plan import Create, Delete, Note, Obj, Plan, SlurmAction
@@ -73,8 +74,13 @@ def plan(obs: Observation) -> Plan:
         message = "waiting for the populate-jail Job to succeed"
         return obs.report(WORKERS_READY, ok=False, reason=Reason.WAITING_FOR_JAIL, message=message)
     groups = sorted(loaded.cluster.spec.workers, key=lambda g: g.name)
-    fixed = [g for g in groups if g.autoscale is None]
     live = worker_replicas(obs.owned(STATEFULSET).values())
+    snapshot = obs.slurm if obs.slurm is not None and obs.slurm.error is None else None
+    switching = {
+        "elastic": becoming_elastic(c, groups, live, obs.pods.values()),
+        "fixed": becoming_fixed(c, groups, obs.pods.values(), snapshot.by_name if snapshot else None),
+    }
+    fixed = [g for g in groups if g.autoscale is None and g.name not in switching["fixed"]]
     gate, slurm, events = _gate(obs)
     replicas: dict[str, int] = {}
     for group in fixed:
@@ -87,7 +93,7 @@ def plan(obs: Observation) -> Plan:
             message = f"worker group {group.name}: {current} -> {replicas[group.name]} nodes"
             events.append(Note("Normal", "Scaled", message))
     inputs = Inputs(
-        cluster=loaded.cluster,
+        cluster=without_groups(loaded.cluster, switching["fixed"]),
         configs=loaded.configs,
         munge_key_id=obs.keys[munge],
         replicas=replicas,
@@ -96,15 +102,15 @@ def plan(obs: Observation) -> Plan:
         privileged_jobs=obs.settings.privileged_jobs,
     )
     apply, deletes = _selectors_hold(obs, workers_objects(inputs))
-    # A StatefulSet no group has (a removed group's) goes once all its nodes may go.
+    # A StatefulSet no fixed group has (a removed group's, or one that became elastic) goes once all its nodes may go.
     held = {statefulset_of(going.node) for going in obs.leaving if going.node not in gate.released}
-    keep = {*(meta.worker_group(c, g.name) for g in groups), *held}
+    keep = {*(meta.worker_group(c, g.name) for g in groups if g.autoscale is None), *held}
     deletes.extend(obs.prune(STATEFULSET, keep))
     for going in obs.leaving:
         if going.recreate and going.node in gate.released:
             why = f"{going.why}; its node is drained and runs no job"
             deletes.append(Delete(POD, going.node, why, uid=uid(obs.pods.get(going.node))))
-    elastic = _elastic(obs, [g for g in groups if g.autoscale is not None])
+    elastic = _elastic(obs, [g for g in groups if g.autoscale is not None and g.name not in switching["elastic"]])
     creates: list[Create] = []
     if elastic and elastic.plan:
         if elastic.plan.power_up:
@@ -138,14 +144,14 @@ def plan(obs: Observation) -> Plan:
         for name, why in elastic.plan.delete:
             deletes.append(Delete(POD, name, why, uid=uid(obs.pods.get(name))))
     refused = _refused(obs, fixed, events)
-    status, warnings = _status(obs, fixed, gate, elastic, refused, events)
+    status, warnings = _status(obs, fixed, gate, elastic, refused, events, describe(switching))
     # Slurm's snapshot wakes this component when it says something new (SlurmAccess.listen; the node loop polls it,
     # every ELASTIC_POLL_SECONDS with elastic groups). Looked at again sooner only while something is on its way: a
     # node that must go (the gate decides on a snapshot no older than GATE_MAX_AGE, and a drainTimeout ends without
     # Slurm saying anything), or a node powering up or down.
     # And when the backoff of a node Slurm set DOWN after its resumeTimeout is over (Slurm says nothing new then).
     requeue = None
-    if obs.leaving or (elastic and elastic.plan and elastic.plan.in_flight):
+    if obs.leaving or any(switching.values()) or (elastic and elastic.plan and elastic.plan.in_flight):
         requeue = DRAIN_POLL_SECONDS
     if elastic and elastic.plan and elastic.plan.retry_in is not None:
         requeue = min(filter(None, (requeue, max(elastic.plan.retry_in, 1.0))))
@@ -272,6 +278,7 @@ def _status(  # noqa: PLR0917 - one pass's findings, each its own
     elastic: Elastic | None,
     refused: Condition | None,
     events: list[Note],
+    switching: Sequence[str] = (),
 ) -> tuple[SlurmClusterStatus, tuple[tuple[str, dict[str, str]], ...]]:
     loaded, c = obs.loaded, obs.loaded.name
     rows = [
@@ -305,6 +312,8 @@ def _status(  # noqa: PLR0917 - one pass's findings, each its own
     elif gate.verdict.waiting:
         message = "draining, waiting for jobs to finish: " + gate.verdict.describe_waiting()
         cond = obs.condition(WORKERS_READY, ok=False, reason=Reason.DRAINING, message=message)
+    elif switching:
+        cond = obs.condition(WORKERS_READY, ok=False, reason=Reason.NOT_READY, message="; ".join(switching))
     elif waiting and refused is not None:
         cond = refused
     elif waiting:

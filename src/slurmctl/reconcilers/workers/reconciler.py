@@ -58,13 +58,20 @@ class WorkersReconciler(ComponentReconciler):
         if meta.munge_secret(loaded.name) not in obs.keys or not (obs.jail_open or statefulsets):
             return obs
         leaving = tuple(self.workers.leaving(loaded, worker_replicas(statefulsets.values()), obs.pods.values()))
-        return dataclasses.replace(obs, leaving=leaving, slurm=await self._slurm(loaded, leaving))
+        # A fixed group the status knows (not a new one) without its StatefulSet may have been elastic: it is made
+        # only once Slurm no longer lists its nodes as CLOUD nodes (reconcilers/group_switch.py).
+        known = {row.get("name") for row in obs.said.get("workers") or ()}
+        unmade = any(
+            g.autoscale is None and g.name in known and meta.worker_group(loaded.name, g.name) not in statefulsets
+            for g in loaded.cluster.spec.workers
+        )
+        return dataclasses.replace(obs, leaving=leaving, slurm=await self._slurm(loaded, leaving, unmade=unmade))
 
-    async def _slurm(self, loaded: Loaded, leaving: tuple[Leaving, ...]) -> SlurmSnapshot | None:
+    async def _slurm(self, loaded: Loaded, leaving: tuple[Leaving, ...], *, unmade: bool) -> SlurmSnapshot | None:
         """Slurm's snapshot, no older than the drain gate allows while a node must go (else than the node loop's, for
-        the elastic groups); None when nothing needs it."""
+        the elastic groups and a fixed group whose StatefulSet is not made yet); None when nothing needs it."""
         elastic = any(g.autoscale is not None for g in loaded.cluster.spec.workers)
-        if not leaving and not elastic:
+        if not leaving and not elastic and not unmade:
             return None
         if leaving and not loaded.cluster.spec.rest.enabled:
             return SlurmSnapshot(self.manager.clock.monotonic(), error=SlurmUnavailable(REST_DISABLED))
