@@ -4,14 +4,14 @@ One cluster, shared by the tests in order: a group `cpu` with min 0 and max 3 (i
 and Slurm knows its three nodes powered down → `sbatch -N2` powers two up, the operator creates their pods, the job
 runs (its nodes' names resolving to their pods); once idle for idleTime Slurm powers them down and their pods go
 (twice: a powered-down node comes back) → a job needing more nodes than the group has is refused by Slurm at
-submission and creates no pod → `max` lowered under a running job, and the group switched to fixed and back under
-a running job each way: the jobs complete, nodes leave only after them → a group `big` whose pod can never be placed (it asks for 64 CPUs): the cluster's
-WorkersReady names the group and the scheduler's reason, after its resumeTimeout Slurm sets the node DOWN, the pod
-goes, and the job is requeued, not lost; the cause fixed, the operator resumes the node after its backoff and the
-job runs → that node, idle, gets a new template: the operator has Slurm power it down (POWER_DOWN_ASAP) → a
-sub-mount a symlink in the jail would lead onto /etc is refused: the login pod and a new elastic pod start all the
-same, the node drained naming it. The operator runs as `slurmctl run`. Figures (submit → RUNNING from zero, job end
-→ pods gone) are printed (pytest -s).
+submission and creates no pod → `max` lowered under a running job, then the group switched to fixed and back under a
+running job each way: the jobs complete, their nodes leave only after them → a group `big` whose pod can never be
+placed (it asks for 64 CPUs): the cluster's WorkersReady names the group and the scheduler's reason, after its
+resumeTimeout Slurm sets the node DOWN, the pod goes, and the job is requeued, not lost; the cause fixed, the operator
+resumes the node after its backoff and the job runs → that node, idle, gets a new template: the operator has Slurm
+power it down (POWER_DOWN_ASAP) → a sub-mount a symlink in the jail would lead onto /etc is refused: the login pod and
+a new elastic pod start all the same, the node drained naming it. The operator runs as `slurmctl run`. Figures
+(submit → RUNNING from zero, job end → pods gone) are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -185,6 +185,35 @@ def set_max(kube: Kube, value: int) -> None:
     kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", json.dumps(patch))
 
 
+def statefulset_exists(kube: Kube) -> bool:
+    return bool(kube.run("get", "statefulset", "-o", "name", "--ignore-not-found", f"{NAME}-worker-cpu").strip())
+
+
+def ready_pod(kube: Kube, name: str) -> dict[str, Any] | None:
+    pod = worker_pods(kube).get(name)
+    return pod if pod is not None and pod_ready(pod) else None
+
+
+def run_held_job(kube: Kube, node: str) -> tuple[str, str]:
+    """A job on `node` that runs until the test creates its release file (in the jail, which every node shares):
+    (job id, release path)."""
+    release = f"/root/release-{time.monotonic_ns()}"
+    job_id = sbatch(kube, "-w", node, "-t", "10", "--wrap", f"while [ ! -e {release} ]; do sleep 1; done")
+    until(lambda: job_in(kube, job_id, "RUNNING"), timeout=300, interval=0.5, what=f"job {job_id} running on {node}")
+    return job_id, release
+
+
+def release_and_complete(kube: Kube, job_id: str, release: str) -> None:
+    kube.exec(LOGIN_POD, LOGIN, "touch", f"/mnt/jail{release}")
+    ended = until(
+        lambda: job_in(kube, job_id, "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT"),
+        timeout=120,
+        what=f"job {job_id} to end",
+    )
+    assert ended["JobState"] == "COMPLETED", ended
+    assert ended["Restarts"] == "0", ended
+
+
 @pytest.mark.timeout(600)
 def test_lowering_max_below_a_node_running_a_job_lets_the_job_finish_then_the_node_leaves(elastic: Kube) -> None:
     """`max` lowered from 3 to 2 while a job runs on node 2: the drain gate drains the node and keeps its pod, and
@@ -192,10 +221,7 @@ def test_lowering_max_below_a_node_running_a_job_lets_the_job_finish_then_the_no
     and the node leaves Slurm. `max` goes back to 3 at the end."""
     kube = elastic
     until(lambda: powered_down(kube, CPU), timeout=120, what="the cpu nodes powered down and idle")
-    release = f"/root/release-{time.monotonic_ns()}"  # in the jail, which every node shares
-    wait = f"while [ ! -e {release} ]; do sleep 1; done"
-    job_id = sbatch(kube, "-w", CPU[2], "-t", "10", "--wrap", wait)
-    until(lambda: job_in(kube, job_id, "RUNNING"), timeout=300, interval=0.5, what=f"job {job_id} running on {CPU[2]}")
+    job_id, release = run_held_job(kube, CPU[2])
     set_max(kube, 2)
     try:
         held = f"grep -q '^NodeName={CPU[2]} ' /etc/slurm/nodes.conf && echo held || echo no"
@@ -212,47 +238,13 @@ def test_lowering_max_below_a_node_running_a_job_lets_the_job_finish_then_the_no
             what=f"{CPU[2]} draining in sinfo after the reconfigure",
         )
         assert job(kube, job_id)["JobState"] == "RUNNING"
-        kube.exec(LOGIN_POD, LOGIN, "touch", f"/mnt/jail{release}")
-        ended = until(
-            lambda: job_in(kube, job_id, "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT"),
-            timeout=120,
-            what=f"job {job_id} to end",
-        )
-        assert ended["JobState"] == "COMPLETED", ended
+        release_and_complete(kube, job_id, release)
         until(lambda: CPU[2] not in worker_pods(kube) or None, timeout=120, what=f"the pod of {CPU[2]} gone")
         until(lambda: CPU[2] not in sinfo(kube) or None, timeout=240, interval=3, what=f"{CPU[2]} gone from Slurm")
     finally:
         set_max(kube, 3)
         kube.exec(LOGIN_POD, LOGIN, "rm", "-f", f"/mnt/jail{release}")
     until(lambda: powered_down(kube, CPU), timeout=240, interval=3, what="the three cpu nodes known again, idle~")
-
-
-def statefulset_exists(kube: Kube) -> bool:
-    return bool(kube.run("get", "statefulset", "-o", "name", "--ignore-not-found", f"{NAME}-worker-cpu").strip())
-
-
-def ready_pod(kube: Kube, name: str) -> dict[str, Any] | None:
-    pod = worker_pods(kube).get(name)
-    return pod if pod is not None and pod_ready(pod) else None
-
-
-def run_held_job(kube: Kube, node: str) -> tuple[str, str]:
-    """A job on `node` that runs until the test creates its release file (in the jail): (job id, release path)."""
-    release = f"/root/release-{time.monotonic_ns()}"
-    job_id = sbatch(kube, "-w", node, "-t", "10", "--wrap", f"while [ ! -e {release} ]; do sleep 1; done")
-    until(lambda: job_in(kube, job_id, "RUNNING"), timeout=300, interval=0.5, what=f"job {job_id} running on {node}")
-    return job_id, release
-
-
-def release_and_complete(kube: Kube, job_id: str, release: str) -> None:
-    kube.exec(LOGIN_POD, LOGIN, "touch", f"/mnt/jail{release}")
-    ended = until(
-        lambda: job_in(kube, job_id, "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT"),
-        timeout=120,
-        what=f"job {job_id} to end",
-    )
-    assert ended["JobState"] == "COMPLETED", ended
-    assert ended["Restarts"] == "0", ended
 
 
 @pytest.mark.timeout(900)
