@@ -73,8 +73,8 @@ def test_a_job_writing_past_its_tmp_size_fails_alone_with_enospc_and_the_next_jo
     home = slurm.jail / "home" / slurm.user
     tag = uuid.uuid4().hex[:8]
     # A batch job: `df` says the sizes it sees; 10 MiB do not fit in its 8 MiB /tmp, 6 MiB not in its 4 MiB /dev/shm.
-    script = f"""#!/bin/sh
-df -k /tmp /dev/shm | awk 'NR > 1 {{print "size", $6, $2}}'
+    script = """#!/bin/sh
+df -k /tmp /dev/shm | awk 'NR > 1 {print "size", $6, $2}'
 dd if=/dev/zero of=/tmp/fill bs=1M count=10 || echo "tmp: failed"
 dd if=/dev/zero of=/dev/shm/fill bs=1M count=6 || echo "shm: failed"
 dd if=/dev/zero of=/tmp/fill bs=1M count=10
