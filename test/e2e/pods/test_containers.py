@@ -146,8 +146,10 @@ def test_a_cancelled_container_job_leaves_no_process_behind(cluster: Kube, bundl
 
 
 def node_state(kube: Kube) -> str:
-    """The worker's Slurm state and reason, e.g. "idle " or "drained Kill task failed"."""
-    return kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-n", WORKER_POD, "-o", "%T %E").strip()
+    """The worker's Slurm state, with its reason when it has one: "idle", or e.g. "drained: Kill task failed"."""
+    shown = kube.exec(LOGIN_POD, LOGIN, "sinfo", "-h", "-n", WORKER_POD, "-o", "%T %E").strip()
+    state, _, reason = shown.partition(" ")
+    return state if reason in ("", "none") else f"{state}: {reason}"
 
 
 def batch(kube: Kube, name: str, script: str) -> tuple[str, str]:
