@@ -123,3 +123,31 @@ srun -n1 ls /tmp
     job_id = proc.stdout.split("job ", 1)[1].split()[0]
     wait_for_job_gone(slurm, job_id)
     assert slurm.node_state() == "idle"
+
+
+def test_the_jobs_tmpfs_is_on_the_node_side_while_it_runs_and_gone_after(sized_slurm: LocalSlurm) -> None:
+    """Mounted once per job in slurmd's mount namespace (where each step and sbcast's writer find it), of the sizes
+    slurmd's environment gives, nosuid and nodev; unmounted when the job ends."""
+    slurm = sized_slurm
+    home = slurm.jail / "home" / slurm.user
+    tag = uuid.uuid4().hex[:8]
+    script = f"""#!/bin/sh
+touch /home/{slurm.user}/{tag}.ready
+i=0; while [ ! -e /home/{slurm.user}/{tag}.go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+"""
+    job_id = slurm.run(
+        "sbatch", "--parsable", f"--uid={slurm.user}", "-N1", f"--output=/home/{slurm.user}/{tag}.out", input=script
+    ).stdout.strip()
+    try:
+        slurm.wait_until((home / f"{tag}.ready").exists, timeout=60, what=f"job {job_id} to start")
+        mounts = job_mounts(slurm, job_id)
+        assert len(mounts) == 2, mounts
+        for line in mounts:
+            options, _, fs = line.partition(" - ")
+            kind, _, super_options = fs.split(" ", 2)
+            assert kind == "tmpfs" and {"nosuid", "nodev"} <= set(options.split()[5].split(",")), line
+            size = TMP_SIZE if "/job-tmp/" in options else SHM_SIZE
+            assert f"size={size // 1024}k" in super_options.split(","), line
+    finally:
+        (home / f"{tag}.go").touch()
+    wait_for_job_gone(slurm, job_id)
