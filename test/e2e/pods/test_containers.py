@@ -188,8 +188,33 @@ def test_a_job_writing_past_its_tmp_size_fails_alone_with_enospc_and_the_next_jo
     # The node was not blamed: idle again once the job is done, no drain, no reason.
     until(lambda: node_state(kube) == "idle", timeout=60, what=f"{WORKER_POD} idle", interval=1)
 
-    fits = f"ls -A /tmp | wc -l; dd if=/dev/zero of=/tmp/f bs=1M count={TMP_MIB - 8}"
-    job_id2, out = batch(kube, f"{tag}-next", fits)
+    # The next job: an empty /tmp of the whole size. While it runs (until the test says go), its tmpfs is in the
+    # worker container's mount namespace, where each of its steps finds it.
+    go = f"/home/{USER}/{tag}.go"
+    fits = (
+        f"ls -A /tmp | wc -l; dd if=/dev/zero of=/tmp/f bs=1M count={TMP_MIB - 8}; "
+        f"i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"
+    )
+    submitted = as_user(kube, f"sbatch --parsable -w {WORKER_POD} -o {tag}-next-%j.out --wrap '{fits}'")
+    job_id2 = submitted.strip().split(";")[0]
+    mounted = f"grep -E ' /var/lib/slurmctl/job-(tmp|shm)/{job_id2} ' /proc/self/mountinfo || true"
+
+    def job_tmpfs() -> list[str] | None:
+        lines = kube.exec(WORKER_POD, WORKER, "sh", "-c", mounted).splitlines()
+        return lines if len(lines) == 2 else None
+
+    try:
+        lines = until(job_tmpfs, timeout=60, interval=1, what=f"job {job_id2}'s tmpfs on {WORKER_POD}")
+    finally:
+        as_user(kube, f"touch {go}")
+    assert all(" - tmpfs " in line for line in lines), lines
+    until(
+        lambda: not kube.exec(LOGIN_POD, LOGIN, "squeue", "-h", "-j", job_id2, "-o", "%i").strip(),
+        timeout=60,
+        interval=1,
+        what=f"job {job_id2} to end",
+    )
+    out = as_user(kube, f"cat {tag}-next-{job_id2}.out")
     assert out.split()[0] == "0" and f"{(TMP_MIB - 8) * 2**20} bytes" in out, out
     assert "JobState=COMPLETED" in kube.exec(LOGIN_POD, LOGIN, "scontrol", "-o", "show", "job", job_id2)
 
