@@ -41,7 +41,7 @@ from .defaults import (
     default_image,
 )
 from .health_checks import GpuHealthCheck, HealthChecks, NcclBenchmark
-from .jail import JailSpec, PopulateJailSpec, SubMount
+from .jail import JailSpec, JobTmp, PopulateJailSpec, SubMount
 from .policy import CONTROL_PLANE_LABELS, DEFAULT_VOLUME_SOURCES, OPEN_POLICY, PYXIS_KEY, Policy, image_prefix_problem
 from .problems import Problem
 from .schema import crd
@@ -131,6 +131,7 @@ __all__ = [
     "GpuHealthCheck",
     "HealthChecks",
     "JailSpec",
+    "JobTmp",
     "LocalObjectReference",
     "LogLevels",
     "LoginService",

@@ -39,6 +39,31 @@ class SubMount(ApiModel):
     )
 
 
+# spec.jail.jobTmp.tmpSize when neither the cluster nor the group sets it.
+DEFAULT_JOB_TMP_SIZE = "10Gi"
+# The smallest size either may have: below it no real program's scratch fits (and a tmpfs of 0 has no limit at all).
+MIN_JOB_TMP_SIZE = 1024 * 1024
+
+
+class JobTmp(ApiModel):
+    """Size limits of each job's private /tmp and /dev/shm (spec.jail.privateTmp): on each worker, every job gets a
+    tmpfs of its own of this size for each, shared by its steps. A write past the size fails in that job alone with
+    "No space left on device" (ENOSPC); nothing reaches the node's disk. Their pages are memory and count against the
+    job's memory limit (Slurm's cgroup, --mem), as /dev/shm always does: a job that fills them beyond its memory is
+    ended by Slurm's out-of-memory handling, alone. A group's field left empty takes spec.jail.jobTmp's."""
+
+    tmp_size: Quantity | None = Field(
+        None,
+        description=f"Size of each job's /tmp (at least 1Mi); empty means spec.jail.jobTmp.tmpSize, and there "
+        f"{DEFAULT_JOB_TMP_SIZE}.",
+    )
+    shm_size: Quantity | None = Field(
+        None,
+        description="Size of each job's /dev/shm (at least 1Mi); empty means spec.jail.jobTmp.shmSize, and there the "
+        "group's sharedMemorySize.",
+    )
+
+
 class JailSpec(ApiModel):
     """The jail: one root filesystem on a shared volume that every worker and login node uses for user jobs."""
 
@@ -66,6 +91,11 @@ class JailSpec(ApiModel):
         description="Every job gets a /tmp and /dev/shm of its own on each worker, which no other job (of the same "
         "user or another) can see, shared by the job's steps and removed with all it holds when the job ends; a step "
         "that cannot have them does not run. False: all jobs on a worker share the jail's /tmp and /dev/shm.",
+    )
+    job_tmp: JobTmp = Field(
+        default_factory=JobTmp,
+        description="Size limits of each job's private /tmp and /dev/shm on every worker (with privateTmp); a worker "
+        "group's jobTmp overrides them field by field.",
     )
 
 

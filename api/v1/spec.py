@@ -27,7 +27,7 @@ from .defaults import (
 )
 from .fields import LIST_MAP_BY_NAME
 from .health_checks import HealthChecks
-from .jail import JailSpec, PopulateJailSpec
+from .jail import DEFAULT_JOB_TMP_SIZE, JailSpec, PopulateJailSpec
 from .slurm_spec import SlurmSpec
 from .topology import TopologySpec
 from .types import ApiModel, Quantity, ResourceRequirements, Scheduling
@@ -165,6 +165,14 @@ class SlurmClusterSpec(ApiModel):
 
     def shared_memory_size(self, group: WorkerGroup) -> Quantity:
         return group.shared_memory_size if group.shared_memory_size is not None else self.jail.shared_memory_size
+
+    def job_tmp_sizes(self, group: WorkerGroup) -> tuple[Quantity, Quantity]:
+        """The sizes of each job's /tmp and /dev/shm on the group's nodes: the group's, else the cluster's, else
+        DEFAULT_JOB_TMP_SIZE and the group's /dev/shm size."""
+        mine, cluster = group.job_tmp, self.jail.job_tmp
+        tmp = next(s for s in (mine.tmp_size, cluster.tmp_size, DEFAULT_JOB_TMP_SIZE) if s is not None)
+        shm = next(s for s in (mine.shm_size, cluster.shm_size, self.shared_memory_size(group)) if s is not None)
+        return tmp, shm
 
     @property
     def gpu_groups(self) -> list[WorkerGroup]:

@@ -27,6 +27,7 @@ from .defaults import (
     POWER_SAVE_SLURM_KEYS,
     TOPOLOGY_SLURM_KEYS,
 )
+from .jail import MIN_JOB_TMP_SIZE
 from .jail_paths import check_jail
 from .limits import TRES_PATTERN
 from .passthrough import check_passthrough
@@ -109,6 +110,7 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems += _check_partitions(spec, path)
     problems += _check_extra_config(spec, path)
     problems += check_jail(spec, path)
+    problems += _check_job_tmp(spec, path)
     problems += _check_login(spec, path)
     problems += _check_accounting(spec, path)
     problems += _check_containers(spec, path)
@@ -180,6 +182,20 @@ def _check_workers(spec: SlurmClusterSpec, path: str) -> list[Problem]:
                     "have no place in topology.conf)",
                 )
             )
+    return problems
+
+
+def _check_job_tmp(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    """Each size of spec.jail.jobTmp and spec.workers[].jobTmp: at least MIN_JOB_TMP_SIZE (a tmpfs of 0 bytes would
+    have no limit at all)."""
+    where = [(f"{path}.jail.jobTmp", spec.jail.job_tmp)]
+    where += [(f"{path}.workers[{index}].jobTmp", group.job_tmp) for index, group in enumerate(spec.workers)]
+    problems = []
+    for base, job_tmp in where:
+        for name, size in (("tmpSize", job_tmp.tmp_size), ("shmSize", job_tmp.shm_size)):
+            value = _bytes(size) if size is not None else None
+            if value is not None and value < MIN_JOB_TMP_SIZE:
+                problems.append(Problem(f"{base}.{name}", f"{size} is below the minimum of 1Mi"))
     return problems
 
 

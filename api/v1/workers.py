@@ -17,6 +17,7 @@ from .defaults import (
     MAX_WORKER_GROUPS,
 )
 from .fields import LIST_SET, OptionValue, image_field
+from .jail import JobTmp
 from .types import DNS_LABEL_PATTERN, ApiModel, Duration, Quantity, ResourceRequirements, Scheduling
 
 Feature = Annotated[str, StringConstraints(max_length=63, pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -98,6 +99,11 @@ class WorkerGroup(Scheduling):
     )
     shared_memory_size: Quantity | None = Field(
         None, description="Size limit of /dev/shm on these nodes; empty means spec.jail.sharedMemorySize."
+    )
+    job_tmp: JobTmp = Field(
+        default_factory=JobTmp,
+        description="Size limits of each job's private /tmp and /dev/shm on these nodes; an empty field means "
+        "spec.jail.jobTmp's.",
     )
     drain_timeout: Duration | None = Field(
         None,

@@ -141,13 +141,12 @@ static int check_root(struct jail_error *e)
  * The pivot proper, with the job's private /tmp and /dev/shm when the pod provides them (jail.h); an unusable jail
  * puts slurmstepd back on the node's root, where it can report the failure.
  */
-static int enter_root(const struct chroot_args *a, uint32_t job_id, struct jail_error *e)
+static int enter_root(const struct chroot_args *a, const struct jail_job_dirs *dirs, uint32_t job_id,
+		      struct jail_error *e)
 {
-	struct jail_job_dirs dirs;
-
-	if (jail_job_dirs_from_env(&dirs, e) < 0 || jail_pivot(a->jail, a->old_root, e) < 0)
+	if (jail_pivot(a->jail, a->old_root, e) < 0)
 		return -1;
-	if (check_root(e) < 0 || jail_job_dirs_bind(a->old_root, &dirs, job_id, e) < 0 ||
+	if (check_root(e) < 0 || jail_job_dirs_bind(a->old_root, dirs, job_id, e) < 0 ||
 	    jail_detach(a->old_root, e) < 0) {
 		jail_undo(a->old_root);
 		return -1;
@@ -158,7 +157,12 @@ static int enter_root(const struct chroot_args *a, uint32_t job_id, struct jail_
 /* slurmstepd's main thread into the jail (see the top of this file). */
 static int enter_jail(const struct chroot_args *a, uint32_t job_id, struct jail_error *e)
 {
-	if (jail_identify(a->jail, &stepd.jail, e) < 0)
+	struct jail_job_dirs dirs;
+
+	if (jail_identify(a->jail, &stepd.jail, e) < 0 || jail_job_dirs_from_env(&dirs, e) < 0)
+		return -1;
+	/* The job's sized /tmp and /dev/shm, on the node's side, where all of the job's steps find them. */
+	if (jail_job_dirs_mount(&dirs, job_id, e) < 0)
 		return -1;
 	/* This thread only: slurmstepd already runs other threads, and CLONE_NEWNS unshares this one's root and cwd. */
 	if (unshare(CLONE_NEWNS) < 0) {
@@ -167,7 +171,7 @@ static int enter_jail(const struct chroot_args *a, uint32_t job_id, struct jail_
 		(void)snprintf(e->what, sizeof(e->what), "new mount namespace");
 		return -1;
 	}
-	return enter_root(a, job_id, e);
+	return enter_root(a, &dirs, job_id, e);
 }
 
 int slurm_spank_init(spank_t sp, int ac, char **av)

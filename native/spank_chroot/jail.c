@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -126,6 +127,31 @@ static int env_dir(const char *name, char *dst, struct jail_error *e)
 	return 0;
 }
 
+/* The smallest size: a tmpfs rounds its size up to whole pages, and one of 0 would have no limit at all. */
+#define JOB_DIR_MIN_SIZE 4096ULL
+
+/* A size variable: unset is 0 (no tmpfs); else only digits, at least JOB_DIR_MIN_SIZE, and its directory set. */
+static int env_size(const char *name, const char *dir, unsigned long long *dst, struct jail_error *e)
+{
+	const char *value = getenv(name);
+	char *end = NULL;
+
+	*dst = 0;
+	if (value == NULL || value[0] == '\0')
+		return 0;
+	if (dir[0] == '\0')
+		return failed(e, "job-dirs", EINVAL, "%s without its directory", name);
+	errno = 0;
+	if (value[0] < '0' || value[0] > '9')
+		return failed(e, "job-dirs", EINVAL, "%s=%.32s is not a number of bytes", name, value);
+	*dst = strtoull(value, &end, 10);
+	if (errno != 0 || end == NULL || *end != '\0')
+		return failed(e, "job-dirs", errno ? errno : EINVAL, "%s=%.32s is not a number of bytes", name, value);
+	if (*dst < JOB_DIR_MIN_SIZE)
+		return failed(e, "job-dirs", EINVAL, "%s=%.32s is below %llu bytes", name, value, JOB_DIR_MIN_SIZE);
+	return 0;
+}
+
 int jail_job_dirs_from_env(struct jail_job_dirs *dirs, struct jail_error *e)
 {
 	if (env_dir("SLURMCTL_JOB_TMP", dirs->tmp, e) < 0 || env_dir("SLURMCTL_JOB_SHM", dirs->shm, e) < 0)
@@ -133,6 +159,9 @@ int jail_job_dirs_from_env(struct jail_job_dirs *dirs, struct jail_error *e)
 	/* One without the other would isolate half of what a job keeps to itself. */
 	if ((dirs->tmp[0] == '\0') != (dirs->shm[0] == '\0'))
 		return failed(e, "job-dirs", EINVAL, "SLURMCTL_JOB_TMP and SLURMCTL_JOB_SHM go together");
+	if (env_size("SLURMCTL_JOB_TMP_SIZE", dirs->tmp, &dirs->tmp_size, e) < 0 ||
+	    env_size("SLURMCTL_JOB_SHM_SIZE", dirs->shm, &dirs->shm_size, e) < 0)
+		return -1;
 	return 0;
 }
 
@@ -191,6 +220,53 @@ static int job_dir(const char *prefix, const char *base, uint32_t job_id, char *
 		return failed(e, "job-dirs", ENAMETOOLONG, "%s/%" PRIu32, base, job_id);
 	if (make_parents(b, shown, e) < 0 || own_dir(b, shown, 0700, e) < 0 || own_dir(dir, shown, 01777, e) < 0)
 		return -1;
+	return 0;
+}
+
+/*
+ * The job's tmpfs on `dir` (`<base>/<job id>`, made by job_dir), unless there is one: `dir` on another device than
+ * `base` is a mount point already, made by another process of the job. The lock on the base makes check and mount
+ * one step for the job's processes that come at once (two steps, a step and sbcast's writer).
+ */
+static int mount_job_tmpfs(const char *base, const char *dir, unsigned long long size, struct jail_error *e)
+{
+	struct stat b, d;
+	char opts[64];
+	int fd, rc = 0;
+
+	fd = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return failed(e, "job-dirs", errno, "%s", base);
+	if (flock(fd, LOCK_EX) < 0) {
+		rc = failed(e, "job-dirs", errno, "lock %s", base);
+		goto out;
+	}
+	if (fstat(fd, &b) < 0 || lstat(dir, &d) < 0) {
+		rc = failed(e, "job-dirs", errno, "%s", dir);
+		goto out;
+	}
+	if (d.st_dev != b.st_dev)
+		goto out;
+	(void)snprintf(opts, sizeof(opts), "size=%llu,mode=1777", size);
+	if (mount("slurmctl-job", dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+		rc = failed(e, "job-dirs", errno, "mount a tmpfs of %llu bytes on %s", size, dir);
+out:
+	(void)close(fd); /* and the lock with it */
+	return rc;
+}
+
+int jail_job_dirs_mount(const struct jail_job_dirs *dirs, uint32_t job_id, struct jail_error *e)
+{
+	const char *bases[2] = {dirs->tmp, dirs->shm};
+	const unsigned long long sizes[2] = {dirs->tmp_size, dirs->shm_size};
+	char dir[PATH_MAX];
+
+	for (int i = 0; i < 2; i++) {
+		if (bases[i][0] == '\0' || sizes[i] == 0)
+			continue;
+		if (job_dir("", bases[i], job_id, dir, e) < 0 || mount_job_tmpfs(bases[i], dir, sizes[i], e) < 0)
+			return -1;
+	}
 	return 0;
 }
 
@@ -268,6 +344,22 @@ static int remove_at(int parent, const char *name, int depth) /* NOLINT(misc-no-
 	return rc == 0 ? 0 : -1;
 }
 
+/*
+ * The job's tmpfs on `<base>/<name>`, if any (jail_job_dirs_mount): detached, so a step that still holds it keeps it
+ * until it ends, and the directory under it can go. Not a mount point (a plain job directory) or gone is success.
+ */
+static int unmount_job_tmpfs(const char *base, const char *name, struct jail_error *e)
+{
+	char dir[PATH_MAX];
+	int n = snprintf(dir, sizeof(dir), "%s/%s", base, name);
+
+	if (n < 0 || (size_t)n >= sizeof(dir))
+		return failed(e, "job-dirs", ENAMETOOLONG, "%s/%s", base, name);
+	if (umount2(dir, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT)
+		return failed(e, "job-dirs", errno, "unmount %s", dir);
+	return 0;
+}
+
 static int remove_job_dir(const char *base, uint32_t job_id, struct jail_error *e)
 {
 	char name[16];
@@ -277,6 +369,10 @@ static int remove_job_dir(const char *base, uint32_t job_id, struct jail_error *
 	if (parent < 0)
 		return errno == ENOENT ? 0 : failed(e, "job-dirs", errno, "%s", base);
 	(void)snprintf(name, sizeof(name), "%" PRIu32, job_id);
+	if (unmount_job_tmpfs(base, name, e) < 0) {
+		(void)close(parent);
+		return -1;
+	}
 	if (remove_at(parent, name, 0) < 0) {
 		int err = errno;
 

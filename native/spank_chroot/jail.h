@@ -51,14 +51,34 @@ void jail_undo(const char *old_root);
  * enters the jail, and bound onto the jail's /tmp and /dev/shm in that process's mount namespace only, nosuid and
  * nodev: another job, of the same user or not, never sees it. Removed with everything in it when the job ends
  * (job_container/jail's stepd_delete, in the extern step, which ends last).
+ *
+ * Sizes (spec.workers[].jobTmp): SLURMCTL_JOB_TMP_SIZE and SLURMCTL_JOB_SHM_SIZE, in bytes, make `<job id>/` a tmpfs
+ * of that size instead of a plain directory: one per job and node, mounted on the node's side (the worker
+ * container's mount namespace, which every slurmstepd of the node starts in) by whichever of the job's processes
+ * comes first, so all of the job's steps share it. A write past the size fails with ENOSPC in the job alone; its
+ * pages are charged to the memory cgroup of the job's process that wrote them (Slurm's task/cgroup limit). Unmounted
+ * (lazily: a step still holding it keeps it until it ends) and removed when the job ends. Each needs its directory.
  */
 struct jail_job_dirs {
 	char tmp[PATH_MAX]; /* both empty: off */
 	char shm[PATH_MAX];
+	unsigned long long tmp_size; /* bytes; 0: a plain directory of the node's (no limit) */
+	unsigned long long shm_size;
 };
 
-/* From the environment: both set (absolute paths, not "/"), or neither. Returns 0, or -1 with `e` filled. */
+/*
+ * From the environment: both directories set (absolute paths, not "/"), or neither; a size only with its directory,
+ * a decimal number of bytes of at least one page. Returns 0, or -1 with `e` filled.
+ */
 int jail_job_dirs_from_env(struct jail_job_dirs *dirs, struct jail_error *e);
+
+/*
+ * On the node's root, in the mount namespace every slurmstepd of the node shares, before the caller unshares its
+ * own: for each sized directory, make the job's `<base>/<job id>` and mount its tmpfs there unless one of the job's
+ * processes did already (serialized by a lock on the base). Nothing to do without sizes. Returns 0, or -1 with `e`
+ * filled (the caller fails the step).
+ */
+int jail_job_dirs_mount(const struct jail_job_dirs *dirs, uint32_t job_id, struct jail_error *e);
 
 /*
  * After jail_pivot (the node's root is parked on /<old_root>) and before jail_detach: make the job's directories
@@ -68,7 +88,10 @@ int jail_job_dirs_from_env(struct jail_job_dirs *dirs, struct jail_error *e);
  */
 int jail_job_dirs_bind(const char *old_root, const struct jail_job_dirs *dirs, uint32_t job_id, struct jail_error *e);
 
-/* On the node's root: removes `<base>/<job id>` of both, and all they hold, following no symlink; gone is success. */
+/*
+ * On the node's root: unmounts a tmpfs on `<base>/<job id>` (detached: gone once no step holds it) and removes it,
+ * and all it holds, following no symlink; gone is success.
+ */
 int jail_job_dirs_remove(const struct jail_job_dirs *dirs, uint32_t job_id, struct jail_error *e);
 
 #endif

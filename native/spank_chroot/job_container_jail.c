@@ -153,6 +153,9 @@ int JAIL_FN(join)(slurm_step_id_t *step_id, uid_t uid, bool step_create)
 		return cannot_enter(step_id->job_id, args.jail, &e);
 	if (jail_is_root(&jail))
 		return SLURM_SUCCESS;
+	/* The job's sized /tmp and /dev/shm first, on the node's side, where all of the job's processes find them. */
+	if (jail_job_dirs_from_env(&dirs, &e) < 0 || jail_job_dirs_mount(&dirs, step_id->job_id, &e) < 0)
+		return cannot_enter(step_id->job_id, args.jail, &e);
 	/* A forked child of slurmd or slurmstepd: single-threaded, so the namespace is the whole process's. */
 	if (unshare(CLONE_NEWNS) < 0) {
 		e.step = "unshare";
@@ -160,7 +163,7 @@ int JAIL_FN(join)(slurm_step_id_t *step_id, uid_t uid, bool step_create)
 		(void)snprintf(e.what, sizeof(e.what), "new mount namespace");
 		return cannot_enter(step_id->job_id, args.jail, &e);
 	}
-	if (jail_job_dirs_from_env(&dirs, &e) < 0 || jail_pivot(args.jail, args.old_root, &e) < 0)
+	if (jail_pivot(args.jail, args.old_root, &e) < 0)
 		return cannot_enter(step_id->job_id, args.jail, &e);
 	if (jail_job_dirs_bind(args.old_root, &dirs, step_id->job_id, &e) < 0 || jail_detach(args.old_root, &e) < 0) {
 		jail_undo(args.old_root);
@@ -227,7 +230,7 @@ static void wait_for_root(void)
 
 /*
  * The extern step's slurmstepd (on the node's root) calls this as it ends, after the job's other steps on this node:
- * the job's private /tmp and /dev/shm go with everything in them.
+ * the job's private /tmp and /dev/shm go with everything in them (their tmpfs unmounted first, when sized).
  */
 static int remove_job_dirs(uint32_t job_id)
 {

@@ -75,6 +75,39 @@ static void expect_job_dirs(const char *name, const char *tmp, const char *shm, 
 	printf("ok %s: rc=%d %s\n", name, rc, rc == 0 ? dirs.tmp : e.what);
 }
 
+/* The sizes (SLURMCTL_JOB_TMP_SIZE, SLURMCTL_JOB_SHM_SIZE; NULL: unset) with both directories set. */
+static void expect_job_sizes(const char *name, const char *tmp, const char *shm, int want_rc,
+			     unsigned long long want_tmp, unsigned long long want_shm, const char *want)
+{
+	struct jail_job_dirs dirs;
+	struct jail_error e;
+	int rc;
+
+	setenv("SLURMCTL_JOB_TMP", "/t", 1);
+	setenv("SLURMCTL_JOB_SHM", "/s", 1);
+	if (tmp != NULL)
+		setenv("SLURMCTL_JOB_TMP_SIZE", tmp, 1);
+	else
+		unsetenv("SLURMCTL_JOB_TMP_SIZE");
+	if (shm != NULL)
+		setenv("SLURMCTL_JOB_SHM_SIZE", shm, 1);
+	else
+		unsetenv("SLURMCTL_JOB_SHM_SIZE");
+	memset(&e, 0, sizeof(e));
+	rc = jail_job_dirs_from_env(&dirs, &e);
+	cases++;
+	if (rc != want_rc || (rc == 0 && (dirs.tmp_size != want_tmp || dirs.shm_size != want_shm)) ||
+	    (rc != 0 && strstr(e.what, want) == NULL)) {
+		printf("FAIL %s: rc=%d (want %d), sizes %llu %llu (want %llu %llu) what='%s' (want '%s')\n", name, rc,
+		       want_rc, rc == 0 ? dirs.tmp_size : 0, rc == 0 ? dirs.shm_size : 0, want_tmp, want_shm,
+		       rc == 0 ? "" : e.what, want);
+		exit(1);
+	}
+	printf("ok %s: rc=%d %s\n", name, rc, rc == 0 ? "" : e.what);
+	unsetenv("SLURMCTL_JOB_TMP_SIZE");
+	unsetenv("SLURMCTL_JOB_SHM_SIZE");
+}
+
 /* A heap string of `n` copies of `c` after `prefix`, so ASan sees its exact end. */
 static char *repeat(const char *prefix, char c, size_t n)
 {
@@ -150,6 +183,23 @@ int main(void)
 	expect_job_dirs("job tmp relative", "t", "/s", -1, "SLURMCTL_JOB_TMP=t is not an absolute path");
 	expect_job_dirs("job shm root", "/t", "//", -1, "SLURMCTL_JOB_SHM=// is the node's root");
 	expect_job_dirs("job tmp too long", long_jail + strlen("jail="), "/s", -1, "SLURMCTL_JOB_TMP");
+
+	expect_job_sizes("sizes unset", NULL, NULL, 0, 0, 0, NULL);
+	expect_job_sizes("sizes empty", "", "", 0, 0, 0, NULL);
+	expect_job_sizes("sizes both", "10737418240", "4096", 0, 10737418240ULL, 4096, NULL);
+	expect_job_sizes("tmp size only", "1048576", NULL, 0, 1048576, 0, NULL);
+	expect_job_sizes("size below a page", "4095", NULL, -1, 0, 0, "is below 4096 bytes");
+	expect_job_sizes("size zero", NULL, "0", -1, 0, 0, "is below 4096 bytes");
+	expect_job_sizes("size with a unit", "10Gi", NULL, -1, 0, 0, "SLURMCTL_JOB_TMP_SIZE=10Gi is not a number");
+	expect_job_sizes("size negative", "-1", NULL, -1, 0, 0, "is not a number of bytes");
+	expect_job_sizes("size with a sign", "+4096", NULL, -1, 0, 0, "is not a number of bytes");
+	expect_job_sizes("size with a space", " 4096", NULL, -1, 0, 0, "is not a number of bytes");
+	expect_job_sizes("size overflows", "99999999999999999999999", NULL, -1, 0, 0, "is not a number of bytes");
+	unsetenv("SLURMCTL_JOB_TMP");
+	unsetenv("SLURMCTL_JOB_SHM");
+	setenv("SLURMCTL_JOB_TMP_SIZE", "4096", 1);
+	expect_job_dirs("size without its directory", NULL, NULL, -1, "SLURMCTL_JOB_TMP_SIZE without its directory");
+	unsetenv("SLURMCTL_JOB_TMP_SIZE");
 
 	/* Callers may pass no message buffer, or one too small for any message. */
 	cases++;

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec, WorkerGroup
+from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec, WorkerGroup, parse_quantity
 from slurmctl.render import meta, pods
 from slurmctl.render.slurm_conf import OCI_CONF, dynamic_node_conf, restart_settings
 from slurmctl.render.sshd import sshd_mounts, sshd_volumes
@@ -163,6 +163,17 @@ def confine_env(spec: SlurmClusterSpec, *, privileged_jobs: bool) -> list[dict[s
     return env
 
 
+def job_tmp_env(spec: SlurmClusterSpec, group: WorkerGroup) -> list[dict[str, str]]:
+    """spec.workers[].jobTmp (else spec.jail.jobTmp's): the size of each job's /tmp and /dev/shm tmpfs in bytes, for
+    the chroot plugin (native/spank_chroot/jail.h), beside the directories it mounts them in. A new size is a new
+    pod template: the group's workers are re-created one drained node at a time, like any."""
+    tmp, shm = spec.job_tmp_sizes(group)
+    return [
+        {"name": "SLURMCTL_JOB_TMP_SIZE", "value": str(int(parse_quantity(tmp)))},
+        {"name": "SLURMCTL_JOB_SHM_SIZE", "value": str(int(parse_quantity(shm)))},
+    ]
+
+
 def _pod_template(
     cluster: SlurmCluster,
     group: WorkerGroup,
@@ -185,8 +196,8 @@ def _pod_template(
         else {"name": "SLURMD_CONF", "value": dynamic_node_conf(group)}
     )
     shm_size = pods.quantity(spec.shared_memory_size(group))
-    # (env, volume, path, emptyDir): the job's /tmp on the node's disk; its /dev/shm in memory, within the same limit
-    # as the pod's /dev/shm.
+    # (env, volume, path, emptyDir): the bases of the jobs' /tmp and /dev/shm. Each job's are a tmpfs of their own
+    # (job_tmp_env), mounted on the base by the plugin; the emptyDirs hold only those mount points.
     job_dirs: list[tuple[str, str, str, dict[str, str]]] = (
         [
             ("SLURMCTL_JOB_TMP", "job-tmp", JOB_TMP_DIR, {}),
@@ -208,6 +219,7 @@ def _pod_template(
             *pods.jail_env(spec),
             pods.restart_keys_env(),
             *({"name": env, "value": path} for env, _, path, _ in job_dirs),
+            *(job_tmp_env(spec, group) if job_dirs else []),
             *confine_env(spec, privileged_jobs=privileged_jobs),
             *([{"name": SSH_FROM_ENV, "value": ssh_from}] if ssh else []),
         ],

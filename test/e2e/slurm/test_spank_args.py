@@ -45,5 +45,8 @@ def test_argument_parser_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
     # Each hostile input got its own verdict, including the ones a sloppy parser crashes on.
     cases = ("very long jail", "very long unknown key", "bare equals", "jail without value", "unknown key")
     # ... and the per-job directories the worker pod names in slurmd's environment (jail.h).
-    for case in (*cases, "job dirs both", "job tmp alone", "job shm root", "job tmp too long"):
+    dirs = ("job dirs both", "job tmp alone", "job shm root", "job tmp too long")
+    # ... and their sizes (spec.workers[].jobTmp, in bytes).
+    sizes = ("sizes both", "size zero", "size with a unit", "size overflows", "size without its directory")
+    for case in (*cases, *dirs, *sizes):
         assert f"ok {case}:" in proc.stdout

@@ -153,6 +153,18 @@ def test_nccl_benchmark_needs_gpus_and_ordered_sizes() -> None:
     ]
 
 
+def test_job_tmp_sizes_below_one_mebibyte() -> None:
+    """A tmpfs of 0 bytes has no limit at all, and one of a few bytes holds no program's scratch."""
+    obj = cluster(
+        jail={"volume": {"claimName": "jail"}, "jobTmp": {"tmpSize": 0, "shmSize": "1Mi"}},
+        workers=[{"name": "cpu", "jobTmp": {"shmSize": "1000k"}}],
+    )
+    assert problems_of(obj) == [
+        "spec.jail.jobTmp.tmpSize: 0 is below the minimum of 1Mi",
+        "spec.workers[0].jobTmp.shmSize: 1000k is below the minimum of 1Mi",
+    ]
+
+
 def test_schema_problems_are_reported_with_camel_case_paths() -> None:
     obj = cluster(workers=[{"name": "cpu", "sharedMemorySize": "lots", "size": "2"}], populateJail={"overwrite": 1})
     assert problems_of(obj) == [

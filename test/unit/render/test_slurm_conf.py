@@ -246,6 +246,31 @@ def test_private_tmp_is_on_by_default_and_off_leaves_the_workers_without_job_dir
     slurmd = _slurmd(pod)
     assert not {"SLURMCTL_JOB_TMP", "SLURMCTL_JOB_SHM"} & {e["name"] for e in slurmd["env"]}
     assert render_slurm_configs(shared)["plugstack.conf"] == render_slurm_configs(cluster)["plugstack.conf"]
+    assert not {"SLURMCTL_JOB_TMP_SIZE", "SLURMCTL_JOB_SHM_SIZE"} & {e["name"] for e in slurmd["env"]}
+
+
+def _job_tmp_env(cluster: SlurmCluster) -> tuple[str, str]:
+    env = {e["name"]: e.get("value") for e in _slurmd(_worker_pod_spec(cluster))["env"]}
+    return env["SLURMCTL_JOB_TMP_SIZE"], env["SLURMCTL_JOB_SHM_SIZE"]
+
+
+def _with_spec(cluster: SlurmCluster, change: Any) -> SlurmCluster:
+    spec = cluster.spec.model_dump(by_alias=True, exclude_none=True)
+    change(spec)
+    return cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
+
+
+def test_job_tmp_sizes_reach_slurmd_in_bytes_group_over_cluster_over_defaults() -> None:
+    """spec.workers[].jobTmp, field by field over spec.jail.jobTmp, over 10Gi for /tmp and the group's /dev/shm size
+    for /dev/shm: in bytes, as the chroot plugin reads them (jail.h)."""
+    cluster = sample("minimal")
+    assert _job_tmp_env(cluster) == (str(10 * 2**30), str(64 * 2**30))
+    sized = _with_spec(cluster, lambda s: s["workers"][0].update(sharedMemorySize="2Gi"))
+    assert _job_tmp_env(sized) == (str(10 * 2**30), str(2 * 2**30))
+    sized = _with_spec(sized, lambda s: s["jail"].update(jobTmp={"tmpSize": "1G", "shmSize": "512Mi"}))
+    assert _job_tmp_env(sized) == ("1000000000", str(512 * 2**20))
+    sized = _with_spec(sized, lambda s: s["workers"][0].update(jobTmp={"shmSize": "64Mi"}))
+    assert _job_tmp_env(sized) == ("1000000000", str(64 * 2**20))
 
 
 def test_submounts_are_nosuid_unless_a_spec_allows_setuid_on_one() -> None:
