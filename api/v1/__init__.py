@@ -42,6 +42,15 @@ from .defaults import (
 )
 from .health_checks import GpuHealthCheck, HealthChecks, NcclBenchmark
 from .jail import JailSpec, PopulateJailSpec, SubMount
+from .maintenance import (
+    MaintenanceSpec,
+    MaintenanceWindow,
+    Span,
+    current_window,
+    next_window,
+    parse_timestamp,
+    rfc3339,
+)
 from .policy import CONTROL_PLANE_LABELS, DEFAULT_VOLUME_SOURCES, OPEN_POLICY, PYXIS_KEY, Policy, image_prefix_problem
 from .problems import Problem
 from .schema import crd
@@ -54,6 +63,7 @@ from .status import (
     JAIL_POPULATED,
     LIMITS_APPLIED,
     LOGIN_READY,
+    MAINTENANCE_PENDING,
     PHASES,
     REST_READY,
     SPEC_VALID,
@@ -106,6 +116,7 @@ __all__ = [
     "MAX_CLUSTER_NAME_LENGTH",
     "MAX_GROUP_NAME_LENGTH",
     "MAX_GROUP_SIZE",
+    "MAINTENANCE_PENDING",
     "MAX_TOTAL_WORKERS",
     "OPEN_POLICY",
     "PHASES",
@@ -135,6 +146,8 @@ __all__ = [
     "LogLevels",
     "LoginService",
     "LoginSpec",
+    "MaintenanceSpec",
+    "MaintenanceWindow",
     "MariaDBSpec",
     "MariaDBStorage",
     "NcclBenchmark",
@@ -159,6 +172,7 @@ __all__ = [
     "SlurmDaemon",
     "SlurmNodeCounts",
     "SlurmSpec",
+    "Span",
     "StateVolume",
     "SubMount",
     "TopologyBlock",
@@ -169,10 +183,14 @@ __all__ = [
     "WorkerGroupStatus",
     "check_cluster",
     "crd",
+    "current_window",
     "default_image",
     "image_prefix_problem",
+    "next_window",
     "parse_duration",
     "parse_quantity",
+    "parse_timestamp",
     "ready_summary",
+    "rfc3339",
     "validate_spec",
 ]
