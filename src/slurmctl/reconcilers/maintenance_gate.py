@@ -71,7 +71,9 @@ def _held(obs: Observation, obj: Obj) -> Obj:
         replicas = int(obj["spec"].get("replicas", 1))
         held["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": replicas}}
         return held
-    if kind == DEPLOYMENT.kind and name in obs.owned(DEPLOYMENT):
+    live = obs.owned(DEPLOYMENT).get(name)
+    # A Deployment paused before its first ReplicaSet would never get one: only one that has pods is held.
+    if kind == DEPLOYMENT.kind and live is not None and int((live.get("status") or {}).get("replicas", 0)) > 0:
         held = copy.deepcopy(obj)
         held["spec"]["paused"] = True
         return held

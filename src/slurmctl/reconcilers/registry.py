@@ -21,13 +21,24 @@ from slurmctl.api.v1 import (
     CONTROLLER_READY,
     JAIL_POPULATED,
     LOGIN_READY,
+    MAINTENANCE_PENDING,
     REST_READY,
     SPEC_VALID,
     WORKERS_READY,
     Policy,
     SlurmCluster,
 )
-from slurmctl.reconcilers import accounting, benchmark, cluster, controller, login, populate_jail, rest, workers
+from slurmctl.reconcilers import (
+    accounting,
+    benchmark,
+    cluster,
+    controller,
+    login,
+    maintenance,
+    populate_jail,
+    rest,
+    workers,
+)
 from slurmctl.reconcilers.accounting import AccountingReconciler
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
@@ -36,6 +47,7 @@ from slurmctl.reconcilers.component import Component, component_is, never
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.loading import Loader
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
+from slurmctl.reconcilers.maintenance import MaintenanceReconciler
 from slurmctl.reconcilers.maintenance_gate import gated
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import cluster_of_pod, trimmed_node
@@ -107,6 +119,9 @@ COMPONENTS: Final[tuple[Component, ...]] = (
               after=("cluster",)),
     Component("rest", REST_READY, reconciler=ComponentReconciler, plan=gated(rest.plan), render=manifests.rest_objects,
               owns=(DEPLOYMENT, SERVICE), image="rest", required=_rest_enabled),
+    Component("maintenance", MAINTENANCE_PENDING, reconciler=MaintenanceReconciler, plan=maintenance.plan,
+              render=maintenance.maintenance_objects, plans_offline=False, owns=(JOB,), required=never,
+              after=("controller", "workers", "login", "accounting", "rest")),
     Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, plan=benchmark.plan,
               render=manifests.benchmark_objects, owns=(CRONJOB,), image="nccl-benchmark", required=never,
               after=("cluster",)),
