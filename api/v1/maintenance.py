@@ -77,7 +77,9 @@ class MaintenanceWindow(ApiModel):
         "in UTC, e.g. '0 2 * * 6' for Saturdays at 02:00.",
     )
     duration: Duration | None = Field(None, description="How long a recurring window lasts, e.g. 4h or 1h30m.")
-    start: Timestamp | None = Field(None, description="Start of an absolute window (RFC 3339, e.g. 2026-12-24T22:00:00Z).")
+    start: Timestamp | None = Field(
+        None, description="Start of an absolute window (RFC 3339, e.g. 2026-12-24T22:00:00Z)."
+    )
     end: Timestamp | None = Field(None, description="End of an absolute window (RFC 3339), after start.")
 
 

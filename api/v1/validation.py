@@ -421,9 +421,8 @@ def _check_maintenance(spec: SlurmClusterSpec, path: str) -> list[Problem]:
             problems.append(
                 Problem(where, "a window is either recurring (schedule and duration) or absolute (start and end)")
             )
-        if window.start is not None and window.end is not None:
-            if parse_timestamp(window.end) <= parse_timestamp(window.start):
-                problems.append(Problem(f"{where}.end", f"end {window.end} is not after start {window.start}"))
+        if window.start and window.end and parse_timestamp(window.end) <= parse_timestamp(window.start):
+            problems.append(Problem(f"{where}.end", f"end {window.end} is not after start {window.start}"))
         if window.schedule is not None and (problem := schedule_problem(window.schedule)) is not None:
             problems.append(Problem(f"{where}.schedule", problem))
         if window.duration is not None and parse_duration(window.duration).total_seconds() < 60:

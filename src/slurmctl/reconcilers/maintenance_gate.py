@@ -12,8 +12,10 @@ the step that replaces pods is stopped instead.
   down through Slurm once idle) are held by their component, which takes no roll step (`rolls_allowed`).
 
 Only a workload that exists is held: a new one (a new cluster, a new group, a standby just enabled) is created at once.
-Inside a window, and without windows, the objects are exactly what the renderers give (no partition, not paused), so
-a cluster without windows behaves as before. A roll that the window's end interrupts stops after the pod it is on.
+Neither is a roll already under way when the window closes (it runs to its end), nor one whose pods must follow a new
+key Secret (a JWT key rotation: the operator signs its Slurm calls with the new key at once). Without windows the
+objects are exactly what the renderers give; with windows they carry KEY_IDS_ANNOTATION besides, and inside a window
+nothing else (no partition, not paused).
 """
 
 from __future__ import annotations
@@ -27,9 +29,14 @@ from typing import Any, TypeVar
 from slurmctl.api.v1 import SlurmClusterSpec, current_window, next_window
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.plan import Obj, Plan
+from slurmctl.render import meta
 from slurmctl.render.kinds import DEPLOYMENT, STATEFULSET
+from slurmctl.runtime.objects import meta_of
 
 O = TypeVar("O", bound=Observation)  # noqa: E741 - the observation type a plan takes
+# On each gated workload: a hash of the key Secrets (their uids) its pods are rendered for. A workload whose pods must
+# follow a new key is not held (a JWT key rotation is applied at once, window or not).
+KEY_IDS_ANNOTATION = "slurm.slurmctl.io/key-ids"
 
 
 def rolls_allowed(spec: SlurmClusterSpec, now: datetime) -> bool:
@@ -53,31 +60,60 @@ def seconds_to_change(spec: SlurmClusterSpec, now: datetime) -> float | None:
 
 
 def hold(obs: Observation, objects: tuple[Obj, ...]) -> tuple[Obj, ...]:
-    """The objects as applied while the gate is closed: each live RollingUpdate StatefulSet partitioned at its replicas,
-    each live Deployment paused; everything else as rendered."""
-    if rolls_allowed(obs.loaded.cluster.spec, obs.now):
+    """The objects as applied while the cluster has windows: each RollingUpdate StatefulSet and Deployment stamped
+    with the key Secrets its pods were rendered for, and, outside a window, held (`_held`)."""
+    if not obs.loaded.cluster.spec.maintenance.windows:
         return objects
-    return tuple(_held(obs, obj) for obj in objects)
+    allowed = rolls_allowed(obs.loaded.cluster.spec, obs.now)
+    keys = meta.content_hash(sorted(obs.keys.items()))
+    return tuple(_gated(obs, obj, allowed, keys) for obj in objects)
 
 
-def _held(obs: Observation, obj: Obj) -> Obj:
-    name = obj["metadata"]["name"]
-    kind = obj.get("kind")
-    if kind == STATEFULSET.kind and name in obs.owned(STATEFULSET):
-        strategy = obj["spec"].get("updateStrategy", {})
-        if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+def _gated(obs: Observation, obj: Obj, allowed: bool, keys: str) -> Obj:
+    kind, name = obj.get("kind"), obj["metadata"]["name"]
+    if kind == STATEFULSET.kind:
+        if obj["spec"].get("updateStrategy", {}).get("type", "RollingUpdate") != "RollingUpdate":
             return obj  # OnDelete: the operator itself replaces the pods (rolls_allowed)
-        held: dict[str, Any] = copy.deepcopy(obj)
+        live = obs.owned(STATEFULSET).get(name)
+    elif kind == DEPLOYMENT.kind:
+        live = obs.owned(DEPLOYMENT).get(name)
+    else:
+        return obj
+    out: dict[str, Any] = copy.deepcopy(obj)
+    out["metadata"].setdefault("annotations", {})[KEY_IDS_ANNOTATION] = keys
+    if allowed or live is None or not _holdable(live, keys):
+        return out
+    if kind == STATEFULSET.kind:
         replicas = int(obj["spec"].get("replicas", 1))
-        held["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": replicas}}
-        return held
-    live = obs.owned(DEPLOYMENT).get(name)
-    # A Deployment paused before its first ReplicaSet would never get one: only one that has pods is held.
-    if kind == DEPLOYMENT.kind and live is not None and int((live.get("status") or {}).get("replicas", 0)) > 0:
-        held = copy.deepcopy(obj)
-        held["spec"]["paused"] = True
-        return held
-    return obj
+        out["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": replicas}}
+    else:
+        out["spec"]["paused"] = True
+    return out
+
+
+def _holdable(live: Obj, keys: str) -> bool:
+    """Whether a live workload's roll may be held: not when its pods must follow a new key Secret (a JWT key rotation:
+    slurmctld and slurmdbd load the key only when they start, and the operator already signs its Slurm calls with the
+    new one), nor while a roll it was let run is still under way (the StatefulSet controller re-creates a deleted pod
+    at the revision the partition says at that moment: holding it mid-roll would bring back the old template, whose
+    key Secret may be gone), nor a Deployment without pods yet (paused before its first ReplicaSet, it would get none).
+    """
+    md = meta_of(live)
+    stamped = md.annotations.get(KEY_IDS_ANNOTATION)
+    if stamped is not None and stamped != keys:
+        return False
+    spec, status = live.get("spec") or {}, live.get("status") or {}
+    unseen = int(status.get("observedGeneration", 0)) < (md.generation or 0)
+    if live.get("kind") == DEPLOYMENT.kind:
+        if int(status.get("replicas", 0)) == 0:
+            return False
+        rolling = not spec.get("paused") and (
+            unseen or int(status.get("updatedReplicas", 0)) < int(spec.get("replicas", 1))
+        )
+        return not rolling
+    partition = ((spec.get("updateStrategy") or {}).get("rollingUpdate") or {}).get("partition", 0)
+    rolling = not partition and (unseen or status.get("updateRevision") != status.get("currentRevision"))
+    return not rolling
 
 
 def gated(plan: Callable[[O], Plan]) -> Callable[[O], Plan]:

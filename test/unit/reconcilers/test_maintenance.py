@@ -4,6 +4,7 @@ is faked by the `now` each observation carries."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from slurmctl.api.v1 import MaintenanceWindow, current_window, next_window
 from slurmctl.reconcilers import controller, rest, workers
 from slurmctl.reconcilers.maintenance import MaintenanceObservation, pending_changes, plan
-from slurmctl.reconcilers.maintenance_gate import gated, rolls_allowed, seconds_to_change
+from slurmctl.reconcilers.maintenance_gate import KEY_IDS_ANNOTATION, gated, rolls_allowed, seconds_to_change
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render.kinds import DEPLOYMENT, JOB, STATEFULSET
@@ -74,7 +75,8 @@ def _controller_obs(now: datetime, *, spec_extra: dict[str, Any], live: bool) ->
     cluster = loaded(**spec_extra)
     obs = observe(cluster)
     sts = next(o for o in controller.plan(obs).apply if o["kind"] == "StatefulSet")
-    children = {STATEFULSET: {sts["metadata"]["name"]: _live(sts, replicas=1)}} if live else {}
+    settled = {"replicas": 1, "updateRevision": "r1", "currentRevision": "r1"}
+    children = {STATEFULSET: {sts["metadata"]["name"]: _live(sts, **settled)}} if live else {}
     return dataclasses.replace(obs, now=now, children=children)
 
 
@@ -86,6 +88,18 @@ def test_outside_a_window_a_live_controller_statefulset_is_partitioned_at_its_re
     # The template is the spec's own: only the roll waits.
     plain = controller.plan(_controller_obs(WED, spec_extra={}, live=True))
     assert sts["spec"]["template"] == next(o for o in plain.apply if o["kind"] == "StatefulSet")["spec"]["template"]
+
+
+def _unstamped(objs: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    out = []
+    for rendered in objs:
+        obj = copy.deepcopy(rendered)
+        annotations = obj["metadata"].get("annotations", {})
+        annotations.pop(KEY_IDS_ANNOTATION, None)
+        if not annotations:
+            obj["metadata"].pop("annotations", None)
+        out.append(obj)
+    return out
 
 
 @pytest.mark.parametrize(
@@ -100,7 +114,31 @@ def test_the_controller_is_rendered_as_without_windows_when_it_may_roll(
     now: datetime, spec_extra: dict[str, Any], live: bool
 ) -> None:
     obs = _controller_obs(now, spec_extra=spec_extra, live=live)
-    assert gated(controller.plan)(obs).apply == controller.plan(obs).apply
+    gated_apply = gated(controller.plan)(obs).apply
+    assert _unstamped(gated_apply) == list(controller.plan(obs).apply)
+    stamped = [o for o in gated_apply if KEY_IDS_ANNOTATION in o["metadata"].get("annotations", {})]
+    assert len(stamped) == (1 if spec_extra else 0), "with windows the StatefulSet carries the key ids"
+
+
+def test_a_new_key_and_a_roll_under_way_are_not_held() -> None:
+    obs = _controller_obs(WED, spec_extra={"maintenance": {"windows": [NIGHTLY]}}, live=True)
+    (name,) = obs.owned(STATEFULSET)
+    live = copy.deepcopy(obs.owned(STATEFULSET)[name])
+
+    def strategy(live_sts: dict[str, Any]) -> Any:
+        o = dataclasses.replace(obs, children={STATEFULSET: {name: live_sts}})
+        sts = next(x for x in gated(controller.plan)(o).apply if x["kind"] == "StatefulSet")
+        return sts["spec"].get("updateStrategy")
+
+    held = {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}}
+    assert strategy(live) == held, "no stamp yet (windows just added): held"
+    live["metadata"]["annotations"] = {KEY_IDS_ANNOTATION: "keys-of-before-a-rotation"}
+    assert strategy(live) is None, "its pods must follow a new key: rolled at once"
+    rolling = {**live, "metadata": {**live["metadata"], "annotations": {}}}
+    rolling["status"] = {"observedGeneration": 2, "updateRevision": "r2", "currentRevision": "r1"}
+    assert strategy(rolling) is None, "a roll under way (no partition) runs to its end"
+    rolling["spec"] = {**rolling["spec"], "updateStrategy": held}
+    assert strategy(rolling) == held, "a held roll stays held"
 
 
 def test_a_deployment_is_paused_only_once_it_has_pods() -> None:
@@ -110,7 +148,7 @@ def test_a_deployment_is_paused_only_once_it_has_pods() -> None:
     name = dep["metadata"]["name"]
     fresh = dataclasses.replace(obs, children={DEPLOYMENT: {name: _live(dep, replicas=0)}})
     assert "paused" not in next(o for o in gated(rest.plan)(fresh).apply if o["kind"] == "Deployment")["spec"]
-    running = dataclasses.replace(obs, children={DEPLOYMENT: {name: _live(dep, replicas=1)}})
+    running = dataclasses.replace(obs, children={DEPLOYMENT: {name: _live(dep, replicas=1, updatedReplicas=1)}})
     assert next(o for o in gated(rest.plan)(running).apply if o["kind"] == "Deployment")["spec"]["paused"] is True
 
 
