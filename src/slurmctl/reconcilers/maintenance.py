@@ -84,7 +84,8 @@ def plan(obs: Observation) -> Plan:
         return _without_windows(obs, jobs, bool(windows))
     name = reservation_job_name(c, covered)
     creates: tuple[Create, ...] = ()
-    if name not in jobs:
+    # The Job's pod mounts the munge key: made once the cluster component has created it.
+    if name not in jobs and meta.munge_secret(c) in obs.keys:
         creates = (Create(render_reservation_job(loaded.cluster, covered)),)
     # Older reservation Jobs: the new one replaces what they made.
     deletes = [Delete(JOB, old, "replaced by the Job for the next window", uid=uid(job)) for old, job in jobs.items()]

@@ -1148,32 +1148,57 @@ def rfc3339(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
+def spec_valid(kube: Kube) -> tuple[str, str] | None:
+    conditions = kube.json("slurmcluster", NAME).get("status", {}).get("conditions") or []
+    cond = next((c for c in conditions if c["type"] == "SpecValid"), None)
+    return None if cond is None else (cond["status"], cond.get("message", ""))
+
+
 def test_a_restart_requiring_change_waits_for_the_maintenance_window_under_a_maint_reservation(
     available: Kube,
 ) -> None:
-    """Outside a window, new pod settings of login (a StatefulSet) and slurmrestd (a Deployment) wait, named in
-    MaintenancePending with the window, the pods unchanged, while Slurm's MAINT reservation covers the window; a window
-    opened now applies them; without windows the reservation goes."""
+    """Outside a window, new pod settings of login (a StatefulSet), slurmrestd (a Deployment) and the workers (rolled
+    by the operator) wait, named in MaintenancePending with the window, the pods unchanged, while Slurm's MAINT
+    reservation covers the window; a window opened now applies them; without windows the reservation goes. A schedule
+    the schema lets through but cron cannot use is refused naming its field."""
     kube = available
+    bad = {"spec": {"maintenance": {"windows": [{"schedule": "61 2 * * *", "duration": "1h"}]}}}
+    kube.run("patch", "slurmcluster", NAME, "--type=merge", "-p", json.dumps(bad))
+    refused = until(
+        lambda: ((c := spec_valid(kube)) is not None and c[0] == "False" and c[1]) or None,
+        timeout=60,
+        what="SpecValid=False for the schedule",
+    )
+    assert "spec.maintenance.windows[0].schedule: '61 2 * * *' is not a cron expression" in refused, refused
     login_before = identity(kube.json("pod", LOGIN_POD))
     (rest_pod,) = kube.pods(REST_PODS)
     rest_before = identity(rest_pod)
+    workers_before = {name: identity(pod) for name, pod in worker_pods(kube).items()}
     start = (int(time.time()) // 60 + 120) * 60  # in two hours, on the minute
     window = {"start": rfc3339(start), "end": rfc3339(start + 3600)}
-    changed = {"podAnnotations": {"example.com/maintenance-test": "1"}}
-    patch = {"spec": {"maintenance": {"windows": [window]}, "login": changed, "rest": changed}}
-    kube.run("patch", "slurmcluster", NAME, "--type=merge", "-p", json.dumps(patch))
+    changed = {"example.com/maintenance-test": "1"}
+    patch_cluster(
+        kube,
+        json.dumps({"op": "replace", "path": "/spec/maintenance", "value": {"windows": [window]}}),
+        json.dumps({"op": "add", "path": "/spec/login/podAnnotations", "value": changed}),
+        json.dumps({"op": "add", "path": "/spec/rest/podAnnotations", "value": changed}),
+        json.dumps({"op": "test", "path": "/spec/workers/0/name", "value": "cpu"}),
+        json.dumps({"op": "add", "path": "/spec/workers/0/podAnnotations", "value": changed}),
+    )
     started = time.monotonic()
+    workloads = (f"Deployment {NAME}-rest", f"StatefulSet {NAME}-login", f"StatefulSet {NAME}-worker-cpu")
 
     def waiting() -> str | None:
         cond = maintenance(kube)
         if cond is None or cond[:2] != ("True", "WaitingForWindow") or "covers" not in cond[2]:
             return None
-        return cond[2] if f"Deployment {NAME}-rest" in cond[2] and f"StatefulSet {NAME}-login" in cond[2] else None
+        return cond[2] if all(w in cond[2] for w in workloads) else None
 
-    message = until(waiting, timeout=180, what="MaintenancePending naming login and slurmrestd, reservation made")
+    message = until(waiting, timeout=180, what="MaintenancePending naming each workload, the reservation made")
     print(f"pending named after {time.monotonic() - started:.1f}s: {message}")
+    assert (spec_valid(kube) or ("", ""))[0] == "True", "a valid window again"
     assert f"from {window['start']} to {window['end']} (spec.maintenance.windows[0])" in message
+    assert "2 of 2 pods" in message, "both workers wait"
     held = reservation(kube)
     assert held is not None, "the MAINT reservation covers the window"
     assert (held["StartTime"], held["EndTime"]) == (slurm_time(start), slurm_time(start + 3600)), held
@@ -1182,8 +1207,17 @@ def test_a_restart_requiring_change_waits_for_the_maintenance_window_under_a_mai
     login_sts = kube.json("statefulset", f"{NAME}-login")
     assert login_sts["status"]["updateRevision"] != login_sts["status"]["currentRevision"], "a new template, held"
     assert kube.json("deployment", f"{NAME}-rest")["spec"].get("paused") is True
-    assert identity(kube.json("pod", LOGIN_POD)) == login_before, "the login pod waits for the window"
-    assert [identity(p) for p in kube.pods(REST_PODS)] == [rest_before], "slurmrestd waits for the window"
+    # Held for a while (the workers' drain gate polls Slurm every few seconds): no pod replaced, no worker drained.
+    holds(
+        lambda: (
+            identity(kube.json("pod", LOGIN_POD)) == login_before
+            and [identity(p) for p in kube.pods(REST_PODS)] == [rest_before]
+            and {name: identity(pod) for name, pod in worker_pods(kube).items()} == workers_before
+            and all(state == "idle" for state in sinfo_nodes(kube).values())
+        ),
+        what="every pod unchanged and every worker idle outside the window",
+        seconds=20,
+    )
 
     # The test opens a window now: the change is applied, the reservation follows the open window.
     now = int(time.time())
@@ -1201,17 +1235,20 @@ def test_a_restart_requiring_change_waits_for_the_maintenance_window_under_a_mai
     def applied() -> bool | None:
         login = kube.json("pod", LOGIN_POD)
         rest = kube.pods(REST_PODS)
+        workers = worker_pods(kube)
         done = (
             identity(login)[0] != login_before[0]
             and pod_ready(login)
             and len(rest) == 1
             and identity(rest[0])[0] != rest_before[0]
             and pod_ready(rest[0])
+            and set(workers) == set(workers_before)
+            and all(identity(p)[0] != workers_before[n][0] and pod_ready(p) for n, p in workers.items())
         )
         cond = maintenance(kube)
         return (done and cond is not None and cond[:2] == ("False", "NothingPending")) or None
 
-    until(applied, timeout=240, what="login and slurmrestd re-created in the window, nothing pending")
+    until(applied, timeout=300, what="login, slurmrestd and both workers re-created in the window, nothing pending")
     print(f"applied {time.monotonic() - opened_at:.1f}s after the window opened")
     assert kube.json("pod", LOGIN_POD)["metadata"]["annotations"]["example.com/maintenance-test"] == "1"
     until(
@@ -1228,6 +1265,7 @@ def test_a_restart_requiring_change_waits_for_the_maintenance_window_under_a_mai
         timeout=60,
         what="MaintenancePending to say there are no windows",
     )
+    wait_for_nodes(kube, lambda nodes: len(nodes) == 2 and set(nodes.values()) == {"idle"}, timeout=120, what="idle")
 
 
 def jail_host_path(kube: Kube) -> Path:

@@ -223,6 +223,8 @@ def test_a_change_outside_a_window_is_pending_naming_it_and_the_next_window_and_
     )
     assert "flags=MAINT,IGNORE_JOBS" in SCRIPT and "nodes=ALL" in SCRIPT
     assert p.requeue_after == (SAT - WED).total_seconds() + 1
+    keyless = plan(_maintenance_obs(WED, spec_extra={"maintenance": {"windows": [NIGHTLY]}}, keys={}))
+    assert keyless.create == (), "no Job before the munge key it mounts exists"
 
 
 def test_inside_the_window_the_change_is_applied_and_a_done_job_reads_as_the_reservation() -> None:
