@@ -278,3 +278,11 @@ def test_a_workload_its_controller_has_not_seen_yet_or_fully_updated_is_not_pend
     done = {**CONTROLLER_STS, "status": {**CONTROLLER_STS["status"], "updatedReplicas": 1}}  # type: ignore[dict-item]
     assert pending_changes({"StatefulSet/a": unseen, "StatefulSet/b": done}, [CONTROLLER_POD]) == []
     assert pending_changes({"StatefulSet/a": CONTROLLER_STS}, []) == ["StatefulSet a (a new pod template; 1 of 1 pods)"]
+
+
+def test_a_failed_reservation_job_is_named_with_a_warning() -> None:
+    name = reservation_job_name(NAME, next_window(windows(NIGHTLY), WED))
+    failed = {"metadata": {"name": name, "uid": "f"}, "status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    p = plan(_maintenance_obs(WED, spec_extra={"maintenance": {"windows": [NIGHTLY]}}, children={JOB: {name: failed}}))
+    assert f"the Job {name} could not make Slurm reservation {RESERVATION}" in _condition(p).message
+    assert "ReservationFailed" in [e.reason for e in p.events] and p.create == ()
