@@ -61,7 +61,7 @@ def seconds_to_change(spec: SlurmClusterSpec, now: datetime) -> float | None:
 
 def hold(obs: Observation, objects: tuple[Obj, ...]) -> tuple[Obj, ...]:
     """The objects as applied while the cluster has windows: each RollingUpdate StatefulSet and Deployment stamped
-    with the key Secrets its pods were rendered for, and, outside a window, held (`_held`)."""
+    with the key Secrets its pods were rendered for, and, outside a window, held (`_gated`)."""
     if not obs.loaded.cluster.spec.maintenance.windows:
         return objects
     allowed = rolls_allowed(obs.loaded.cluster.spec, obs.now)
