@@ -93,6 +93,12 @@ RICH_VALID_SPEC: dict[str, Any] = {
         ],
     },
     "healthChecks": {"ncclBenchmark": {"enabled": True}},
+    "maintenance": {
+        "windows": [
+            {"schedule": "0 2 * * 6", "duration": "4h"},
+            {"start": "2026-12-24T22:00:00Z", "end": "2026-12-25T02:00:00Z"},
+        ]
+    },
 }
 
 
@@ -447,5 +453,52 @@ CASES: tuple[Case, ...] = (
         "spec.accounting.accounts[0].qos[1]",
         "Duplicate value",
         None,
+    ),
+    Case(
+        "a maintenance window with a schedule and no duration",
+        {"maintenance": {"windows": [{"schedule": "0 2 * * 6"}]}},
+        "cel",
+        "spec.maintenance.windows[0]",
+        "schedule and duration go together (a recurring window)",
+        "schedule and duration go together",
+        rule="schedule and duration go together (a recurring window)",
+    ),
+    Case(
+        "a maintenance window with a start and no end",
+        {"maintenance": {"windows": [{"start": "2026-12-24T22:00:00Z"}]}},
+        "cel",
+        "spec.maintenance.windows[0]",
+        "start and end go together (an absolute window)",
+        "start and end go together",
+        rule="start and end go together (an absolute window)",
+    ),
+    Case(
+        "a maintenance window both recurring and absolute",
+        {
+            "maintenance": {
+                "windows": [
+                    {
+                        "schedule": "0 2 * * 6",
+                        "duration": "1h",
+                        "start": "2026-12-24T22:00:00Z",
+                        "end": "2026-12-25T02:00:00Z",
+                    }
+                ]
+            }
+        },
+        "cel",
+        "spec.maintenance.windows[0]",
+        "a window is either recurring (schedule and duration) or absolute (start and end)",
+        "either recurring",
+        rule="a window is either recurring (schedule and duration) or absolute (start and end)",
+    ),
+    Case(
+        "a maintenance window that ends before it starts",
+        {"maintenance": {"windows": [{"start": "2026-12-25T02:00:00Z", "end": "2026-12-24T22:00:00Z"}]}},
+        "cel",
+        "spec.maintenance.windows[0].end",
+        "end is not after start",
+        "is not after start",
+        rule="end is not after start",
     ),
 )

@@ -42,6 +42,15 @@ from .defaults import (
 )
 from .health_checks import GpuHealthCheck, HealthChecks, NcclBenchmark
 from .jail import JailSpec, JobTmp, PopulateJailSpec, SubMount
+from .maintenance import (
+    MaintenanceSpec,
+    MaintenanceWindow,
+    Span,
+    current_window,
+    next_window,
+    parse_timestamp,
+    rfc3339,
+)
 from .policy import CONTROL_PLANE_LABELS, DEFAULT_VOLUME_SOURCES, OPEN_POLICY, PYXIS_KEY, Policy, image_prefix_problem
 from .problems import Problem
 from .schema import crd
@@ -54,6 +63,7 @@ from .status import (
     JAIL_POPULATED,
     LIMITS_APPLIED,
     LOGIN_READY,
+    MAINTENANCE_PENDING,
     PHASES,
     REST_READY,
     SPEC_VALID,
@@ -103,6 +113,7 @@ __all__ = [
     "KIND",
     "LIMITS_APPLIED",
     "LOGIN_READY",
+    "MAINTENANCE_PENDING",
     "MAX_CLUSTER_NAME_LENGTH",
     "MAX_GROUP_NAME_LENGTH",
     "MAX_GROUP_SIZE",
@@ -136,6 +147,8 @@ __all__ = [
     "LogLevels",
     "LoginService",
     "LoginSpec",
+    "MaintenanceSpec",
+    "MaintenanceWindow",
     "MariaDBSpec",
     "MariaDBStorage",
     "NcclBenchmark",
@@ -160,6 +173,7 @@ __all__ = [
     "SlurmDaemon",
     "SlurmNodeCounts",
     "SlurmSpec",
+    "Span",
     "StateVolume",
     "SubMount",
     "TopologyBlock",
@@ -170,10 +184,14 @@ __all__ = [
     "WorkerGroupStatus",
     "check_cluster",
     "crd",
+    "current_window",
     "default_image",
     "image_prefix_problem",
+    "next_window",
     "parse_duration",
     "parse_quantity",
+    "parse_timestamp",
     "ready_summary",
+    "rfc3339",
     "validate_spec",
 ]

@@ -28,6 +28,7 @@ from .defaults import (
 from .fields import LIST_MAP_BY_NAME
 from .health_checks import HealthChecks
 from .jail import DEFAULT_JOB_TMP_SIZE, JailSpec, PopulateJailSpec
+from .maintenance import MaintenanceSpec
 from .slurm_spec import SlurmSpec
 from .topology import TopologySpec
 from .types import ApiModel, Quantity, ResourceRequirements, Scheduling
@@ -128,6 +129,10 @@ class SlurmClusterSpec(ApiModel):
         default_factory=ContainersSpec, description="Container jobs (Slurm's OCI support; pyxis for images with it)."
     )
     health_checks: HealthChecks = Field(default_factory=HealthChecks, description="GPU health checks.")
+    maintenance: MaintenanceSpec = Field(
+        default_factory=MaintenanceSpec,
+        description="Maintenance windows: when changes that restart Slurm daemons' pods are applied.",
+    )
     topology: TopologySpec | None = Field(
         None,
         description="Slurm's network topology from node labels (tree levels or a block label); empty means none.",

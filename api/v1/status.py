@@ -34,6 +34,9 @@ BENCHMARK_PASSED: Final = "BenchmarkPassed"
 # Not a component's: the accounting reconciler's second condition, whether Slurm holds the accounts and QOS that
 # spec.accounting declares. It does not count for the phase (jobs run without it), it says why limits do not bite.
 LIMITS_APPLIED: Final = "LimitsApplied"
+# The maintenance component's: True while a change that restarts a Slurm daemon's pod waits for (or is being applied
+# in) a maintenance window (spec.maintenance.windows). It does not count for the phase: the cluster runs as it was.
+MAINTENANCE_PENDING: Final = "MaintenancePending"
 
 
 class Reason(StrEnum):
@@ -72,6 +75,10 @@ class Reason(StrEnum):
     COULD_NOT_RUN = "CouldNotRun"  # the last NCCL benchmark could not measure nodes (named, with why, in the message)
     UNSCHEDULABLE = "Unschedulable"  # an elastic group's pod cannot be placed or started, or its node did not resume
     POD_REFUSED = "PodRefused"  # the API server refuses a component's pods at admission (Pod Security, a quota)
+    WAITING_FOR_WINDOW = "WaitingForWindow"  # restart-requiring changes wait for the next maintenance window
+    IN_WINDOW = "InWindow"  # restart-requiring changes are being applied in the open maintenance window
+    NOTHING_PENDING = "NothingPending"  # no restart-requiring change waits (MaintenancePending False)
+    NO_WINDOWS = "NoWindows"  # spec.maintenance.windows is empty: changes are applied at once
 
     @property
     def in_progress(self) -> bool:

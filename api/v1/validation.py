@@ -30,6 +30,7 @@ from .defaults import (
 from .jail import MIN_JOB_TMP_SIZE
 from .jail_paths import check_jail
 from .limits import TRES_PATTERN
+from .maintenance import parse_timestamp, schedule_problem
 from .passthrough import check_passthrough
 from .policy import Policy, policy_problems
 from .problems import Problem, duplicates, problems_from_error
@@ -116,6 +117,7 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems += _check_containers(spec, path)
     problems += _check_health_checks(spec, path)
     problems += _check_topology(spec, path)
+    problems += _check_maintenance(spec, path)
     problems += [Problem(where, message) for where, message in check_passthrough(spec, path)]
     problems += _check_config_size(spec, path)
     return problems
@@ -417,6 +419,30 @@ def _check_health_checks(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     low, high = _bytes(nccl.min_bytes), _bytes(nccl.max_bytes)
     if low is not None and high is not None and low > high:
         problems.append(Problem(f"{base}.maxBytes", f"{nccl.max_bytes} is smaller than minBytes {nccl.min_bytes}"))
+    return problems
+
+
+def _check_maintenance(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    """The CRD's rules on each window (a CRD without them lets such a spec through), and what only the operator can
+    check: that a schedule is a cron expression it can iterate, and that a window lasts."""
+    problems = []
+    for index, window in enumerate(spec.maintenance.windows):
+        where = f"{path}.maintenance.windows[{index}]"
+        recurring, absolute = window.schedule is not None, window.start is not None
+        if recurring != (window.duration is not None):
+            problems.append(Problem(where, "schedule and duration go together (a recurring window)"))
+        if absolute != (window.end is not None):
+            problems.append(Problem(where, "start and end go together (an absolute window)"))
+        if recurring == absolute:
+            problems.append(
+                Problem(where, "a window is either recurring (schedule and duration) or absolute (start and end)")
+            )
+        if window.start and window.end and parse_timestamp(window.end) <= parse_timestamp(window.start):
+            problems.append(Problem(f"{where}.end", f"end {window.end} is not after start {window.start}"))
+        if window.schedule is not None and (problem := schedule_problem(window.schedule)) is not None:
+            problems.append(Problem(f"{where}.schedule", problem))
+        if window.duration is not None and parse_duration(window.duration).total_seconds() < 60:
+            problems.append(Problem(f"{where}.duration", f"{window.duration} is shorter than a minute"))
     return problems
 
 

@@ -23,6 +23,7 @@ from slurmctl.reconcilers.drain import jobs_by_node
 from slurmctl.reconcilers.eviction_hold import CordonedSince
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost
+from slurmctl.reconcilers.maintenance_gate import rolls_allowed
 from slurmctl.reconcilers.observed import Live, WorkerPod, control_plane, node_ready, unschedulable
 from slurmctl.reconcilers.plan import Obj
 from slurmctl.reconcilers.preemption import preemption_taint
@@ -149,7 +150,10 @@ class NodeObserver:
                 w.name for w in workers if not w.node_name or node_ready(self._node(w.node_name)) is not True
             ),
             protected=frozenset(w.node_name for w in workers if control_plane(self._node(w.node_name))),
-            leaving=frozenset(going.node for going in self.workers.leaving(loaded, pods=pods)),
+            leaving=frozenset(
+                going.node
+                for going in self.workers.leaving(loaded, pods=pods, rolls=rolls_allowed(loaded.cluster.spec, base.now))
+            ),
             lost=lost,
             unconfirmed=unconfirmed,
             slurm=snapshot,

@@ -21,13 +21,24 @@ from slurmctl.api.v1 import (
     CONTROLLER_READY,
     JAIL_POPULATED,
     LOGIN_READY,
+    MAINTENANCE_PENDING,
     REST_READY,
     SPEC_VALID,
     WORKERS_READY,
     Policy,
     SlurmCluster,
 )
-from slurmctl.reconcilers import accounting, benchmark, cluster, controller, login, populate_jail, rest, workers
+from slurmctl.reconcilers import (
+    accounting,
+    benchmark,
+    cluster,
+    controller,
+    login,
+    maintenance,
+    populate_jail,
+    rest,
+    workers,
+)
 from slurmctl.reconcilers.accounting import AccountingReconciler
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.benchmark import BenchmarkReconciler
@@ -36,6 +47,8 @@ from slurmctl.reconcilers.component import Component, component_is, never
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.loading import Loader
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
+from slurmctl.reconcilers.maintenance import MaintenanceReconciler
+from slurmctl.reconcilers.maintenance_gate import gated
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import cluster_of_pod, trimmed_node
 from slurmctl.reconcilers.populate_jail import PopulateJailReconciler
@@ -91,20 +104,24 @@ COMPONENTS: Final[tuple[Component, ...]] = (
               owns=(CONFIGMAP, SECRET, NETWORK_POLICY), required=never),
     Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler, plan=populate_jail.plan,
               render=manifests.populate_jail_objects, owns=(JOB,), image="populate-jail"),
-    Component("controller", CONTROLLER_READY, reconciler=ComponentReconciler, plan=controller.plan,
+    Component("controller", CONTROLLER_READY, reconciler=ComponentReconciler, plan=gated(controller.plan),
               render=manifests.controller_objects, owns=(STATEFULSET, SERVICE), image="controller", after=("cluster",)),
-    Component("workers", WORKERS_READY, reconciler=WorkersReconciler, plan=workers.plan,
+    Component("workers", WORKERS_READY, reconciler=WorkersReconciler, plan=gated(workers.plan),
               render=manifests.workers_objects, owns=(STATEFULSET, SERVICE, PDB), image="worker",
               after=("cluster", "populate-jail"),
               former_names=FORMER_COMPONENTS, reads_slurm=True),
-    Component("login", LOGIN_READY, reconciler=ComponentReconciler, plan=login.plan, render=manifests.login_objects,
-              owns=(STATEFULSET, SERVICE, CONFIGMAP), image="login", after=("cluster", "populate-jail")),
-    Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, plan=accounting.plan,
+    Component("login", LOGIN_READY, reconciler=ComponentReconciler, plan=gated(login.plan),
+              render=manifests.login_objects, owns=(STATEFULSET, SERVICE, CONFIGMAP), image="login",
+              after=("cluster", "populate-jail")),
+    Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, plan=gated(accounting.plan),
               render=manifests.accounting_objects, plans_offline=False,
               owns=(DEPLOYMENT, SERVICE, SECRET), image="accounting", required=_accounting_enabled,
               after=("cluster",)),
-    Component("rest", REST_READY, reconciler=ComponentReconciler, plan=rest.plan, render=manifests.rest_objects,
+    Component("rest", REST_READY, reconciler=ComponentReconciler, plan=gated(rest.plan), render=manifests.rest_objects,
               owns=(DEPLOYMENT, SERVICE), image="rest", required=_rest_enabled),
+    Component("maintenance", MAINTENANCE_PENDING, reconciler=MaintenanceReconciler, plan=maintenance.plan,
+              render=maintenance.maintenance_objects, plans_offline=False, owns=(JOB,), required=never,
+              after=("controller", "workers", "login", "accounting", "rest")),
     Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, plan=benchmark.plan,
               render=manifests.benchmark_objects, owns=(CRONJOB,), image="nccl-benchmark", required=never,
               after=("cluster",)),

@@ -60,12 +60,18 @@ class WorkerPods:
         return clusters_on(node, pods)
 
     def leaving(
-        self, loaded: Loaded, live: Mapping[str, int] | None = None, pods: Iterable[Obj] | None = None
+        self,
+        loaded: Loaded,
+        live: Mapping[str, int] | None = None,
+        pods: Iterable[Obj] | None = None,
+        *,
+        rolls: bool = True,
     ) -> list[Leaving]:
         """Every node that must go now (scale-in, removed groups, the node being re-created): what the drain gate
         drains, and what the Slurm node loop must not resume. `live`: each live worker StatefulSet's replicas by
-        name, and `pods`: the cluster's worker pods, when the caller has read them already. Each pod's metadata is
-        read once here (a pass looks at thousands)."""
+        name, and `pods`: the cluster's worker pods, when the caller has read them already. `rolls`: whether pods may
+        be re-created for a new template now (the maintenance gate, reconcilers/maintenance_gate.py); when not, no
+        worker is rolled. Each pod's metadata is read once here (a pass looks at thousands)."""
         statefulsets = self.statefulsets(loaded)
         live = worker_replicas(statefulsets) if live is None else live
         found_pods = self.pods(loaded.name, loaded.namespace) if pods is None else sorted(pods, key=_name)
@@ -84,7 +90,7 @@ class WorkerPods:
             ),
             *(Leaving(pod, group, _stray_why(group, fixed), recreate=True) for pod, group in strays),
             *_left_behind(loaded, live, unselected),
-            *self._roll(loaded, live, seen, unselected),
+            *(self._roll(loaded, live, seen, unselected) if rolls else ()),
         )
         found: dict[str, Leaving] = {}
         for going in everything:

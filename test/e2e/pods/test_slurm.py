@@ -8,8 +8,9 @@ allreduce → ssh to the worker of a running job → job files at any path in th
 worker, each with its own /tmp and /dev/shm → the escape table → slurmrestd → the operator's Slurm metrics against
 sinfo and squeue → Slurm's node state on the pods → a partition change reaches every daemon in place → scale out under
 a running job → scale in under a running job (drain first) → scale in while Slurm cannot be asked (nothing goes) →
-the JWT key rotated under a running job → a worker group with its own partition removed under a running job →
-delete. The operator runs as `slurmctl run`, with its ServiceAccount's token.
+the JWT key rotated under a running job → a worker group with its own partition removed under a running job → a
+restart-requiring change held until a maintenance window, under Slurm's MAINT reservation → delete. The operator
+runs as `slurmctl run`, with its ServiceAccount's token.
 (Re-creating workers for a change only a restart can apply is unit-tested: test/unit/reconcilers/test_drain.py.)
 """
 
@@ -1118,6 +1119,158 @@ def test_removing_a_worker_group_lets_its_running_job_finish_and_keeps_slurmctld
     assert out.strip().startswith(f"{NAME}-worker-cpu-"), out
     assert identity(kube.json("pod", CONTROLLER_POD)) == controller, "slurmctld restarted"
     seen("timeline:\n" + "\n".join(seen.lines))
+
+
+def maintenance(kube: Kube) -> tuple[str, str, str] | None:
+    """MaintenancePending as (status, reason, message), None while the cluster has none."""
+    conditions = kube.json("slurmcluster", NAME).get("status", {}).get("conditions") or []
+    cond = next((c for c in conditions if c["type"] == "MaintenancePending"), None)
+    return None if cond is None else (cond["status"], cond["reason"], cond.get("message", ""))
+
+
+def reservation(kube: Kube) -> dict[str, str] | None:
+    """Slurm's maintenance reservation (`scontrol show reservation`, key -> value), None when there is none."""
+    out = kube.cp.kubectl(
+        "-n", kube.ns, "exec", CONTROLLER_POD, "-c", "slurmctld", "--",
+        "timeout", "30", "scontrol", "-o", "show", "reservation", "slurmctl-maintenance", check=False,
+    )  # fmt: skip
+    if out.returncode != 0:
+        assert "not found" in out.stdout + out.stderr, out
+        return None
+    return dict(kv.split("=", 1) for kv in out.stdout.split() if "=" in kv)
+
+
+def slurm_time(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at))
+
+
+def rfc3339(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def spec_valid(kube: Kube) -> tuple[str, str] | None:
+    conditions = kube.json("slurmcluster", NAME).get("status", {}).get("conditions") or []
+    cond = next((c for c in conditions if c["type"] == "SpecValid"), None)
+    return None if cond is None else (cond["status"], cond.get("message", ""))
+
+
+def test_a_restart_requiring_change_waits_for_the_maintenance_window_under_a_maint_reservation(
+    available: Kube,
+) -> None:
+    """Outside a window, new pod settings of login (a StatefulSet), slurmrestd (a Deployment) and the workers (rolled
+    by the operator) wait, named in MaintenancePending with the window, the pods unchanged, while Slurm's MAINT
+    reservation covers the window; a window opened now applies them; without windows the reservation goes. A schedule
+    the schema lets through but cron cannot use is refused naming its field."""
+    kube = available
+    bad = {"spec": {"maintenance": {"windows": [{"schedule": "61 2 * * *", "duration": "1h"}]}}}
+    kube.run("patch", "slurmcluster", NAME, "--type=merge", "-p", json.dumps(bad))
+    refused = until(
+        lambda: ((c := spec_valid(kube)) is not None and c[0] == "False" and c[1]) or None,
+        timeout=60,
+        what="SpecValid=False for the schedule",
+    )
+    assert "spec.maintenance.windows[0].schedule: '61 2 * * *' is not a cron expression" in refused, refused
+    login_before = identity(kube.json("pod", LOGIN_POD))
+    (rest_pod,) = kube.pods(REST_PODS)
+    rest_before = identity(rest_pod)
+    workers_before = {name: identity(pod) for name, pod in worker_pods(kube).items()}
+    start = (int(time.time()) // 60 + 120) * 60  # in two hours, on the minute
+    window = {"start": rfc3339(start), "end": rfc3339(start + 3600)}
+    changed = {"example.com/maintenance-test": "1"}
+    patch_cluster(
+        kube,
+        json.dumps({"op": "replace", "path": "/spec/maintenance", "value": {"windows": [window]}}),
+        json.dumps({"op": "add", "path": "/spec/login/podAnnotations", "value": changed}),
+        json.dumps({"op": "add", "path": "/spec/rest/podAnnotations", "value": changed}),
+        json.dumps({"op": "test", "path": "/spec/workers/0/name", "value": "cpu"}),
+        json.dumps({"op": "add", "path": "/spec/workers/0/podAnnotations", "value": changed}),
+    )
+    started = time.monotonic()
+    workloads = (f"Deployment {NAME}-rest", f"StatefulSet {NAME}-login", f"StatefulSet {NAME}-worker-cpu")
+
+    def waiting() -> str | None:
+        cond = maintenance(kube)
+        if cond is None or cond[:2] != ("True", "WaitingForWindow") or "covers" not in cond[2]:
+            return None
+        return cond[2] if all(w in cond[2] for w in workloads) else None
+
+    message = until(waiting, timeout=180, what="MaintenancePending naming each workload, the reservation made")
+    print(f"pending named after {time.monotonic() - started:.1f}s: {message}")
+    assert (spec_valid(kube) or ("", ""))[0] == "True", "a valid window again"
+    assert f"from {window['start']} to {window['end']} (spec.maintenance.windows[0])" in message
+    assert f"{len(workers_before)} of {len(workers_before)} pods" in message, "every worker waits"
+    held = reservation(kube)
+    assert held is not None, "the MAINT reservation covers the window"
+    assert (held["StartTime"], held["EndTime"]) == (slurm_time(start), slurm_time(start + 3600)), held
+    assert {"MAINT", "IGNORE_JOBS"} <= set(held["Flags"].split(",")), held
+    assert held["Nodes"] != "(null)", held
+    login_sts = kube.json("statefulset", f"{NAME}-login")
+    assert login_sts["status"]["updateRevision"] != login_sts["status"]["currentRevision"], "a new template, held"
+    assert kube.json("deployment", f"{NAME}-rest")["spec"].get("paused") is True
+    # Held for a while (the workers' drain gate polls Slurm every few seconds): no pod replaced, no worker drained.
+    holds(
+        lambda: (
+            identity(kube.json("pod", LOGIN_POD)) == login_before
+            and [identity(p) for p in kube.pods(REST_PODS)] == [rest_before]
+            and {name: identity(pod) for name, pod in worker_pods(kube).items()} == workers_before
+            and all(state == "idle" for state in sinfo_nodes(kube).values())
+        ),
+        what="every pod unchanged and every worker idle outside the window",
+        seconds=20,
+    )
+
+    # The test opens a window now: the change is applied, the reservation follows the open window.
+    now = int(time.time())
+    opened = {"start": rfc3339(now - 60), "end": rfc3339(now + 1800)}
+    kube.run(
+        "patch",
+        "slurmcluster",
+        NAME,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"maintenance": {"windows": [opened]}}}),
+    )
+    opened_at = time.monotonic()
+
+    def applied() -> bool | None:
+        login = kube.json("pod", LOGIN_POD)
+        rest = kube.pods(REST_PODS)
+        workers = worker_pods(kube)
+        done = (
+            identity(login)[0] != login_before[0]
+            and pod_ready(login)
+            and len(rest) == 1
+            and identity(rest[0])[0] != rest_before[0]
+            and pod_ready(rest[0])
+            and set(workers) == set(workers_before)
+            and all(identity(p)[0] != workers_before[n][0] and pod_ready(p) for n, p in workers.items())
+        )
+        cond = maintenance(kube)
+        return (done and cond is not None and cond[:2] == ("False", "NothingPending")) or None
+
+    until(applied, timeout=300, what="login, slurmrestd and both workers re-created in the window, nothing pending")
+    print(f"applied {time.monotonic() - opened_at:.1f}s after the window opened")
+    assert kube.json("pod", LOGIN_POD)["metadata"]["annotations"]["example.com/maintenance-test"] == "1"
+    until(
+        lambda: ((r := reservation(kube)) is not None and r["EndTime"] == slurm_time(now + 1800)) or None,
+        timeout=120,
+        what="the reservation to cover the open window",
+    )
+
+    # No windows: applied at once again, and the reservation (which holds every node now) is removed.
+    kube.run("patch", "slurmcluster", NAME, "--type=json", "-p", '[{"op":"remove","path":"/spec/maintenance"}]')
+    until(lambda: reservation(kube) is None or None, timeout=120, what="the maintenance reservation to be removed")
+    until(
+        lambda: ((c := maintenance(kube)) is not None and c[1] == "NoWindows") or None,
+        timeout=60,
+        what="MaintenancePending to say there are no windows",
+    )
+    wait_for_nodes(
+        kube,
+        lambda nodes: len(nodes) == len(workers_before) and set(nodes.values()) == {"idle"},
+        timeout=120,
+        what="every worker idle, out of the reservation",
+    )
 
 
 def jail_host_path(kube: Kube) -> Path:

@@ -28,6 +28,7 @@ from slurmctl.api.v1 import (
 from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Verdict, jobs_by_node, judge, replicas_after, statefulset_of
 from slurmctl.reconcilers.elastic import ElasticMemory, ElasticPlan, plan_elastic
 from slurmctl.reconcilers.group_switch import becoming_elastic, becoming_fixed, describe, without_groups
+from slurmctl.reconcilers.maintenance_gate import rolls_allowed
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import deleting, match_labels, ready_replicas, uid, worker_replicas
 from slurmctl.reconcilers.plan import Create, Delete, Note, Obj, Plan, SlurmAction
@@ -123,7 +124,7 @@ def plan(obs: Observation) -> Plan:
                 "again when a job needs it"
             )
             slurm.append(SlurmAction("resume", (retry.node,), announce, ELASTIC_WAIT, Reason.NOT_READY))
-        if elastic.plan.power_down:
+        if elastic.plan.power_down and rolls_allowed(obs.loaded.cluster.spec, obs.now):
             nodes = elastic.plan.power_down
             announce = (
                 f"asked Slurm to power down {', '.join(nodes)} once idle (POWER_DOWN_ASAP): pods of an older "

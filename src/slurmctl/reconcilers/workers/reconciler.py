@@ -25,6 +25,7 @@ from slurmctl.reconcilers.component import Component, component_is
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import Leaving
 from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.maintenance_gate import rolls_allowed
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import cluster_of_pod, worker_replicas
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE, SlurmSnapshot
@@ -57,7 +58,10 @@ class WorkersReconciler(ComponentReconciler):
         statefulsets = obs.owned(STATEFULSET)
         if meta.munge_secret(loaded.name) not in obs.keys or not (obs.jail_open or statefulsets):
             return obs
-        leaving = tuple(self.workers.leaving(loaded, worker_replicas(statefulsets.values()), obs.pods.values()))
+        rolls = rolls_allowed(loaded.cluster.spec, obs.now)
+        leaving = tuple(
+            self.workers.leaving(loaded, worker_replicas(statefulsets.values()), obs.pods.values(), rolls=rolls)
+        )
         # A fixed group the status knows (not a new one) without its StatefulSet may have been elastic: it is made
         # only once Slurm no longer lists its nodes as CLOUD nodes (reconcilers/group_switch.py).
         known = {row.get("name") for row in obs.said.get("workers") or ()}
