@@ -339,12 +339,14 @@ def render_backup_job(cluster: SlurmCluster, *, name: str, from_: str, to: str) 
             {"name": "work", "mountPath": "/work"},
             {"name": "db-password", "mountPath": "/mnt/db-password", "readOnly": True},
         ],
-        "securityContext": NO_PRIVILEGE,
+        # Root with no capability (Pod Security "baseline"): a claim's volume is root's where the volume plugin
+        # ignores fsGroup (host paths), and root writes into its own directory without any capability.
+        "securityContext": {**NO_PRIVILEGE, "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False},
     }
     pull = [{"name": s.name} for s in cluster.spec.slurm.image_pull_secrets]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "securityContext": POD_SECURITY_CONTEXT,
+        "securityContext": {"fsGroup": SLURM_UID, "seccompProfile": {"type": "RuntimeDefault"}},
         "automountServiceAccountToken": False,
         "containers": [dump],
         "volumes": [
