@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
-from slurmctl.api.v1 import IMAGE_TAG, default_image
 from test.e2e.harness import Node
 from test.e2e.pods.conftest import require_images
 from test.e2e.pods.faults import Cluster, bring_up, outcome
-from test.e2e.pods.slurm import DEFAULT_SLURM_LINE, SLURM_LINE
+from test.e2e.pods.slurm import DEFAULT_SLURM_LINE, SLURM_LINE, UPGRADE_IMAGES, UPGRADE_LINE
 from test.waiting import until
 
 pytestmark = [
@@ -27,16 +26,13 @@ pytestmark = [
     pytest.mark.skipif(SLURM_LINE != DEFAULT_SLURM_LINE, reason="upgrades from the default line (24.11)"),
 ]
 NAME = "upg"
-TO = "26.05"
-TO_IMAGES = [
-    default_image(c, tag=f"{IMAGE_TAG}-slurm{TO}") for c in ("controller", "worker", "login", "accounting", "rest")
-]
+TO = UPGRADE_LINE
 OPERATOR_ARGS = ("--allow-root-jobs",)
 
 
 @pytest.fixture(scope="module")
 def cluster(node: Node, kube: Any, operator: Path) -> Iterator[Cluster]:
-    require_images(node, TO_IMAGES)
+    require_images(node, list(UPGRADE_IMAGES))
     yield bring_up(node, kube, operator, NAME, pinned=False)
 
 
@@ -49,7 +45,7 @@ def image(c: Cluster, pod: str) -> str:
     return found["spec"]["containers"][0]["image"] if found else ""
 
 
-@pytest.mark.timeout(900)  # the cluster's start (~3 min), the upgrade (~4 min), the checks
+@pytest.mark.timeout(1200)  # a first module copies images to nodes 2 and 3, the cluster starts (~3 min), the upgrade
 def test_an_upgrade_to_26_05_keeps_running_and_pending_jobs(cluster: Cluster) -> None:
     c = cluster
     before = c.sbatch(wrap="true")  # a job from before the upgrade, already in accounting
