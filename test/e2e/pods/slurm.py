@@ -72,7 +72,9 @@ def on_slurm_line(obj: dict[str, Any]) -> dict[str, Any]:
     if obj.get("kind") != "SlurmCluster" or SLURM_IMAGE_TAG == IMAGE_TAG:
         return obj
     obj = copy.deepcopy(obj)
-    obj.setdefault("spec", {}).setdefault("slurm", {}).setdefault("imageTag", SLURM_IMAGE_TAG)
+    slurm = obj.setdefault("spec", {}).setdefault("slurm", {})
+    slurm.setdefault("imageTag", SLURM_IMAGE_TAG)
+    slurm.setdefault("version", SLURM_LINE)  # what status.slurm reports: an imageTag says nothing of its line
     return obj
 
 
