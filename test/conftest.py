@@ -31,10 +31,10 @@ LONGEST_FIRST = (
     "test_faults",
     "test_faults_restarts",
     "test_slurm",
-    "test_upgrade",
     "test_elastic",
     "test_accounting",
     "test_make_run",
+    "test_upgrade",
     "test_containers",
     "test_pod_security",
 )
