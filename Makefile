@@ -74,7 +74,7 @@ test-oldest-kube: setup oldest-kube-build
 unit: setup
 	$(BIN)/pytest test/unit $(PYTEST_ARGS)
 
-e2e: setup cluster-build oldest-kube-build images
+e2e: setup cluster-build oldest-kube-build images-both-lines
 	OLDEST_KUBE_VERSION=$(OLDEST_KUBE_VERSION) $(BIN)/pytest test/e2e $(XDIST) $(PYTEST_ARGS)
 
 lint: setup
