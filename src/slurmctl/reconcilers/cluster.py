@@ -58,7 +58,11 @@ from slurmctl.runtime.objects import meta_of
 log = logging.getLogger(__name__)
 
 JWT_KEY_ROTATED = "JWTKeyRotated"  # the Event of a JWT key replaced for spec.jwtKeyRotation
-UPGRADE_EVENT = "SlurmUpgrade"  # a Slurm upgrade entered a stage, or ended
+# A Slurm upgrade entered a stage (the reason ends with the stage: SlurmUpgradeBackingUp, ...), or ended. One reason
+# per stage: Events of one reason on one object are aggregated into one (runtime/events.py), which would keep only
+# the last stage.
+UPGRADE_EVENT = "SlurmUpgrade"
+UPGRADE_DONE_EVENT = "SlurmUpgradeDone"
 UPGRADE_REFUSED_EVENT = "SlurmUpgradeRefused"  # spec.slurm.version asks for a downgrade or an unsupported skip
 
 WORKER_LABELS = (WORKERS_COMPONENT, *FORMER_WORKERS_COMPONENTS)
@@ -188,9 +192,9 @@ def slurm_version(obs: Observation) -> tuple[tuple[Condition, SlurmVersionStatus
         if decision.refusal is not None:
             events = (Note("Warning", UPGRADE_REFUSED_EVENT, decision.message),)
         elif current:
-            events = (Note("Normal", UPGRADE_EVENT, f"Slurm upgrade done: {decision.message}"),)
+            events = (Note("Normal", UPGRADE_DONE_EVENT, f"Slurm upgrade done: {decision.message}"),)
         else:
-            events = (Note("Normal", UPGRADE_EVENT, f"{decision.phase}: {decision.message}"),)
+            events = (Note("Normal", UPGRADE_EVENT + decision.phase, f"{decision.phase}: {decision.message}"),)
     return (cond, status), events
 
 

@@ -99,3 +99,11 @@ def test_an_upgrade_to_26_05_keeps_running_and_pending_jobs(cluster: Cluster) ->
     assert "idle" in c.as_user("sinfo -h -o %t")
     assert len(c.as_user("srun -N2 hostname").split()) == 2
     assert "24.11" not in c.kube.json("slurmcluster", c.name)["status"]["slurm"]["components"].values()
+    # An Event per stage the cluster component saw (a short stage can pass between two of its passes), and the end.
+    events = c.kube.json("events", "--field-selector", f"involvedObject.name={NAME}")["items"]
+    stages = [
+        e["reason"]
+        for e in sorted(events, key=lambda e: e.get("eventTime") or e.get("firstTimestamp") or "")
+        if e["reason"].startswith("SlurmUpgrade")
+    ]
+    assert "SlurmUpgradeWorkers" in stages and stages[-1] == "SlurmUpgradeDone", stages

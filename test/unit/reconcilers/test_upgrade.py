@@ -161,7 +161,10 @@ def test_the_cluster_status_says_where_the_upgrade_is_with_an_event_per_stage() 
     assert p.status.slurm.version is None and p.status.slurm.components["accounting"] == NEW
     cond = p.status.condition(SLURM_VERSION)
     assert cond is not None and cond.status == "False" and cond.reason == "Upgrading"
-    assert [(e.reason, e.message.split(":")[0]) for e in p.events] == [("SlurmUpgrade", "Controller")]
+    assert [(e.reason, e.message.split(":")[0]) for e in p.events] == [("SlurmUpgradeController", "Controller")]
+    done = decide(NEW, pods({c: [NEW] * len(v) for c, v in ALL_OLD.items()}), DESIRED)
+    ended = cluster.plan(observe(cl, upgrade=done, said={**said, "slurm": {"phase": "LoginAndRest"}}))
+    assert [e.reason for e in ended.events] == ["SlurmUpgradeDone"]
     # The same phase again: no second Event.
     said = {**said, "slurm": {"phase": "Controller"}}
     assert cluster.plan(observe(cl, upgrade=decision, said=said)).events == ()
