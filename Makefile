@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: setup lock run test test-other-line test-oldest-kube oldest-kube-build lint unit e2e manifests plugin plugin-lint images images-lint bench \
+.PHONY: setup lock run test test-other-line test-oldest-kube oldest-kube-build lint unit e2e manifests plugin plugin-lint images images-both-lines images-lint bench \
         cluster-build cluster-up cluster-down cluster-status clean
 
 $(STAMP): pyproject.toml requirements/dev.lock hack/setup.sh hack/helm.sh hack/deps/helm
@@ -57,8 +57,8 @@ oldest-kube-build:
 # and run side by side (each one's output printed whole when it ends; apt runs one at a time), so the output still
 # ends with the main run's summary line. The Kubernetes builds need no virtualenv: they start at once, beside setup.
 test:
-	$(MAKE) --no-print-directory --output-sync=target -j5 setup cluster-build oldest-kube-build images lint \
-	    test-other-line
+	$(MAKE) --no-print-directory --output-sync=target -j5 setup cluster-build oldest-kube-build images-both-lines \
+	    lint test-other-line
 	OLDEST_KUBE_VERSION=$(OLDEST_KUBE_VERSION) $(BIN)/pytest test $(XDIST) $(PYTEST_ARGS)
 
 # The host-level Slurm tests (hack/local-slurm.sh, the C plugins built against the line's headers, the REST client
@@ -74,7 +74,7 @@ test-oldest-kube: setup oldest-kube-build
 unit: setup
 	$(BIN)/pytest test/unit $(PYTEST_ARGS)
 
-e2e: setup cluster-build oldest-kube-build images
+e2e: setup cluster-build oldest-kube-build images-both-lines
 	OLDEST_KUBE_VERSION=$(OLDEST_KUBE_VERSION) $(BIN)/pytest test/e2e $(XDIST) $(PYTEST_ARGS)
 
 lint: setup
@@ -94,6 +94,12 @@ lint: setup
 IMAGES ?=
 images: setup
 	PYTHON="$(CURDIR)/$(BIN)/python" hack/images.sh build $(IMAGES)
+
+# The other line's Slurm images too (tags <tag>-slurm26.05): the upgrade test (test/e2e/pods/test_upgrade.py) moves a
+# cluster from the default line's images to them. One after the other: the two builds share buildah's storage and apt.
+images-both-lines: setup
+	PYTHON="$(CURDIR)/$(BIN)/python" hack/images.sh build $(IMAGES)
+	SLURM_LINE=$(OTHER_SLURM_LINE) PYTHON="$(CURDIR)/$(BIN)/python" hack/images.sh build $(IMAGES)
 
 images-lint: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" hack/images-lint.sh

@@ -520,7 +520,7 @@ EOS
             echo 'slurmd -V && test -x /etc/slurmctl/complement-jail.d/50-nvidia'
             echo 'ls /usr/lib/x86_64-linux-gnu/slurm-wlm/ | grep -E "^(cgroup|proctrack|task)_"'
             ;;
-        accounting) echo 'dpkg-query -W slurmdbd && ! ldd /usr/sbin/slurmdbd | grep "not found"' ;;
+        accounting) echo 'dpkg-query -W slurmdbd && ! ldd /usr/sbin/slurmdbd | grep "not found" && mariadb-dump --version' ;;
         rest)
             # slurmrestd lists its plugins only with a slurm.conf to read, and refuses to run as SlurmUser.
             cat <<'EOS'

@@ -34,6 +34,7 @@ LONGEST_FIRST = (
     "test_elastic",
     "test_accounting",
     "test_make_run",
+    "test_upgrade",
     "test_containers",
     "test_pod_security",
 )

@@ -55,6 +55,14 @@ from .policy import CONTROL_PLANE_LABELS, DEFAULT_VOLUME_SOURCES, OPEN_POLICY, P
 from .problems import Problem
 from .schema import crd
 from .slurm_spec import DEFAULT_LOG_LEVEL, LogLevels, SlurmConfig, SlurmDaemon, SlurmSpec
+from .slurm_version import (
+    DEFAULT_SLURM_VERSION,
+    IMAGE_TAG_SUFFIX,
+    SLURM_RELEASES,
+    SLURM_VERSIONS,
+    SlurmVersion,
+    upgrade_refusal,
+)
 from .spec import SlurmClusterSpec
 from .status import (
     ACCOUNTING_READY,
@@ -66,6 +74,7 @@ from .status import (
     MAINTENANCE_PENDING,
     PHASES,
     REST_READY,
+    SLURM_VERSION,
     SPEC_VALID,
     WORKERS_READY,
     Condition,
@@ -75,6 +84,8 @@ from .status import (
     ResumeFailure,
     SlurmClusterStatus,
     SlurmNodeCounts,
+    SlurmVersionStatus,
+    UpgradePhase,
     WorkerGroupStatus,
     ready_summary,
 )
@@ -105,10 +116,12 @@ __all__ = [
     "CRD_NAME",
     "DEFAULT_LOG_LEVEL",
     "DEFAULT_PARTITION",
+    "DEFAULT_SLURM_VERSION",
     "DEFAULT_VOLUME_SOURCES",
     "GROUP",
     "IMAGE_REGISTRY",
     "IMAGE_TAG",
+    "IMAGE_TAG_SUFFIX",
     "JAIL_POPULATED",
     "KIND",
     "LIMITS_APPLIED",
@@ -125,6 +138,9 @@ __all__ = [
     "REST_READY",
     "SHORT_NAMES",
     "SINGULAR",
+    "SLURM_RELEASES",
+    "SLURM_VERSION",
+    "SLURM_VERSIONS",
     "SPEC_VALID",
     "VERSION",
     "WORKERS_READY",
@@ -173,12 +189,15 @@ __all__ = [
     "SlurmDaemon",
     "SlurmNodeCounts",
     "SlurmSpec",
+    "SlurmVersion",
+    "SlurmVersionStatus",
     "Span",
     "StateVolume",
     "SubMount",
     "TopologyBlock",
     "TopologySpec",
     "TopologyTree",
+    "UpgradePhase",
     "VolumeRef",
     "WorkerGroup",
     "WorkerGroupStatus",
@@ -193,5 +212,6 @@ __all__ = [
     "parse_timestamp",
     "ready_summary",
     "rfc3339",
+    "upgrade_refusal",
     "validate_spec",
 ]

@@ -8,6 +8,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
+from .cel import Rule, validations
 from .defaults import (
     ACCOUNTING_SLURM_KEYS,
     GPU_HEALTH_CHECK_SLURM_KEYS,
@@ -16,6 +17,7 @@ from .defaults import (
     OPERATOR_OWNED_SLURM_KEYS,
     TOPOLOGY_SLURM_KEYS,
 )
+from .slurm_version import DEFAULT_SLURM_VERSION, SlurmVersion
 from .types import NO_WHITESPACE_PATTERN, ApiModel, LocalObjectReference
 
 # Slurm's own level for every daemon when its config says none: nothing is written for it.
@@ -103,8 +105,24 @@ class LogLevels(ApiModel):
 
 
 class SlurmSpec(ApiModel):
-    """Slurm itself: where images come from, and slurm.conf overrides. The Slurm version is the one the images carry
-    (24.11 for slurmctl's own); the rendered configuration targets it, so there is no separate version field."""
+    """Slurm itself: which Slurm line runs, where images come from, and slurm.conf overrides."""
+
+    version: SlurmVersion = Field(
+        DEFAULT_SLURM_VERSION,
+        description="The Slurm line the cluster runs: 24.11 or 26.05. With imageTag unset it picks the default "
+        "images' tag (<operator version>, or <operator version>-slurm26.05). Changing it on a running cluster "
+        "upgrades in Slurm's order: a backup of the accounting database, slurmdbd, slurmctld, the workers one drained "
+        'node at a time (running jobs finish first), then login and slurmrestd (docs/operations.md, "Upgrading '
+        'Slurm"). A downgrade is refused.',
+        json_schema_extra=validations(
+            Rule(
+                "self >= oldSelf",
+                message="spec.slurm.version cannot go back to an older Slurm line (a downgrade): Slurm cannot read "
+                "the state and database records a newer release wrote",
+                reason="FieldValueForbidden",
+            )
+        ),
+    )
 
     image_registry: str = Field(
         IMAGE_REGISTRY,
@@ -116,7 +134,9 @@ class SlurmSpec(ApiModel):
         None,
         max_length=128,
         pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
-        description="Tag of the default images; empty means the operator's own version, so upgrades roll images.",
+        description="Tag of the default images; empty means the operator's own version with the suffix of "
+        "spec.slurm.version's line, so operator upgrades roll images. Set, it names every Slurm component's image for "
+        "whatever version says: a Slurm upgrade then has no older images to keep components on while others move.",
     )
     image_pull_secrets: list[LocalObjectReference] = Field(
         default_factory=list,

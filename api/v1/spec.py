@@ -30,6 +30,7 @@ from .health_checks import HealthChecks
 from .jail import DEFAULT_JOB_TMP_SIZE, JailSpec, PopulateJailSpec
 from .maintenance import MaintenanceSpec
 from .slurm_spec import SlurmSpec
+from .slurm_version import IMAGE_TAG_SUFFIX
 from .topology import TopologySpec
 from .types import ApiModel, Quantity, ResourceRequirements, Scheduling
 from .workers import Partition, WorkerGroup
@@ -142,7 +143,8 @@ class SlurmClusterSpec(ApiModel):
         """The image a component runs: the spec's own choice, else the default from spec.slurm."""
         if override:
             return override
-        return default_image(component, registry=self.slurm.image_registry, tag=self.slurm.image_tag or IMAGE_TAG)
+        tag = self.slurm.image_tag or IMAGE_TAG + IMAGE_TAG_SUFFIX[self.slurm.version]
+        return default_image(component, registry=self.slurm.image_registry, tag=tag)
 
     def components_with_pods(self, path: str = "spec") -> list[tuple[str, Scheduling, ResourceRequirements]]:
         """(field, pod settings, resources) of every component that has pods: the one list the checks of placement,

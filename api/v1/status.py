@@ -31,6 +31,10 @@ BENCHMARK_SCHEDULED: Final = "BenchmarkScheduled"
 # termination message). Like the benchmark itself it does not count for the phase: a failed node is drained by the
 # benchmark, a run that could not take place drains nothing; either way the cluster stays up.
 BENCHMARK_PASSED: Final = "BenchmarkPassed"
+# The cluster reconciler's second condition: which Slurm line the components run, an upgrade's progress (Upgrading,
+# with the stage in the message) or why spec.slurm.version is refused (UpgradeRefused). Not counted for the phase: the
+# components' own conditions say whether they are ready.
+SLURM_VERSION: Final = "SlurmVersion"
 # Not a component's: the accounting reconciler's second condition, whether Slurm holds the accounts and QOS that
 # spec.accounting declares. It does not count for the phase (jobs run without it), it says why limits do not bite.
 LIMITS_APPLIED: Final = "LimitsApplied"
@@ -74,6 +78,9 @@ class Reason(StrEnum):
     NODES_FAILED = "NodesFailed"  # the last NCCL benchmark failed on nodes (named in the message)
     COULD_NOT_RUN = "CouldNotRun"  # the last NCCL benchmark could not measure nodes (named, with why, in the message)
     UNSCHEDULABLE = "Unschedulable"  # an elastic group's pod cannot be placed or started, or its node did not resume
+    CURRENT = "Current"  # every component runs spec.slurm.version (SlurmVersion)
+    UPGRADING = "Upgrading"  # a Slurm upgrade is under way (SlurmVersion; the stage is in the message)
+    UPGRADE_REFUSED = "UpgradeRefused"  # a downgrade or a skip Slurm does not support (SlurmVersion)
     POD_REFUSED = "PodRefused"  # the API server refuses a component's pods at admission (Pod Security, a quota)
     WAITING_FOR_WINDOW = "WaitingForWindow"  # restart-requiring changes wait for the next maintenance window
     IN_WINDOW = "InWindow"  # restart-requiring changes are being applied in the open maintenance window
@@ -99,6 +106,7 @@ _IN_PROGRESS: Final = frozenset(
         Reason.POPULATING,
         Reason.OVERWRITING,
         Reason.DRAINING,
+        Reason.UPGRADING,
     }
 )
 
@@ -180,6 +188,36 @@ class SlurmNodeCounts(ApiModel):
     down: int = Field(ge=0, description="Down or not responding, not drained.")
 
 
+UpgradePhase = Literal["Current", "Refused", "BackingUp", "Accounting", "Controller", "Workers", "LoginAndRest"]
+
+
+class SlurmVersionStatus(ApiModel):
+    """The Slurm line each component's pods run, and where an upgrade is."""
+
+    version: str | None = Field(
+        None, max_length=16, description="The line every component runs; absent while they differ (an upgrade)."
+    )
+    components: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="The line the pods of each component run (accounting, controller, workers, login, rest): the "
+        "oldest where its pods differ.",
+    )
+    phase: UpgradePhase | None = Field(
+        None,
+        description="Current, or the stage an upgrade is at (BackingUp, Accounting, Controller, Workers, "
+        "LoginAndRest), or Refused (SlurmVersion condition says why).",
+    )
+    upgrade_from: str | None = Field(
+        None, max_length=16, description="The line an upgrade under way (or refused) starts from."
+    )
+    backup_claim: str | None = Field(
+        None,
+        max_length=253,
+        description="The PersistentVolumeClaim holding the accounting database's backups taken before upgrades.",
+    )
+
+
 class SlurmClusterStatus(ApiModel):
     """What the operator last observed of the cluster."""
 
@@ -213,6 +251,9 @@ class SlurmClusterStatus(ApiModel):
     jwt_key_rotation: str | None = Field(
         None,
         description="The spec.jwtKeyRotation value the JWT key in use was made for (absent: the cluster's first key).",
+    )
+    slurm: SlurmVersionStatus | None = Field(
+        None, description="The Slurm line the components run, and a Slurm upgrade's progress."
     )
 
     def condition(self, type_: str) -> Condition | None:

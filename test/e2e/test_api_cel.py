@@ -75,6 +75,31 @@ async def test_specs_that_keep_every_rule_are_stored(
     assert stored["spec"]["workers"][1]["autoscale"] == {"min": 4, "max": 4, "idleTime": "10m", "resumeTimeout": "5m"}
 
 
+async def test_a_slurm_downgrade_is_refused_and_an_upgrade_taken(
+    installed: ControlPlane, api: client.ApiClient, namespace: str
+) -> None:
+    """spec.slurm.version's transition rule: 24.11 (the default) to 26.05 is stored, back to 24.11 is refused."""
+    custom = client.CustomObjectsApi(api)
+    created = await custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, _body("line", VALID_SPEC), _request_timeout=TIMEOUT
+    )
+    assert created["spec"].get("slurm", {}).get("version", "24.11") == "24.11"
+    update = copy.deepcopy(created)
+    update["spec"].setdefault("slurm", {})["version"] = "26.05"
+    upgraded = await custom.replace_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "line", update, _request_timeout=TIMEOUT
+    )
+    downgrade = copy.deepcopy(upgraded)
+    downgrade["spec"]["slurm"]["version"] = "24.11"
+    with pytest.raises(ApiException) as refused:
+        await custom.replace_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "line", downgrade, _request_timeout=TIMEOUT
+        )
+    assert refused.value.status == 422
+    causes = _causes(refused.value)
+    assert any(f == "spec.slurm.version" and "a downgrade" in m for f, m in causes), causes
+
+
 async def test_an_update_that_breaks_a_rule_is_refused_and_changes_nothing(
     installed: ControlPlane, api: client.ApiClient, namespace: str
 ) -> None:

@@ -29,10 +29,16 @@ The operator's namespaced rules, for the cluster-wide opt-in (config/cluster-wid
 - apiGroups: [apps]
   resources: [statefulsets, deployments]
   verbs: [get, list, watch, create, patch, delete]
-# The populate-jail Job and the NCCL benchmark CronJob (batch/v1).
+# The populate-jail Job, the NCCL benchmark CronJob and the accounting database's backup Job of a Slurm upgrade
+# (batch/v1).
 - apiGroups: [batch]
   resources: [jobs, cronjobs]
   verbs: [get, list, watch, create, patch, delete]
+# The claim a Slurm upgrade's database backup is written to (created by server-side apply, never deleted: the backup
+# stays).
+- apiGroups: ['']
+  resources: [persistentvolumeclaims]
+  verbs: [get, create, patch]
 # The workers' PodDisruptionBudget (policy/v1): evictions wait for jobs. Always rendered, so never deleted (it goes
 # with its SlurmCluster).
 - apiGroups: [policy]

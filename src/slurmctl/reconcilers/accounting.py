@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmctl.api.v1 import ACCOUNTING_READY, LIMITS_APPLIED, Condition, Reason, SlurmClusterStatus
+from slurmctl.reconcilers import upgrade
 from slurmctl.reconcilers.base import ComponentReconciler
 from slurmctl.reconcilers.component import component_is
 from slurmctl.reconcilers.limits import read_records, record_writes
@@ -36,6 +37,8 @@ from slurmctl.render.accounting import (
     Database,
     check_password,
     database,
+    render_backup_claim,
+    render_backup_job,
     render_mariadb,
     render_mariadb_secret,
     uses_mariadb,
@@ -228,12 +231,26 @@ def plan(obs: Observation) -> Plan:
         again = min(filter(None, (again, limits.again)), default=None)
     return Plan(
         ACCOUNTING_READY,
-        apply=tuple(accounting_objects(inputs)),
+        apply=(*accounting_objects(inputs), *_backup(obs)),
         events=events,
         status=SlurmClusterStatus(conditions=conditions),
         requeue_after=again,
         records=limits.records if limits else None,
     )
+
+
+def _backup(obs: Observation) -> tuple[Obj, ...]:
+    """While a Slurm upgrade is under way: the claim and the Job that back the database up before slurmdbd moves
+    (reconcilers/upgrade.py waits for the Job). Rendered as the line the upgrade leaves renders it, the whole upgrade
+    long: the Job's template cannot change, and it stays afterwards as the record of the backup (it goes with the
+    SlurmCluster; the claim stays even then)."""
+    decision = obs.upgrade
+    if decision is None or not decision.upgrading or decision.from_ is None:
+        return ()
+    leaving = upgrade.pinned(obs.loaded, decision.from_).cluster
+    name = upgrade.backup_job_name(obs.loaded.name, decision.from_, decision.wanted)
+    job = render_backup_job(leaving, name=name, from_=decision.from_, to=decision.wanted)
+    return render_backup_claim(leaving), job
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import Condition, Reason, SlurmClusterStatus
-from slurmctl.reconcilers import conditions
+from slurmctl.reconcilers import conditions, upgrade
 from slurmctl.reconcilers.component import Component, Obj, owned
 from slurmctl.reconcilers.conditions import make_condition, now
 from slurmctl.reconcilers.context import Context
@@ -86,6 +86,9 @@ class ComponentReconciler:
         # The rejection last reported per cluster (namespace/name): the cached condition can lag the one just
         # written while another worker reconciles the same cluster again, and that must not repeat the Event.
         self._reported: dict[tuple[str, str], str] = {}
+        # The Slurm upgrade decision of this pass, per cluster (one pass per cluster at a time): taken from the spec
+        # as it is, before the component's loaded cluster is pinned to the line it renders (`upgrade.pinned`).
+        self._upgrades: dict[tuple[str, str], upgrade.Decision] = {}
 
     def watch(self, builder: ControllerBuilder) -> None:
         """Watches beyond the declared children and dependencies (e.g. a Secret the user owns)."""
@@ -93,12 +96,17 @@ class ComponentReconciler:
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
         if obj is None or deleting(obj):
+            self._upgrades.pop((req.namespace, req.name), None)
             self.ctx.status.forget(req.namespace, req.name)
             return None  # gone, or being deleted: the garbage collector's turn
         loaded = self.ctx.loader.load(obj)
         if isinstance(loaded, Invalid):
             await self.invalid(loaded)
             return None
+        if self.decl.name in upgrade.STAGED or self.decl.name == "cluster":
+            decision = self._upgrades[(req.namespace, req.name)] = self.upgrade(loaded)
+            # During a Slurm upgrade a component renders the line its stage has reached, not yet the spec's.
+            loaded = upgrade.pinned(loaded, decision.target(self.decl.name))
         try:
             result = await self.reconcile_valid(loaded)
         except ApplyRejected as rejected:
@@ -109,6 +117,11 @@ class ComponentReconciler:
 
     async def invalid(self, invalid: Invalid) -> None:
         """An invalid spec changes no child. Only the cluster reconciler reports it; the others leave all as is."""
+
+    def upgrade(self, loaded: Loaded) -> upgrade.Decision:
+        """Where a Slurm upgrade of the cluster is (reconcilers/upgrade.py), from the staged components' pods."""
+        labels = {c.name: c.labels for c in self.ctx.components if c.name in upgrade.STAGED}
+        return upgrade.observe(self.cache, loaded.cluster, labels, loaded.namespace)
 
     async def rejected(self, req: Request, loaded: Loaded, rejected: ApplyRejected) -> None:
         """Say in this component's condition which object the API server refused and why; the Warning Event (and
@@ -158,6 +171,7 @@ class ComponentReconciler:
             children=children,
             pods=dict(sorted(pods.items())),
             refusals=refusals,
+            upgrade=self._upgrades.get((loaded.namespace, loaded.name)),
         )
 
     # ---- children ---------------------------------------------------------------------------------------------

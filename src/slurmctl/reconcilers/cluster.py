@@ -14,7 +14,16 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from slurmctl.api.v1 import SPEC_VALID, Phase, Reason, SlurmCluster, SlurmClusterStatus
+from slurmctl.api.v1 import (
+    SLURM_VERSION,
+    SPEC_VALID,
+    Condition,
+    Phase,
+    Reason,
+    SlurmCluster,
+    SlurmClusterStatus,
+    SlurmVersionStatus,
+)
 from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler
 from slurmctl.reconcilers.component import Component, Obj, component_is, owned
 from slurmctl.reconcilers.conditions import make_condition
@@ -35,6 +44,7 @@ from slurmctl.reconcilers.observed import (
 from slurmctl.reconcilers.plan import Create, Delete, Note, Plan
 from slurmctl.reconcilers.views import Cluster, ClusterStatus, Secret, condition
 from slurmctl.render import meta
+from slurmctl.render.accounting import backup_claim_name
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 from slurmctl.render.kinds import CONFIGMAP, NODE, POD, SECRET, SLURM_CLUSTER, STATEFULSET
 from slurmctl.render.manifests import cluster_objects
@@ -49,6 +59,12 @@ from slurmctl.runtime.objects import meta_of
 log = logging.getLogger(__name__)
 
 JWT_KEY_ROTATED = "JWTKeyRotated"  # the Event of a JWT key replaced for spec.jwtKeyRotation
+# A Slurm upgrade entered a stage (the reason ends with the stage: SlurmUpgradeBackingUp, ...), or ended. One reason
+# per stage: Events of one reason on one object are aggregated into one (runtime/events.py), which would keep only
+# the last stage.
+UPGRADE_EVENT = "SlurmUpgrade"
+UPGRADE_DONE_EVENT = "SlurmUpgradeDone"
+UPGRADE_REFUSED_EVENT = "SlurmUpgradeRefused"  # spec.slurm.version asks for a downgrade or an unsupported skip
 
 WORKER_LABELS = (WORKERS_COMPONENT, *FORMER_WORKERS_COMPONENTS)
 Mapper = Callable[[Mapping[str, Any]], Iterable[Request]]
@@ -130,18 +146,58 @@ def plan(obs: Observation) -> Plan:
     rotation = jwt_key_rotation(obs)
     if rotation is not None:
         missing.append(Create(None, make=makers[jwt]))
+    version, version_events = slurm_version(obs)
     status = SlurmClusterStatus(
         observed_generation=obs.loaded.generation,
-        conditions=[cond],
+        conditions=[cond, *version[:1]],
         jwt_key_rotation=cluster.spec.jwt_key_rotation if rotation else obs.key_rotations.get(jwt),
     )
+    if version:
+        status.slurm = version[1]
     return Plan(
         SPEC_VALID,
         apply=tuple(cluster_objects(obs.inputs(placement=obs.placement, configs=configs))),
         delete=(rotation,) if rotation else (),
         create=tuple(missing),
+        events=version_events,
         status=status,
     )
+
+
+def slurm_version(obs: Observation) -> tuple[tuple[Condition, SlurmVersionStatus] | tuple[()], tuple[Note, ...]]:
+    """The SlurmVersion condition and status.slurm from the upgrade decision (reconcilers/upgrade.py), and an Event
+    each time an upgrade enters a stage, ends, or is refused."""
+    decision = obs.upgrade
+    if decision is None:
+        return (), ()
+    if decision.refusal is not None:
+        ok, reason = False, Reason.UPGRADE_REFUSED
+    elif decision.upgrading:
+        ok, reason = False, Reason.UPGRADING
+    else:
+        ok, reason = True, Reason.CURRENT
+    cond = obs.condition(SLURM_VERSION, ok=ok, reason=reason, message=decision.message)
+    lines = set(decision.running.values())
+    current = decision.phase == "Current"
+    c = obs.loaded.name
+    said = SlurmVersionStatus.model_validate(obs.said.get("slurm") or {})
+    backup = backup_claim_name(c) if decision.from_ is not None and decision.upgrading else said.backup_claim
+    status = SlurmVersionStatus(
+        version=decision.wanted if current and lines <= {decision.wanted} else None,
+        components=dict(decision.running),
+        phase=decision.phase,
+        upgrade_from=decision.from_ if not current else None,
+        backup_claim=backup if obs.loaded.cluster.spec.accounting.enabled else None,
+    )
+    events: tuple[Note, ...] = ()
+    if obs.said.get("slurm") is not None and said.phase != decision.phase:
+        if decision.refusal is not None:
+            events = (Note("Warning", UPGRADE_REFUSED_EVENT, decision.message),)
+        elif current:
+            events = (Note("Normal", UPGRADE_DONE_EVENT, f"Slurm upgrade done: {decision.message}"),)
+        else:
+            events = (Note("Normal", UPGRADE_EVENT + decision.phase, f"{decision.phase}: {decision.message}"),)
+    return (cond, status), events
 
 
 def jwt_key_rotation(obs: Observation) -> Delete | None:

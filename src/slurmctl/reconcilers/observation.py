@@ -20,6 +20,7 @@ from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import data_keys, uid
 from slurmctl.reconcilers.plan import Delete, Note, Obj, Plan
 from slurmctl.reconcilers.slurm_snapshot import SlurmSnapshot
+from slurmctl.reconcilers.upgrade import Decision
 from slurmctl.render import meta
 from slurmctl.render.kinds import SECRET, Kind
 from slurmctl.render.manifests import Inputs
@@ -64,6 +65,8 @@ class Observation:
     removed_groups: frozenset[str] = frozenset()  # worker groups the spec no longer has whose StatefulSet is there
     # (or, for an elastic group, whose pods are)
     held_nodes: Mapping[str, str] = field(default_factory=dict)  # elastic pod the spec no longer has -> its group
+    # A Slurm upgrade: the line each component renders now (reconcilers/upgrade.py); None: the spec's line for all.
+    upgrade: Decision | None = None
 
     def owned(self, kind: Kind) -> Mapping[str, Obj]:
         """The component's children of a kind, by name."""

@@ -37,6 +37,7 @@ from slurmctl.reconcilers import (
     maintenance,
     populate_jail,
     rest,
+    upgrade,
     workers,
 )
 from slurmctl.reconcilers.accounting import AccountingReconciler
@@ -115,7 +116,7 @@ COMPONENTS: Final[tuple[Component, ...]] = (
               after=("cluster", "populate-jail")),
     Component("accounting", ACCOUNTING_READY, reconciler=AccountingReconciler, plan=gated(accounting.plan),
               render=manifests.accounting_objects, plans_offline=False,
-              owns=(DEPLOYMENT, SERVICE, SECRET), image="accounting", required=_accounting_enabled,
+              owns=(DEPLOYMENT, SERVICE, SECRET, JOB), image="accounting", required=_accounting_enabled,
               after=("cluster",)),
     Component("rest", REST_READY, reconciler=ComponentReconciler, plan=gated(rest.plan), render=manifests.rest_objects,
               owns=(DEPLOYMENT, SERVICE), image="rest", required=_rest_enabled),
@@ -215,11 +216,33 @@ async def register(
             for kind in source.owns:
                 builder.owns(*kind, predicates=[component_is(*source.labels)])
         reconciler.watch(builder)
+        if component.name in upgrade.STAGED or component.name == "cluster":
+            # A Slurm upgrade moves stage by stage: each stage's pods turning ready on the new line wake the next.
+            staged = [label for c in components if c.name in upgrade.STAGED for label in c.labels]
+            builder.watches(
+                *POD,
+                enqueue_mapped(_upgrading(manager)),
+                predicates=[component_is(*staged), upgrade.pod_line_changed],
+            )
         if component.reads_slurm:
             ctx.slurm.listen(_enqueue(builder.controller.queue))
     if "workers" in by_name:
         _register_slurm_nodes(manager, ctx)
     return ctx
+
+
+def _upgrading(manager: Manager) -> Callable[[Any], Iterable[Request]]:
+    """The cluster of a pod, only when that cluster may be in a Slurm upgrade (upgrade.may_be_upgrading)."""
+
+    def mapped(pod: Any) -> list[Request]:
+        out = []
+        for req in cluster_of_pod(pod):
+            live = manager.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
+            if live is not None and upgrade.may_be_upgrading(live):
+                out.append(req)
+        return out
+
+    return mapped
 
 
 def _enqueue(queue: WorkQueue[Request]) -> Callable[[str, str], None]:

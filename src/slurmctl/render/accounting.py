@@ -275,3 +275,102 @@ def render_accounting(
     if uses_mariadb(cluster):
         out.append(render_mariadb(cluster))
     return out
+
+
+# A Slurm upgrade's backup of the accounting database (reconcilers/upgrade.py): mariadb-dump (in the accounting image,
+# of the line the cluster leaves) writes the whole database into a claim that is never deleted, before slurmdbd of the
+# new line migrates the schema. One file per upgrade: <database>-<from>-to-<to>-<UTC time>.sql.
+BACKUP_COMPONENT = "accounting-backup"  # the component label of the backup Job's pod
+BACKUP_MOUNT = "/backup"
+BACKUP_SIZE = "1Gi"
+BACKUP_BACKOFF_LIMIT = 3
+# mariadb-dump reads the password from an option file (never from its command line, which `ps` shows), written into
+# a memory-backed emptyDir only the pod sees.
+_BACKUP_SCRIPT = """set -eu
+umask 077
+printf '[client]\\npassword=%s\\n' "$(cat /mnt/db-password/password)" > /work/my.cnf
+file="$BACKUP_DIR/$DATABASE-$FROM-to-$TO-$(date -u +%Y%m%dT%H%M%SZ).sql"
+mariadb-dump --defaults-extra-file=/work/my.cnf --host="$DB_HOST" --port="$DB_PORT" --user="$DB_USER" \\
+    --single-transaction --no-tablespaces --databases "$DATABASE" > "$file.partial"
+mv "$file.partial" "$file"
+echo "backed up $DATABASE to $file ($(wc -c < "$file") bytes)"
+"""
+
+
+def backup_claim_name(c: str) -> str:
+    return f"{c}-slurmdbd-backup"
+
+
+def render_backup_claim(cluster: SlurmCluster) -> dict[str, Any]:
+    """The claim the backups go to: without an owner, so it stays when the SlurmCluster goes (a backup is for when
+    things went wrong)."""
+    c = meta.cluster_name(cluster)
+    metadata = meta.object_meta(cluster, backup_claim_name(c), COMPONENT)
+    metadata.pop("ownerReferences", None)
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata,
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": BACKUP_SIZE}}},
+    }
+
+
+def render_backup_job(cluster: SlurmCluster, *, name: str, from_: str, to: str) -> dict[str, Any]:
+    """The Job that dumps the accounting database before an upgrade from `from_` to `to` (`cluster`: as the line it
+    leaves renders it, so the image is that line's)."""
+    c = meta.cluster_name(cluster)
+    db = database(cluster)
+    env = {
+        "DB_HOST": db.host,
+        "DB_PORT": str(db.port),
+        "DB_USER": db.user,
+        "DATABASE": db.name,
+        "FROM": from_,
+        "TO": to,
+        "BACKUP_DIR": BACKUP_MOUNT,
+    }
+    dump = {
+        "name": "mariadb-dump",
+        "image": cluster.spec.image_for("accounting", cluster.spec.accounting.image),
+        "command": ["/bin/sh", "-c", _BACKUP_SCRIPT],
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "volumeMounts": [
+            {"name": "backup", "mountPath": BACKUP_MOUNT},
+            {"name": "work", "mountPath": "/work"},
+            {"name": "db-password", "mountPath": "/mnt/db-password", "readOnly": True},
+        ],
+        # Root with no capability (Pod Security "baseline"): a claim's volume is root's where the volume plugin
+        # ignores fsGroup (host paths), and root writes into its own directory without any capability.
+        "securityContext": {**NO_PRIVILEGE, "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False},
+    }
+    pull = [{"name": s.name} for s in cluster.spec.slurm.image_pull_secrets]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "securityContext": {"fsGroup": SLURM_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+        "automountServiceAccountToken": False,
+        "containers": [dump],
+        "volumes": [
+            {"name": "backup", "persistentVolumeClaim": {"claimName": backup_claim_name(c)}},
+            {"name": "work", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+            {
+                "name": "db-password",
+                "secret": {
+                    "secretName": db.password_secret,
+                    "items": [{"key": db.password_key, "path": "password"}],
+                    "defaultMode": 0o440,
+                },
+            },
+        ],
+    }
+    if pull:
+        pod_spec["imagePullSecrets"] = pull
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta.object_meta(cluster, name, COMPONENT),
+        "spec": {
+            "backoffLimit": BACKUP_BACKOFF_LIMIT,
+            # Its own component label: not one of slurmdbd's pods (which the upgrade counts, reconcilers/upgrade.py).
+            "template": {"metadata": {"labels": meta.labels(c, BACKUP_COMPONENT)}, "spec": pod_spec},
+        },
+    }

@@ -58,8 +58,10 @@ RULES: Final[tuple[Rule, ...]] = (
          "name.", ("",), ("secrets",), READ + WRITE),
     Rule("Controller, worker and login StatefulSets; the slurmdbd and slurmrestd Deployments.", ("apps",),
          ("statefulsets", "deployments"), READ + WRITE),
-    Rule("The populate-jail Job and the NCCL benchmark CronJob (batch/v1).", ("batch",), ("jobs", "cronjobs"),
-         READ + WRITE),
+    Rule("The populate-jail Job, the NCCL benchmark CronJob and the accounting database's backup Job of a Slurm "
+         "upgrade (batch/v1).", ("batch",), ("jobs", "cronjobs"), READ + WRITE),
+    Rule("The claim a Slurm upgrade's database backup is written to (created by server-side apply, never deleted: "
+         "the backup stays).", ("",), ("persistentvolumeclaims",), ("get", "create", "patch")),
     Rule("The workers' PodDisruptionBudget (policy/v1): evictions wait for jobs. Always rendered, so never deleted "
          "(it goes with its SlurmCluster).", ("policy",), ("poddisruptionbudgets",), (*READ, "create", "patch")),
     Rule("Each SlurmCluster's NetworkPolicies (render/network_policy.py): who may connect to its pods.",

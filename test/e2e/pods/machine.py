@@ -36,7 +36,7 @@ import pytest
 
 from slurmctl.api.v1 import default_image
 from test.e2e.harness import NODE_NAME, Node, control_plane_script, node_script
-from test.e2e.pods.slurm import TEST_DB_IMAGE, slurm_image
+from test.e2e.pods.slurm import TEST_DB_IMAGE, UPGRADE_IMAGES, slurm_image
 from test.waiting import until
 
 BRIDGE = "slurmctl0"
@@ -47,9 +47,10 @@ FAULTS_TAINT = "slurmctl.test/dedicated=faults:NoSchedule"
 FAULTS_TOLERATION = {"key": "slurmctl.test/dedicated", "operator": "Equal", "value": "faults", "effect": "NoSchedule"}
 TEST_IMAGE = "localhost/slurmctl-test/busybox:1"
 # What the modules' pods run, which nodes 2 and 3 get a copy of (not the benchmark's or the jail's build image: on a
-# fresh machine each copy is gigabytes, and no pod here runs them).
+# fresh machine each copy is gigabytes, and no pod here runs them); the upgrade test's too (test_upgrade.py).
 POD_IMAGES = (
     *(slurm_image(c) for c in ("controller", "worker", "login", "rest", "populate-jail", "accounting")),
+    *UPGRADE_IMAGES,
     default_image("operator"),
     TEST_DB_IMAGE,
     TEST_IMAGE,

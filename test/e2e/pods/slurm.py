@@ -48,6 +48,17 @@ def _line_image_tag(line: str) -> str:
 
 
 SLURM_IMAGE_TAG = _line_image_tag(SLURM_LINE)
+# The line test_upgrade.py moves a cluster of the default line to, and the images of the components it moves (none
+# when the tests run another line: the upgrade test then skips).
+UPGRADE_LINE = "26.05"
+UPGRADE_IMAGES: tuple[str, ...] = (
+    tuple(
+        default_image(c, tag=_line_image_tag(UPGRADE_LINE))
+        for c in ("controller", "worker", "login", "rest", "accounting")
+    )
+    if SLURM_LINE == DEFAULT_SLURM_LINE
+    else ()
+)
 
 
 def slurm_image(component: Component) -> str:
@@ -61,7 +72,9 @@ def on_slurm_line(obj: dict[str, Any]) -> dict[str, Any]:
     if obj.get("kind") != "SlurmCluster" or SLURM_IMAGE_TAG == IMAGE_TAG:
         return obj
     obj = copy.deepcopy(obj)
-    obj.setdefault("spec", {}).setdefault("slurm", {}).setdefault("imageTag", SLURM_IMAGE_TAG)
+    slurm = obj.setdefault("spec", {}).setdefault("slurm", {})
+    slurm.setdefault("imageTag", SLURM_IMAGE_TAG)
+    slurm.setdefault("version", SLURM_LINE)  # what status.slurm reports: an imageTag says nothing of its line
     return obj
 
 
