@@ -373,7 +373,7 @@ async def test_the_default_install_s_operator_lists_only_its_own_secrets_in_defa
         for verb, resource, where in [
             *((verb, "secrets", ("-n", namespace)) for verb in ("get", "list", "watch", "create", "patch", "delete")),
             *((verb, "secrets", ("-n", namespace)) for verb in ("update", "deletecollection")),
-            ("get", "persistentvolumeclaims", ("-n", namespace)),
+            *((verb, "persistentvolumeclaims", ("-n", namespace)) for verb in ("get", "delete", "deletecollection")),
             *((verb, "secrets", where) for verb in ("get", "list", "watch") for where in (
                 ("-n", "kube-system"), ("-n", other), ("--all-namespaces",))),
             *(("create", kind, ("-n", "kube-system")) for kind in ("pods", "statefulsets", "deployments", "jobs")),
@@ -388,9 +388,10 @@ async def test_the_default_install_s_operator_lists_only_its_own_secrets_in_defa
     allowed = {k for k, yes in answers.items() if yes}
     assert allowed == {
         *((verb, "secrets", f"-n {namespace}") for verb in ("get", "list", "watch", "create", "patch", "delete")),
+        ("get", "persistentvolumeclaims", f"-n {namespace}"),  # a Slurm upgrade's backup claim: made, never deleted
         ("get", "nodes", ""),
         ("list", "nodes", ""),
-    }, "Nodes only read: patching them is the admin's node-cordon opt-in"
+    }, "Nodes only read (patching them is the admin's node-cordon opt-in); no claim ever deleted"
 
     # Another namespace, for another operator: the Roles `slurmctl rbac` prints, for a second ServiceAccount.
     scoped_ns = await new_namespace(own_api, "scoped")

@@ -117,6 +117,7 @@ async def test_sample_creates_every_child_and_status_follows_the_workloads(
         "LoginReady": "True",
         "RestReady": "True",
         "BenchmarkScheduled": "False",
+        "SlurmVersion": "True",
     }
 
     # A worker that was ready and is not any more makes the cluster Degraded, not Reconciling.

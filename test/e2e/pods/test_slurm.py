@@ -16,6 +16,7 @@ runs as `slurmctl run`, with its ServiceAccount's token.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -656,6 +657,49 @@ def test_users_get_a_token_and_slurmrestd_answers_with_every_node(available: Kub
     refused = kube.exec(LOGIN_POD, LOGIN, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url)
     print(f"GET {url} without a token: HTTP {refused}")
     assert refused == "401"
+
+
+# A batch job submitted to slurmrestd by a user of the jail with the token `scontrol token` gave them (the body in
+# base64: no quoting through ssh). The token stays in the shell.
+SUBMIT_REST = (
+    "T=$(scontrol token lifespan=300) && echo {body} | base64 -d | curl -sS --max-time 30 -w '\\n%{{http_code}}' "
+    '-H "X-SLURM-USER-NAME: $(id -un)" -H "X-SLURM-USER-TOKEN: ${{T#SLURM_JWT=}}" '
+    "-H 'Content-Type: application/json' --data-binary @- {url}"
+)
+
+
+def test_a_job_submitted_over_rest_with_a_users_own_token_runs_as_that_user(
+    available: Kube, jail_user: tuple[Path, str]
+) -> None:
+    """SlinkyProject/slurm-operator#118: a job that a user submits to slurmrestd with their own token (from `scontrol
+    token` in their session) runs with their uid and gid in the jail, and no Slurm token is in its environment or in
+    the user's session (the operator's SlurmUser tokens stay in the operator)."""
+    kube = available
+    key, ip = jail_user
+    marker = f"rest-job-{time.monotonic_ns()}"
+    script = f"#!/bin/bash\n{{ id -u; id -g; env | grep -c '^SLURM_JWT=' || true; }} > ~/{marker}\n"
+    body = {
+        "job": {
+            "script": script,
+            "name": marker,
+            "current_working_directory": f"/home/{USER}",
+            "environment": ["PATH=/usr/local/bin:/usr/bin:/bin", f"HOME=/home/{USER}"],
+        }
+    }
+    encoded = base64.b64encode(json.dumps(body).encode()).decode()
+    url = shlex.quote(f"{REST}/slurm/{API_VERSION}/job/submit")
+    status, answer = rest_answer(ssh(key, USER, ip, SUBMIT_REST.format(body=encoded, url=url)))
+    print(f"POST job/submit as {USER}: HTTP {status}, job {answer.get('job_id')}, errors {answer.get('errors')}")
+    assert status == 200 and answer["errors"] == [], answer
+    job_id = str(answer["job_id"])
+    done = until(lambda: job_ended(kube, job_id), timeout=120, what=f"REST job {job_id} to end")
+    assert (done["JobState"], done["ExitCode"]) == ("COMPLETED", "0:0"), done
+    assert done["UserId"].startswith(f"{USER}({UID})"), done
+    uid, gid, tokens = kube.exec(LOGIN_POD, LOGIN, "cat", f"{JAIL}/home/{USER}/{marker}").split()
+    assert (uid, tokens) == (str(UID), "0"), (uid, gid, tokens)
+    assert done["GroupId"].endswith(f"({gid})"), done
+    session = ssh(key, USER, ip, "env | grep -c '^SLURM_JWT=' || true").strip()
+    assert session == "0", "a Slurm token in the user's login session"
 
 
 def metrics_text() -> str:
