@@ -29,7 +29,7 @@ from slurmctl.reconcilers.component import owned
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.maintenance_gate import seconds_to_change
 from slurmctl.reconcilers.observation import Observation
-from slurmctl.reconcilers.observed import match_labels, uid
+from slurmctl.reconcilers.observed import job_outcome, match_labels, uid
 from slurmctl.reconcilers.plan import Create, Delete, Note, Obj, Plan
 from slurmctl.render import meta
 from slurmctl.render.kinds import DEPLOYMENT, JOB, POD, STATEFULSET
@@ -151,7 +151,7 @@ def _without_windows(obs: MaintenanceObservation, jobs: Mapping[str, Obj], spec_
             for name, job in jobs.items()
         )
         return Plan(MAINTENANCE_PENDING, create=creates, delete=deletes, status=status)
-    if _job_state(jobs[removal]) == "succeeded":
+    if job_outcome(jobs[removal]) == "succeeded":
         deletes = tuple(
             Delete(JOB, name, f"reservation {RESERVATION} removed", uid=uid(job)) for name, job in jobs.items()
         )
@@ -159,24 +159,10 @@ def _without_windows(obs: MaintenanceObservation, jobs: Mapping[str, Obj], spec_
     return Plan(MAINTENANCE_PENDING, status=status)
 
 
-def _job_state(job: Obj | None) -> str:
-    if job is None:
-        return "missing"
-    st = job.get("status") or {}
-    for cond in st.get("conditions") or []:
-        if cond.get("status") == "True" and cond.get("type") in ("Complete", "SuccessCriteriaMet"):
-            return "succeeded"
-        if cond.get("status") == "True" and cond.get("type") in ("Failed", "FailureTarget"):
-            return "failed"
-    if st.get("succeeded"):
-        return "succeeded"
-    return "running"
-
-
 def _reservation(job: Obj | None, name: str, covered: Span) -> tuple[str, bool]:
     """What the condition says of the reservation, and whether its Job failed."""
     span = f"{rfc3339(covered.start)} to {rfc3339(covered.end)}"
-    state = _job_state(job)
+    state = job_outcome(job)
     if state == "succeeded":
         return f"{RESERVATION_WORDS} covers {span}", False
     if state == "failed":

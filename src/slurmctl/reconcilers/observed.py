@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from slurmctl.api.v1 import CONTROL_PLANE_LABELS, SlurmCluster
 from slurmctl.reconcilers.views import Condition, Node, Pod, Secret, Workload, condition
@@ -253,6 +253,23 @@ def refusal(pods: Iterable[Live]) -> str | None:
         return None
     message = max(said)[1]
     return message if len(message) <= MAX_REFUSAL_MESSAGE else message[: MAX_REFUSAL_MESSAGE - 3] + "..."
+
+
+JobOutcome = Literal["missing", "running", "failed", "succeeded"]
+
+
+def job_outcome(job: Live | None) -> JobOutcome:
+    """Where a Job the operator made stands: its Complete/SuccessCriteriaMet or Failed/FailureTarget condition (the
+    *Target ones come first on Kubernetes >= 1.31, before the pods are gone), else its succeeded count."""
+    if job is None:
+        return "missing"
+    status = job.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "SuccessCriteriaMet"):
+            return "succeeded"
+        if cond.get("status") == "True" and cond.get("type") in ("Failed", "FailureTarget"):
+            return "failed"
+    return "succeeded" if status.get("succeeded") else "running"
 
 
 @dataclass(frozen=True)

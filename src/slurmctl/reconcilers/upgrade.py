@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from slurmctl.api.v1 import (
     DEFAULT_SLURM_VERSION,
@@ -33,6 +33,7 @@ from slurmctl.api.v1 import (
 )
 from slurmctl.api.v1.defaults import Component as ImageName
 from slurmctl.reconcilers.loading import Loaded
+from slurmctl.reconcilers.observed import JobOutcome, job_outcome
 from slurmctl.render import meta
 from slurmctl.render.kinds import JOB, POD
 from slurmctl.runtime import Cache, Event, EventType
@@ -52,7 +53,7 @@ IMAGES: Final[Mapping[str, ImageName]] = {
 
 Phase = UpgradePhase
 _STAGE_PHASES: Final[tuple[Phase, ...]] = ("Accounting", "Controller", "Workers", "LoginAndRest")
-Backup = Literal["none", "running", "failed", "done"]
+Backup = JobOutcome
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class Decision:
     phase: Phase = "Current"
     from_: str | None = None
     refusal: str | None = None
-    backup: Backup = "none"
+    backup: Backup = "missing"
 
     def target(self, component: str) -> str:
         return self.targets.get(component, self.wanted)
@@ -110,7 +111,7 @@ def decide(
     pods: Mapping[str, Sequence[PodLine]],
     desired: Mapping[str, int],
     *,
-    backup: Backup = "none",
+    backup: Backup = "missing",
 ) -> Decision:
     """The line each staged component renders, from the lines its pods run (`pods`, by component) and how many pods
     each should have (`desired`). With no pod of a known line (a new cluster) or every one on `wanted`, everything
@@ -142,7 +143,7 @@ def decide(
         for component in stage:
             found = pods.get(component, ())
             started = any(p.line == wanted for p in found)
-            needs_backup = component == "accounting" and bool(found) and backup != "done"
+            needs_backup = component == "accounting" and bool(found) and backup != "succeeded"
             may_start = earlier_done and not needs_backup
             targets[component] = wanted if started or may_start else running.get(component, from_)
             ready_new = sum(1 for p in found if p.line == wanted and p.ready)
@@ -193,18 +194,6 @@ def backup_job_name(c: str, from_: str, to: str) -> str:
     return f"{c}-slurmdbd-backup-{from_.replace('.', '')}-{to.replace('.', '')}"
 
 
-def backup_state(job: Mapping[str, Any] | None) -> Backup:
-    if job is None:
-        return "none"
-    status = job.get("status") or {}
-    for cond in status.get("conditions") or []:
-        if cond.get("status") == "True" and cond.get("type") in ("Complete", "SuccessCriteriaMet"):
-            return "done"
-        if cond.get("status") == "True" and cond.get("type") in ("Failed", "FailureTarget"):
-            return "failed"
-    return "running"
-
-
 def observe(cache: Cache, cluster: SlurmCluster, labels: Mapping[str, Iterable[str]], namespace: str) -> Decision:
     """The decision for a cluster from the cache: the pods of each staged component (`labels`: its component labels,
     from the registry) and, when an upgrade is on, its backup Job."""
@@ -225,7 +214,7 @@ def observe(cache: Cache, cluster: SlurmCluster, labels: Mapping[str, Iterable[s
     if first.from_ is None or first.from_ == wanted or first.refusal is not None:
         return first
     job = cache.get(*JOB, backup_job_name(c, first.from_, wanted), namespace=namespace)
-    return decide(wanted, pods, desired_pods(spec), backup=backup_state(job))
+    return decide(wanted, pods, desired_pods(spec), backup=job_outcome(job))
 
 
 def pinned(loaded: Loaded, line: str) -> Loaded:

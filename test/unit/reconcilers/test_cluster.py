@@ -217,7 +217,6 @@ async def test_a_removed_groups_node_set_and_partition_stay_in_nodes_conf_until_
         assert held[-2:] == ["NodeSet=extra Feature=extra", "PartitionName=x Nodes=extra Default=NO State=UP"]
 
         await env.fake.delete(*STATEFULSET, meta.worker_group(NAME, "extra"), namespace=NS)
-        await asyncio.sleep(0)  # the informer delivers the deletion to the cache
         await env.run("cluster")
         assert "extra" not in nodes_conf()
 
@@ -257,7 +256,6 @@ async def test_an_elastic_node_the_spec_no_longer_has_stays_in_nodes_conf_until_
         assert f"NodeName={meta.worker_group(NAME, 'burst')}-0 State=CLOUD" in "\n".join(held)
 
         await env.fake.delete(*POD, node, namespace=NS)
-        await asyncio.sleep(0)  # the informer delivers the deletion to the cache
         await env.run("cluster")
         assert not any(node in line for line in nodes_conf())
 
@@ -289,12 +287,10 @@ async def test_a_group_made_elastic_stays_fixed_in_slurms_config_until_its_state
         assert group not in nodes_conf() and "slurmctl-power-extra" not in nodes_conf()
 
         await env.fake.delete(*STATEFULSET, group, namespace=NS)
-        await asyncio.sleep(0)  # the informer delivers the deletion to the cache
         await env.run("cluster")
         assert group not in nodes_conf(), "its pod is still there"
 
         await env.fake.delete(*POD, f"{group}-0", namespace=NS)
-        await asyncio.sleep(0)
         await env.run("cluster")
         assert f"NodeName={group}-[0-1] State=CLOUD Feature=extra" in nodes_conf()
         assert "PartitionName=slurmctl-power-extra" in nodes_conf()

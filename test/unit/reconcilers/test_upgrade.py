@@ -33,7 +33,7 @@ def test_a_new_cluster_and_a_current_one_render_the_spec_line() -> None:
 
 
 def test_the_database_is_backed_up_before_anything_moves() -> None:
-    backups: tuple[upgrade.Backup, ...] = ("none", "running", "failed")
+    backups: tuple[upgrade.Backup, ...] = ("missing", "running", "failed")
     for backup in backups:
         d = decide(NEW, pods(ALL_OLD), DESIRED, backup=backup)
         assert d.phase == "BackingUp" and d.from_ == OLD
@@ -42,28 +42,28 @@ def test_the_database_is_backed_up_before_anything_moves() -> None:
 
 
 def test_slurmdbd_moves_first_then_each_stage_once_the_one_before_is_ready() -> None:
-    d = decide(NEW, pods(ALL_OLD), DESIRED, backup="done")
+    d = decide(NEW, pods(ALL_OLD), DESIRED, backup="succeeded")
     assert d.phase == "Accounting"
     assert d.target("accounting") == NEW and d.target("controller") == OLD and d.target("workers") == OLD
     # slurmdbd's new pod is there but not ready yet: slurmctld waits.
     moving = {**ALL_OLD, "accounting": [NEW]}
-    d = decide(NEW, pods(moving, not_ready=["accounting"]), DESIRED, backup="done")
+    d = decide(NEW, pods(moving, not_ready=["accounting"]), DESIRED, backup="succeeded")
     assert d.phase == "Accounting" and d.target("controller") == OLD
-    d = decide(NEW, pods(moving), DESIRED, backup="done")
+    d = decide(NEW, pods(moving), DESIRED, backup="succeeded")
     assert d.phase == "Controller" and d.target("controller") == NEW and d.target("workers") == OLD
     moving = {**moving, "controller": [NEW]}
-    d = decide(NEW, pods(moving), DESIRED, backup="done")
+    d = decide(NEW, pods(moving), DESIRED, backup="succeeded")
     assert d.phase == "Workers" and d.target("workers") == NEW
     assert d.target("login") == OLD and d.target("rest") == OLD
     # One worker moved, the other (its job running) not yet: login and slurmrestd wait.
     moving = {**moving, "workers": [NEW, OLD]}
-    d = decide(NEW, pods(moving), DESIRED, backup="done")
+    d = decide(NEW, pods(moving), DESIRED, backup="succeeded")
     assert d.phase == "Workers" and d.target("login") == OLD
     # A missing worker pod (being re-created) is not "done" either.
     moving = {**moving, "workers": [NEW]}
-    assert decide(NEW, pods(moving), DESIRED, backup="done").phase == "Workers"
+    assert decide(NEW, pods(moving), DESIRED, backup="succeeded").phase == "Workers"
     moving = {**moving, "workers": [NEW, NEW]}
-    d = decide(NEW, pods(moving), DESIRED, backup="done")
+    d = decide(NEW, pods(moving), DESIRED, backup="succeeded")
     assert d.phase == "LoginAndRest" and d.target("login") == NEW and d.target("rest") == NEW
     done = decide(NEW, pods({c: [NEW] * len(v) for c, v in ALL_OLD.items()}), DESIRED)
     assert done.phase == "Current" and done.message == "every component runs Slurm 26.05"
@@ -73,7 +73,7 @@ def test_a_stage_that_started_never_goes_back() -> None:
     """slurmctld moved, then slurmdbd's pod is not ready (restarting): slurmctld stays on the new line, the workers
     wait, the backup Job may be gone."""
     moving = {**ALL_OLD, "accounting": [NEW], "controller": [NEW]}
-    d = decide(NEW, pods(moving, not_ready=["accounting"]), DESIRED, backup="none")
+    d = decide(NEW, pods(moving, not_ready=["accounting"]), DESIRED, backup="missing")
     assert d.target("accounting") == NEW and d.target("controller") == NEW and d.target("workers") == OLD
     assert d.phase == "Accounting"
 
@@ -153,7 +153,7 @@ def test_the_accounting_plan_backs_up_with_the_old_lines_image(phase: str) -> No
 
 def test_the_cluster_status_says_where_the_upgrade_is_with_an_event_per_stage() -> None:
     cl = loaded()
-    decision = decide(NEW, pods({**ALL_OLD, "accounting": [NEW]}), DESIRED, backup="done")
+    decision = decide(NEW, pods({**ALL_OLD, "accounting": [NEW]}), DESIRED, backup="succeeded")
     said = {**cl.obj["status"], "slurm": {"phase": "Accounting", "components": {}}}
     p = cluster.plan(observe(cl, upgrade=decision, said=said))
     assert p.status is not None and p.status.slurm is not None
