@@ -2,15 +2,16 @@
 
 The Job runs once the jail is populated (its account files are the image's until then, and the copier would refuse a
 volume someone else wrote first), and again whenever what it writes changes: a live Job whose hash annotation is not
-the spec's is deleted and applied anew. Once anything was declared the Job stays, even for an empty spec: removing
-every user must still lock them.
+the spec's is deleted and applied anew. A cluster that never declared anyone has neither Job nor condition; once
+anything was declared the Job stays, even for an empty spec: removing every user must still lock them.
 
 What it did is in its pod's termination message (images/scripts/sync-identity): one line per declared entry it
 refused (the field path first: `spec.identity.users[2].uid: 2000 is already used by jailuser`), then a summary. The
 operator reads it from the Job's pods, which its pod informer holds already (component label: no new permission).
 Refused entries make IdentitySynced False (IdentityConflict) with one Warning Event and one log line while that is
-news; every other entry was written. Nothing is retried in a loop: the fix is a spec change (another name or id) or
-removing the account made by hand, and a spec change re-runs the Job.
+news; every other entry was written. Nothing is retried in a loop: the fix is a spec change (another name or id),
+which re-runs the Job, or removing the account made by hand and then the Job (`kubectl delete job`), which the
+operator applies anew at once.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def plan(obs: Observation) -> Plan:
     name = meta.identity(loaded.name)
     live = obs.owned(JOB).get(name)
     previous = loaded.condition(IDENTITY_SYNCED)
-    if not declares_anything(cluster) and live is None and (previous is None or previous.reason == Reason.DISABLED):
-        return obs.report(IDENTITY_SYNCED, ok=True, reason=Reason.DISABLED, message="spec.identity declares nobody")
+    if not declares_anything(cluster) and live is None and previous is None:
+        return Plan(IDENTITY_SYNCED)  # nothing declared, ever: no Job, no condition
     if not obs.jail_open:
         return obs.report(
             IDENTITY_SYNCED,

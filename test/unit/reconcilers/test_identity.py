@@ -57,7 +57,7 @@ async def test_nothing_declared_runs_no_job() -> None:
     async with Env() as env:
         await env.available()
         assert env.names(JOB) == [f"{NAME}-populate-jail"]
-        assert env.reason("IdentitySynced") == ("True", "Disabled")
+        assert env.condition("IdentitySynced") is None
         assert env.phase() == "Available"
 
 
@@ -138,3 +138,20 @@ async def test_a_failed_job_is_reported_and_not_retried_in_a_loop() -> None:
         await env.converge()
         assert env.reason("IdentitySynced") == ("False", "JobFailed")
         assert env.get(JOB, JOB_NAME)["metadata"]["uid"] == uid  # type: ignore[index]
+
+
+async def test_a_deleted_job_runs_again_for_the_same_spec() -> None:
+    """After removing an account made by hand that was in the way, deleting the Job is how to run it again."""
+    async with Env() as env:
+        env.create(spec(identity=USERS))
+        await env.converge()
+        env.job_succeeds()
+        await env.converge()
+        pod_ends(env, f"0 users and 1 groups written, 0 locked, 1 refused\n{REFUSED}\n")
+        await env.converge()
+        uid = env.get(JOB, JOB_NAME)["metadata"]["uid"]  # type: ignore[index]
+        await env.fake.delete(*JOB, JOB_NAME, namespace=NS)
+        await env.converge()
+        again = env.get(JOB, JOB_NAME)
+        assert again is not None and again["metadata"]["uid"] != uid
+        assert env.reason("IdentitySynced") == ("False", "Syncing")
