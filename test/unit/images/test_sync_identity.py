@@ -94,6 +94,8 @@ def test_a_collision_with_an_account_made_by_hand_is_refused_by_name_and_the_res
 def test_a_removed_user_is_locked_keeps_their_home_and_is_unlocked_when_declared_again(jail: Path) -> None:
     sync(jail, {"groups": [RESEARCH], "users": [ADA]})
     (jail / "home" / "ada" / "results").write_text("ada's work")
+    group = jail / "etc" / "group"  # an admin adds someone to the declared group by hand
+    group.write_text(group.read_text().replace("research:x:3000:ada\n", "research:x:3000:ada,jailuser\n"))
     rc, said, log = sync(jail, {"groups": [RESEARCH]})
     assert rc == 0, log
     assert said.splitlines() == ["0 users and 1 groups written, 1 locked, 0 refused"]
@@ -101,11 +103,12 @@ def test_a_removed_user_is_locked_keeps_their_home_and_is_unlocked_when_declared
     assert shadow is not None and shadow[1].startswith("!") and shadow[7] == "1", shadow
     assert not (jail / KEYS_DIR.lstrip("/") / "ada").exists()
     assert (jail / "home" / "ada" / "results").read_text() == "ada's work"
-    assert entry(jail, "group", "research") == ["research", "x", "3000", ""]
+    assert entry(jail, "group", "research") == ["research", "x", "3000", "jailuser"]
     rc, said, log = sync(jail, {"groups": [RESEARCH], "users": [ADA]})
     assert rc == 0, log
     shadow = entry(jail, "shadow", "ada")
     assert shadow is not None and shadow[7] == "", shadow
+    assert entry(jail, "group", "research") == ["research", "x", "3000", "jailuser,ada"]
     assert (jail / KEYS_DIR.lstrip("/") / "ada").read_text() == KEY + "\n"
 
 
