@@ -29,6 +29,13 @@ def _accounting(**fields: Any) -> dict[str, Any]:
     return {"accounting": {"enabled": True, "external": _EXTERNAL, **fields}}
 
 
+def _identity(users: list[dict[str, Any]], groups: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"identity": {"users": users, **({"groups": groups} if groups is not None else {})}}
+
+
+_RESEARCH = [{"name": "research", "gid": 3000}]
+
+
 def _sub_mounts(*mounts: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
     return {
         "jail": {
@@ -93,6 +100,18 @@ RICH_VALID_SPEC: dict[str, Any] = {
         ],
     },
     "healthChecks": {"ncclBenchmark": {"enabled": True}},
+    "identity": {
+        "groups": [{"name": "research", "gid": 3000}, {"name": "staff", "gid": 3001}],
+        "users": [
+            {
+                "name": "alice",
+                "uid": 2000,
+                "groups": ["research", "staff"],
+                "sshAuthorizedKeys": ["ssh-ed25519 AAAA a"],
+            },
+            {"name": "bob", "uid": 2001, "gid": 3000, "home": "/home/b/bob", "shell": "/bin/sh"},
+        ],
+    },
     "maintenance": {
         "windows": [
             {"schedule": "0 2 * * 6", "duration": "4h"},
@@ -500,5 +519,75 @@ CASES: tuple[Case, ...] = (
         "end is not after start",
         "is not after start",
         rule="end is not after start",
+    ),
+    Case(
+        "two users of one uid",
+        _identity([{"name": "alice", "uid": 2000}, {"name": "bob", "uid": 2000}]),
+        "cel",
+        "spec.identity.users",
+        "two users have the same uid",
+        "uid 2000 is also spec.identity.users[0]'s",
+        rule="two users have the same uid",
+    ),
+    Case(
+        "two groups of one gid",
+        _identity([], [{"name": "a", "gid": 3000}, {"name": "b", "gid": 3000}]),
+        "cel",
+        "spec.identity.groups",
+        "two groups have the same gid",
+        "gid 3000 is also spec.identity.groups[0]'s",
+        rule="two groups have the same gid",
+    ),
+    Case(
+        "a user's gid not declared",
+        _identity([{"name": "alice", "uid": 2000, "gid": 3001}], _RESEARCH),
+        "cel",
+        "spec.identity.users",
+        "a user's gid is the gid of a group in spec.identity.groups",
+        "no group of spec.identity.groups has gid 3001",
+        rule="a user's gid is the gid of a group in spec.identity.groups (or empty: a group of its own)",
+    ),
+    Case(
+        "a user in an undeclared group",
+        _identity([{"name": "alice", "uid": 2000, "groups": ["research", "video"]}], _RESEARCH),
+        "cel",
+        "spec.identity.users",
+        "a user's groups are groups of spec.identity.groups",
+        'unknown group "video"',
+        rule="a user's groups are groups of spec.identity.groups",
+    ),
+    Case(
+        "a user's own group clashing with a declared one",
+        _identity([{"name": "research", "uid": 2000}], _RESEARCH),
+        "cel",
+        "spec.identity.users",
+        "a user without gid gets a group of its own",
+        'group "research" of spec.identity.groups has that name or gid',
+        rule="a user without gid gets a group of its own (its name, gid = uid): no group of spec.identity.groups "
+        "may have that name or gid",
+    ),
+    Case(
+        "two users of one name",
+        _identity([{"name": "alice", "uid": 2000}, {"name": "alice", "uid": 2001}]),
+        "list-map",
+        "spec.identity.users[1]",
+        "Duplicate value",
+        'duplicate user "alice"',
+    ),
+    Case(
+        "two groups of one name",
+        _identity([], [{"name": "research", "gid": 3000}, {"name": "research", "gid": 3001}]),
+        "list-map",
+        "spec.identity.groups[1]",
+        "Duplicate value",
+        'duplicate group "research"',
+    ),
+    Case(
+        "a user in a group twice",
+        _identity([{"name": "alice", "uid": 2000, "groups": ["research", "research"]}], _RESEARCH),
+        "list-set",
+        "spec.identity.users[0].groups[1]",
+        "Duplicate value",
+        None,
     ),
 )

@@ -68,6 +68,7 @@ from .status import (
     ACCOUNTING_READY,
     BENCHMARK_SCHEDULED,
     CONTROLLER_READY,
+    IDENTITY_SYNCED,
     JAIL_POPULATED,
     LIMITS_APPLIED,
     LOGIN_READY,
@@ -89,6 +90,7 @@ from .status import (
     WorkerGroupStatus,
     ready_summary,
 )
+from .identity import GroupSpec, Identity, UserSpec
 from .topology import TopologyBlock, TopologySpec, TopologyTree
 from .types import (
     ApiModel,
@@ -122,6 +124,7 @@ __all__ = [
     "IMAGE_REGISTRY",
     "IMAGE_TAG",
     "IMAGE_TAG_SUFFIX",
+    "IDENTITY_SYNCED",
     "JAIL_POPULATED",
     "KIND",
     "LIMITS_APPLIED",
@@ -194,6 +197,9 @@ __all__ = [
     "Span",
     "StateVolume",
     "SubMount",
+    "GroupSpec",
+    "Identity",
+    "UserSpec",
     "TopologyBlock",
     "TopologySpec",
     "TopologyTree",

@@ -5,7 +5,7 @@ Every field carries a one-line description: it is what `kubectl explain slurmclu
 This module holds the top of the tree, SlurmClusterSpec, and the rules that compare its parts; the parts live in
 modules named for what they hold: slurm_spec.py (images and slurm.conf), jail.py, workers.py (worker groups,
 autoscaling, partitions), components.py (controller, login, accounting, REST API), health_checks.py, containers.py
-and topology.py, with the field helpers they share in fields.py.
+topology.py and identity.py, with the field helpers they share in fields.py.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .defaults import (
 )
 from .fields import LIST_MAP_BY_NAME
 from .health_checks import HealthChecks
+from .identity import Identity
 from .jail import DEFAULT_JOB_TMP_SIZE, JailSpec, PopulateJailSpec
 from .maintenance import MaintenanceSpec
 from .slurm_spec import SlurmSpec
@@ -137,6 +138,10 @@ class SlurmClusterSpec(ApiModel):
     topology: TopologySpec | None = Field(
         None,
         description="Slurm's network topology from node labels (tree levels or a block label); empty means none.",
+    )
+    identity: Identity = Field(
+        default_factory=Identity,
+        description="Users and groups the operator declares in the jail (beside those made there by hand).",
     )
 
     def image_for(self, component: Component, override: str | None = None) -> str:

@@ -41,6 +41,9 @@ LIMITS_APPLIED: Final = "LimitsApplied"
 # The maintenance component's: True while a change that restarts a Slurm daemon's pod waits for (or is being applied
 # in) a maintenance window (spec.maintenance.windows). It does not count for the phase: the cluster runs as it was.
 MAINTENANCE_PENDING: Final = "MaintenancePending"
+# The identity component's: whether the jail holds the users and groups of spec.identity. False names each declared
+# entry refused (its name or id is an existing account's). It does not count for the phase: Slurm runs without it.
+IDENTITY_SYNCED: Final = "IdentitySynced"
 
 
 class Reason(StrEnum):
@@ -86,6 +89,9 @@ class Reason(StrEnum):
     IN_WINDOW = "InWindow"  # restart-requiring changes are being applied in the open maintenance window
     NOTHING_PENDING = "NothingPending"  # no restart-requiring change waits (MaintenancePending False)
     NO_WINDOWS = "NoWindows"  # spec.maintenance.windows is empty: changes are applied at once
+    SYNCING = "Syncing"  # the identity Job is writing spec.identity into the jail
+    SYNCED = "Synced"  # the jail holds every user and group of spec.identity
+    IDENTITY_CONFLICT = "IdentityConflict"  # declared entries whose name or id an existing account has (named)
 
     @property
     def in_progress(self) -> bool:
@@ -107,6 +113,7 @@ _IN_PROGRESS: Final = frozenset(
         Reason.OVERWRITING,
         Reason.DRAINING,
         Reason.UPGRADING,
+        Reason.SYNCING,
     }
 )
 

@@ -118,6 +118,7 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems += _check_health_checks(spec, path)
     problems += _check_topology(spec, path)
     problems += _check_maintenance(spec, path)
+    problems += _check_identity(spec, path)
     problems += [Problem(where, message) for where, message in check_passthrough(spec, path)]
     problems += _check_config_size(spec, path)
     return problems
@@ -303,6 +304,42 @@ def _check_login(spec: SlurmClusterSpec, path: str) -> list[Problem]:
             problems.append(Problem(f"{base}.loadBalancerIP", "needs type LoadBalancer"))
         if service.load_balancer_source_ranges:
             problems.append(Problem(f"{base}.loadBalancerSourceRanges", "needs type LoadBalancer"))
+    return problems
+
+
+def _check_identity(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    """The rules of api/v1/identity.py, naming the entry at fault: ids and names unique, every group a user names
+    declared, a user's own group (no gid) clashing with no declared group."""
+    identity = spec.identity
+    base = f"{path}.identity"
+    problems = duplicates([u.name for u in identity.users], f"{base}.users", "user")
+    problems += duplicates([g.name for g in identity.groups], f"{base}.groups", "group")
+    first_uid: dict[int, int] = {}
+    for index, user in enumerate(identity.users):
+        if (other := first_uid.setdefault(user.uid, index)) != index:
+            problems.append(Problem(f"{base}.users[{index}].uid", f"uid {user.uid} is also {base}.users[{other}]'s"))
+    first_gid: dict[int, int] = {}
+    for index, group in enumerate(identity.groups):
+        if (other := first_gid.setdefault(group.gid, index)) != index:
+            problems.append(Problem(f"{base}.groups[{index}].gid", f"gid {group.gid} is also {base}.groups[{other}]'s"))
+    gids = {g.gid: g.name for g in identity.groups}
+    names = {g.name: g.gid for g in identity.groups}
+    for index, user in enumerate(identity.users):
+        where = f"{base}.users[{index}]"
+        if user.gid is not None and user.gid not in gids:
+            problems.append(Problem(f"{where}.gid", f"no group of {base}.groups has gid {user.gid}"))
+        for position, name in enumerate(user.groups):
+            if name not in names:
+                problems.append(Problem(f"{where}.groups[{position}]", f'unknown group "{name}" (not in {base}.groups)'))
+        if user.gid is None and (user.name in names or user.uid in gids):
+            clash = user.name if user.name in names else gids[user.uid]
+            problems.append(
+                Problem(
+                    f"{where}.gid",
+                    f'empty, so the user gets a group of its own ("{user.name}", gid {user.uid}), but group "{clash}" '
+                    f"of {base}.groups has that name or gid: set gid",
+                )
+            )
     return problems
 
 

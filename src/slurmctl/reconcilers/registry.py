@@ -19,6 +19,7 @@ from slurmctl.api.v1 import (
     ACCOUNTING_READY,
     BENCHMARK_SCHEDULED,
     CONTROLLER_READY,
+    IDENTITY_SYNCED,
     JAIL_POPULATED,
     LOGIN_READY,
     MAINTENANCE_PENDING,
@@ -33,6 +34,7 @@ from slurmctl.reconcilers import (
     benchmark,
     cluster,
     controller,
+    identity,
     login,
     maintenance,
     populate_jail,
@@ -46,6 +48,7 @@ from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.component import Component, component_is, never
 from slurmctl.reconcilers.context import Context
+from slurmctl.reconcilers.identity import IdentityReconciler
 from slurmctl.reconcilers.loading import Loader
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.maintenance import MaintenanceReconciler
@@ -105,6 +108,9 @@ COMPONENTS: Final[tuple[Component, ...]] = (
               owns=(CONFIGMAP, SECRET, NETWORK_POLICY), required=never),
     Component("populate-jail", JAIL_POPULATED, reconciler=PopulateJailReconciler, plan=populate_jail.plan,
               render=manifests.populate_jail_objects, owns=(JOB,), image="populate-jail"),
+    Component("identity", IDENTITY_SYNCED, reconciler=IdentityReconciler, plan=identity.plan,
+              render=manifests.identity_objects, owns=(JOB,), image="populate-jail", required=never,
+              after=("populate-jail",)),
     Component("controller", CONTROLLER_READY, reconciler=ComponentReconciler, plan=gated(controller.plan),
               render=manifests.controller_objects, owns=(STATEFULSET, SERVICE), image="controller", after=("cluster",)),
     Component("workers", WORKERS_READY, reconciler=WorkersReconciler, plan=gated(workers.plan),

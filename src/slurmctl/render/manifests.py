@@ -25,6 +25,7 @@ from slurmctl.render.benchmark import render_benchmark_cronjob
 from slurmctl.render.cluster import render_slurm_configs_map
 from slurmctl.render.controller import render_controller
 from slurmctl.render.disruption import render_workers_disruption_budget
+from slurmctl.render.identity import declares_anything, render_identity_job
 from slurmctl.render.login import render_login
 from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings, render_network_policies
 from slurmctl.render.populate_jail import render_populate_jail_job
@@ -83,6 +84,12 @@ def cluster_objects(i: Inputs) -> list[Obj]:
 
 def populate_jail_objects(i: Inputs) -> list[Obj]:
     return [render_populate_jail_job(i.cluster)]
+
+
+def identity_objects(i: Inputs) -> list[Obj]:
+    """The Job that writes spec.identity into the jail; none while nothing is declared (reconcilers/identity.py runs
+    it then too when something was declared before: removed users are locked)."""
+    return [render_identity_job(i.cluster)] if declares_anything(i.cluster) else []
 
 
 def controller_objects(i: Inputs) -> list[Obj]:

@@ -127,6 +127,10 @@ def populate_jail(c: str) -> str:
     return f"{c}-populate-jail"
 
 
+def identity(c: str) -> str:
+    return f"{c}-identity"
+
+
 def slurmdbd_secret(c: str) -> str:
     return f"{c}-slurmdbd"
 

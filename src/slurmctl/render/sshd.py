@@ -10,6 +10,7 @@ from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta
+from slurmctl.render.identity import KEYS_DIR
 from slurmctl.render.slurm_conf import JAIL_PATH
 
 SSHD_CONFIG = "sshd_config"
@@ -49,8 +50,9 @@ def render_sshd_config(cluster: SlurmCluster, *, host_keys: Iterable[str] = DEFA
         "PasswordAuthentication no",
         "KbdInteractiveAuthentication no",
         "PermitEmptyPasswords no",
-        # Users' keys live in their home inside the jail; root's come from spec.login.sshRootPublicKeys.
-        f"AuthorizedKeysFile .ssh/authorized_keys {JAIL_PATH}%h/.ssh/authorized_keys",
+        # Users' keys live in their home inside the jail; root's come from spec.login.sshRootPublicKeys; a declared
+        # user's (spec.identity) in the file the identity Job keeps for them, which a removed user loses.
+        f"AuthorizedKeysFile .ssh/authorized_keys {JAIL_PATH}%h/.ssh/authorized_keys {JAIL_PATH}{KEYS_DIR}/%u",
         # PAM's account phase, not shadow's "!" password field, decides whether a key-only user may log in.
         "UsePAM yes",
         f"ChrootDirectory {JAIL_PATH}",

@@ -68,6 +68,7 @@ LEVELS = {
     "accounting": "restricted",
     "rest": "restricted",
     "populate-jail": "baseline",
+    "identity": "baseline",
     "benchmark": "baseline",
 }
 
@@ -93,7 +94,7 @@ def level(pod: dict[str, Any]) -> str:
 
 def test_each_component_meets_the_pod_security_level_the_docs_say() -> None:
     """slurmrestd and slurmdbd (with its munge sidecar) run without root or capabilities ("restricted"); slurmctld,
-    populate-jail and the benchmark start as root with baseline's capabilities; slurmd and sshd need more."""
+    populate-jail, identity and the benchmark start as root with baseline's capabilities; slurmd and sshd need more."""
     found: dict[str, set[str]] = {}
     for variant in sorted(VARIANTS):
         cluster = SlurmCluster.model_validate(sample_doc(variant))
