@@ -62,6 +62,12 @@ def _statefulset(
         env.append(power.configmap_env(c))
         mounts.append(power.token_mount())
         volumes.append(power.token_volume())
+    security = pods.root_then_drop()
+    if spec.elastic_groups:
+        # SlurmUser runs ResumeProgram, which reads the power token. The kubelet writes a projected token 0600, owned
+        # by the containers' user, when every container of the pod names the same runAsUser (root here); with none
+        # named on this one (the image's user: root) it keeps the volume's mode (power.token_volume).
+        del security["runAsUser"]
     slurmctld = {
         "name": "slurmctld",
         "image": image,
@@ -74,7 +80,7 @@ def _statefulset(
         "resources": pods.resources(ctl.resources),
         # Root for the entrypoint (configs, munge and JWT keys, the state directory's owner), then slurmctld as
         # SlurmUser.
-        "securityContext": pods.root_then_drop(),
+        "securityContext": security,
     }
     # Apart from the login pods when the cluster has nodes enough (render/login.py wants the same), and from the
     # other slurmctld: a lost node then takes one controller, not both.

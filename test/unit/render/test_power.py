@@ -82,6 +82,7 @@ def test_with_an_elastic_group_only_the_controller_pods_project_the_power_token(
         (slurmctld,) = pod["containers"]
         assert {"name": volume["name"], "mountPath": TOKEN_MOUNT, "readOnly": True} in slurmctld["volumeMounts"]
         assert {"name": "SLURMCTL_POWER_CONFIGMAP", "value": "minimal-power"} in slurmctld["env"]
+        assert "runAsUser" not in slurmctld["securityContext"], "else the kubelet writes the token 0600 for root"
         for init in pod["initContainers"]:
             assert all(m["name"] != volume["name"] for m in init.get("volumeMounts", [])), "munge sees no token"
 
