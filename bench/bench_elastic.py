@@ -3,9 +3,9 @@ already-running fixed-size group (the baseline), same run; job end → pods gone
 cluster, the operator's CPU and its requests to slurmrestd (its own counter slurmctl_slurmrestd_requests_total).
 
 Like the pods tests it starts a control plane and a node of its own (hack/control-plane.sh, hack/node.sh), needs the
-images (`make images`), runs `slurmctl run` with the operator ServiceAccount's token, and stops what it started. The
-fixed cluster (2 workers) goes first, then the elastic one (max 2, idleTime 30s); each job is `sbatch -N2` of `srun -N2
-hostname`. About 12 minutes on 2 cores.
+images (`make images`), runs `slurmctl run` as the pods tests do (their ServiceAccount's token, watching the bench's
+namespace, root's jobs allowed), and stops what it started. The fixed cluster (2 workers) goes first, then the elastic
+one (max 2, idleTime 30s); each job is `sbatch -N2` of `srun -N2 hostname`. About 12 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from test.e2e.harness import REPO, Node, control_plane_script, free_port, node_script
-from test.e2e.operator import service_account_kubeconfig
+from test.e2e.operator import e2e_operator_kubeconfig
 from test.e2e.pods.machine import wait_for_other_test_sessions
 from test.e2e.pods.slurm import Kube, OperatorProcess, small_cluster
 from test.waiting import until
@@ -59,8 +59,12 @@ def operator(node: Node, work: Path, metrics: str) -> Iterator[OperatorProcess]:
     docs = [d for d in yaml.safe_load_all(manifests) if d and d.get("kind") != "Deployment"]
     node.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(docs))
     node.kubectl("wait", "--for=condition=Established", "crd/slurmclusters.slurm.slurmctl.io", "--timeout=60s")
-    kubeconfig = service_account_kubeconfig(node, work / "kubeconfig")
-    proc = OperatorProcess(kubeconfig, work / "operator.log", ("--metrics-bind-address", metrics))
+    # The pods tests' operator: the e2e ServiceAccount with the operator's rules in every namespace, watching the
+    # bench's (config/default's own Role is in `default` only).
+    kubeconfig = e2e_operator_kubeconfig(node, work / "kubeconfig")
+    args = ("--metrics-bind-address", metrics, "--watch-namespace", NAMESPACE, "--allow-root-jobs")
+    node.kubectl("create", "namespace", NAMESPACE)  # before the operator, which watches it
+    proc = OperatorProcess(kubeconfig, work / "operator.log", args)
     proc.start()
     try:
         yield proc
@@ -133,7 +137,6 @@ def run() -> Iterator[tuple[str, float, str]]:
         cluster_node() as node,
         operator(node, Path(work), metrics) as proc,
     ):
-        node.kubectl("create", "namespace", NAMESPACE)
         kube = Kube(node, NAMESPACE)
         # The baseline: a fixed-size group of 2, already running.
         fixed = small_cluster("fixed")

@@ -136,6 +136,7 @@ class Cluster:
         self.apps = client.AppsV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.networking = client.NetworkingV1Api(api)
+        self.rbac = client.RbacAuthorizationV1Api(api)
 
     async def create(self, body_spec: dict[str, Any]) -> None:
         body = {
@@ -245,6 +246,9 @@ class Cluster:
             ("Deployment", self.apps.list_namespaced_deployment),
             ("Job", self.batch.list_namespaced_job),
             ("NetworkPolicy", self.networking.list_namespaced_network_policy),
+            ("ServiceAccount", self.core.list_namespaced_service_account),
+            ("Role", self.rbac.list_namespaced_role),
+            ("RoleBinding", self.rbac.list_namespaced_role_binding),
         ):
             for item in (await lister(self.ns, label_selector=selector, _request_timeout=T)).items:
                 found[(kind, item.metadata.name)] = item

@@ -347,6 +347,7 @@ async def test_the_default_install_s_operator_lists_only_its_own_secrets_in_defa
     kubeconfig = service_account_kubeconfig(own, tmp_path / "kubeconfig")
     operator = await RunningOperator(kubeconfig, namespaces=(namespace,)).start()
     cluster = Cluster(own_api, namespace)
+    power = f"system:serviceaccount:{namespace}:{NAME}-power"  # the resume signal's identity (render/power.py)
     try:
         await cluster.create(body)
 
@@ -354,6 +355,12 @@ async def test_the_default_install_s_operator_lists_only_its_own_secrets_in_defa
             return await cluster.secret(f"{NAME}-slurmdbd")
 
         await eventually(slurmdbd_secret, timeout=60, what="the slurmdbd Secret (the password was read)")
+        await eventually(
+            lambda: asyncio.to_thread(can_i, own, power, "patch", f"configmaps/{NAME}-power", "-n", namespace),
+            timeout=60,
+            interval=1.0,
+            what="the power ServiceAccount's Role and RoleBinding, made by the operator",
+        )
     finally:
         await operator.stop()
 
@@ -374,6 +381,13 @@ async def test_the_default_install_s_operator_lists_only_its_own_secrets_in_defa
             *((verb, "secrets", ("-n", namespace)) for verb in ("get", "list", "watch", "create", "patch", "delete")),
             *((verb, "secrets", ("-n", namespace)) for verb in ("update", "deletecollection")),
             *((verb, "persistentvolumeclaims", ("-n", namespace)) for verb in ("get", "delete", "deletecollection")),
+            # Each cluster's resume signal (render/power.py): its ServiceAccount, Role and RoleBinding made and
+            # patched, never listed, deleted, bound or escalated beyond what the operator holds.
+            *((verb, resource, ("-n", namespace))
+              for verb in ("get", "create", "patch", "list", "watch", "delete", "bind", "escalate")
+              for resource in ("serviceaccounts", "roles", "rolebindings")),
+            ("create", "serviceaccounts", ("-n", namespace, "--subresource=token")),  # mint a token: never
+            *((verb, "clusterroles", ()) for verb in ("create", "bind", "escalate")),
             *((verb, "secrets", where) for verb in ("get", "list", "watch") for where in (
                 ("-n", "kube-system"), ("-n", other), ("--all-namespaces",))),
             *(("create", kind, ("-n", "kube-system")) for kind in ("pods", "statefulsets", "deployments", "jobs")),
@@ -389,9 +403,27 @@ async def test_the_default_install_s_operator_lists_only_its_own_secrets_in_defa
     assert allowed == {
         *((verb, "secrets", f"-n {namespace}") for verb in ("get", "list", "watch", "create", "patch", "delete")),
         ("get", "persistentvolumeclaims", f"-n {namespace}"),  # a Slurm upgrade's backup claim: made, never deleted
+        *(
+            (verb, resource, f"-n {namespace}")
+            for verb in ("get", "create", "patch")
+            for resource in ("serviceaccounts", "roles", "rolebindings")
+        ),
         ("get", "nodes", ""),
         ("list", "nodes", ""),
     }, "Nodes only read (patching them is the admin's node-cordon opt-in); no claim ever deleted"
+
+    # The one identity a Slurm process gets (the controller's ResumeProgram, with an elastic group): its Role, as
+    # the operator made it, lets it patch the cluster's power ConfigMap and nothing else, not even read it.
+    for verb, resource in [
+        ("get", f"configmaps/{NAME}-power"),
+        ("patch", f"configmaps/{NAME}-slurm-configs"),
+        ("list", "configmaps"),
+        ("get", "secrets"),
+        ("create", "pods"),
+        ("patch", f"slurmclusters/{NAME}"),
+    ]:
+        assert not can_i(own, power, verb, resource, "-n", namespace), (verb, resource)
+    assert not can_i(own, power, "patch", f"configmaps/{NAME}-power", "-n", other)
 
     # Another namespace, for another operator: the Roles `slurmctl rbac` prints, for a second ServiceAccount.
     scoped_ns = await new_namespace(own_api, "scoped")

@@ -61,6 +61,11 @@ EXPECTED_CHILDREN = {
     ("NetworkPolicy", "c1-slurm"),
     ("NetworkPolicy", "c1-slurmrestd"),
     ("NetworkPolicy", "c1-login-ssh"),
+    # The resume signal's identity and ConfigMap (render/power.py), made for every cluster.
+    ("ServiceAccount", "c1-power"),
+    ("Role", "c1-power"),
+    ("RoleBinding", "c1-power"),
+    ("ConfigMap", "c1-power"),
 }
 
 

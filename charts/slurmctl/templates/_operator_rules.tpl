@@ -39,6 +39,17 @@ The operator's namespaced rules, for the cluster-wide opt-in (config/cluster-wid
 - apiGroups: ['']
   resources: [persistentvolumeclaims]
   verbs: [get, create, patch]
+# Each SlurmCluster's resume-signal ServiceAccount <c>-power (render/power.py), whose token only the controller pods
+# of a cluster with an elastic group mount: created and patched by server-side apply, read by name (never listed or
+# watched), never deleted (it goes with its SlurmCluster).
+- apiGroups: ['']
+  resources: [serviceaccounts]
+  verbs: [get, create, patch]
+# Its Role, which allows only patching the ConfigMap <c>-power (Kubernetes lets the operator grant that because it
+# holds it), and the RoleBinding to the ServiceAccount: the same verbs. No bind or escalate.
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create, patch]
 # The workers' PodDisruptionBudget (policy/v1): evictions wait for jobs. Always rendered, so never deleted (it goes
 # with its SlurmCluster).
 - apiGroups: [policy]

@@ -23,7 +23,7 @@ from slurmctl.reconcilers.observation import Observation, key_secrets, read_keys
 from slurmctl.reconcilers.observed import deleting
 from slurmctl.reconcilers.plan import Note
 from slurmctl.render import meta
-from slurmctl.render.kinds import DEPLOYMENT, JOB, POD, SLURM_CLUSTER, STATEFULSET, Kind
+from slurmctl.render.kinds import DEPLOYMENT, JOB, POD, ROLE_BINDING, SLURM_CLUSTER, STATEFULSET, Kind
 from slurmctl.runtime import ApiError, Conflict, Request, Result
 from slurmctl.runtime.errors import rejection
 from slurmctl.runtime.manager import ControllerBuilder
@@ -188,7 +188,15 @@ class ComponentReconciler:
                 await self.manager.apply(intent)
 
         ordered = list(intents)
-        results = await asyncio.gather(*(one(intent) for intent in ordered), return_exceptions=True)
+        # The one name Kubernetes resolves at once: a RoleBinding's role (RBAC's escalation check reads the Role when
+        # the binding is created, and answers NotFound before it exists). Bindings go after the rest of the pass.
+        later = [i for i in ordered if (i["apiVersion"], i["kind"]) == ROLE_BINDING]
+        first = [i for i in ordered if (i["apiVersion"], i["kind"]) != ROLE_BINDING]
+        done: dict[int, BaseException | None] = {}
+        for wave in (first, later):
+            got = await asyncio.gather(*(one(intent) for intent in wave), return_exceptions=True)
+            done.update((id(intent), result) for intent, result in zip(wave, got, strict=True))
+        results = [done[id(intent)] for intent in ordered]
         for intent, result in zip(ordered, results, strict=True):
             if isinstance(result, ApiError):
                 detail = rejection(result)

@@ -1,4 +1,8 @@
-"""Objects the `controller` component owns: slurmctld's StatefulSet and its headless Service."""
+"""Objects the `controller` component owns: slurmctld's StatefulSet and its headless Service.
+
+With an elastic group, slurmctld's pods run as the cluster's `<c>-power` ServiceAccount and project its token, which
+only Slurm's ResumeProgram uses, to patch one ConfigMap (render/power.py): the one exception to "no Slurm process talks
+to the Kubernetes API" (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster
-from slurmctl.render import meta, pods
+from slurmctl.render import meta, pods, power
 from slurmctl.render.slurm_conf import JAIL_PATH, restart_settings
 
 COMPONENT = "controller"
@@ -47,6 +51,23 @@ def _statefulset(
     env: list[dict[str, Any]] = [{"name": "JAIL_DIR", "value": JAIL_PATH}, pods.restart_keys_env()]
     if backup:
         env.append({"name": "SLURMCTLD_STANDBY", "value": "true"})
+    mounts = [
+        *pods.slurm_mounts(),
+        *pods.jail_mounts(spec, read_only=True),
+        pods.jwt_key_mount(),
+        {"name": "state", "mountPath": STATE_DIR},
+    ]
+    volumes = [*pods.slurm_volumes(c), pods.volume("jail", spec.jail.volume), pods.jwt_key_volume(c)]
+    if spec.elastic_groups:
+        env.append(power.configmap_env(c))
+        mounts.append(power.token_mount())
+        volumes.append(power.token_volume())
+    security = pods.root_then_drop()
+    if spec.elastic_groups:
+        # SlurmUser runs ResumeProgram, which reads the power token. The kubelet writes a projected token 0600, owned
+        # by the containers' user, when every container of the pod names the same runAsUser (root here); with none
+        # named on this one (the image's user: root) it keeps the volume's mode (power.token_volume).
+        del security["runAsUser"]
     slurmctld = {
         "name": "slurmctld",
         "image": image,
@@ -54,19 +75,13 @@ def _statefulset(
         # The jail, read-only, for its users: slurmctld resolves each job's user and groups itself (Slurm >= 23.11
         # sends them to the nodes), and the users live in the jail's /etc/passwd.
         "env": env,
-        "volumeMounts": [
-            *pods.slurm_mounts(),
-            *pods.jail_mounts(spec, read_only=True),
-            pods.jwt_key_mount(),
-            {"name": "state", "mountPath": STATE_DIR},
-        ],
+        "volumeMounts": mounts,
         "readinessProbe": pods.slurm_readiness("controller"),
         "resources": pods.resources(ctl.resources),
         # Root for the entrypoint (configs, munge and JWT keys, the state directory's owner), then slurmctld as
         # SlurmUser.
-        "securityContext": pods.root_then_drop(),
+        "securityContext": security,
     }
-    volumes = [*pods.slurm_volumes(c), pods.volume("jail", spec.jail.volume), pods.jwt_key_volume(c)]
     # Apart from the login pods when the cluster has nodes enough (render/login.py wants the same), and from the
     # other slurmctld: a lost node then takes one controller, not both.
     apart = [(pods.APART_WEIGHT, meta.selector(c, "login"))]
@@ -75,24 +90,27 @@ def _statefulset(
         apart.append((pods.APART_WEIGHT, {meta.STATEFULSET_POD_NAME_LABEL: other}))
     name = meta.controller_backup(c) if backup else meta.controller(c)
     extra_labels = {meta.LABEL_CONTROLLER_ROLE: "backup"} if backup else None
+    template = pods.slurm_pod_template(
+        c,
+        COMPONENT,
+        config_hash=config_hash(configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id),
+        daemon=slurmctld,
+        image=image,
+        volumes=volumes,
+        placement=ctl,
+        image_pull_secrets=spec.slurm.image_pull_secrets,
+        grace_seconds=GRACE_SECONDS,
+        extra_labels=extra_labels,
+        dns_search=meta.workers_domain(cluster, cluster_domain),
+        default_anti_affinity=pods.avoid_nodes_of(*apart),
+    )
+    if spec.elastic_groups:
+        template["spec"]["serviceAccountName"] = power.power_name(c)
     sts_spec: dict[str, Any] = {
         "replicas": ctl.size,
         "serviceName": meta.controller(c),
         "selector": {"matchLabels": meta.selector(c, COMPONENT, **(extra_labels or {}))},
-        "template": pods.slurm_pod_template(
-            c,
-            COMPONENT,
-            config_hash=config_hash(configs, munge_key_id=munge_key_id, jwt_key_id=jwt_key_id),
-            daemon=slurmctld,
-            image=image,
-            volumes=volumes,
-            placement=ctl,
-            image_pull_secrets=spec.slurm.image_pull_secrets,
-            grace_seconds=GRACE_SECONDS,
-            extra_labels=extra_labels,
-            dns_search=meta.workers_domain(cluster, cluster_domain),
-            default_anti_affinity=pods.avoid_nodes_of(*apart),
-        ),
+        "template": template,
     }
     if backup:
         # The primary's own claim, by name: Slurm's backup controller works on the primary's StateSaveLocation

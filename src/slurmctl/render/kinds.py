@@ -29,5 +29,9 @@ JOB: Final = Kind("batch/v1", "Job")
 CRONJOB: Final = Kind("batch/v1", "CronJob")
 PDB: Final = Kind("policy/v1", "PodDisruptionBudget")
 NETWORK_POLICY: Final = Kind("networking.k8s.io/v1", "NetworkPolicy")
+# The resume signal's identity (render/power.py): written, never watched.
+SERVICE_ACCOUNT: Final = Kind("v1", "ServiceAccount")
+ROLE: Final = Kind("rbac.authorization.k8s.io/v1", "Role")
+ROLE_BINDING: Final = Kind("rbac.authorization.k8s.io/v1", "RoleBinding")
 # mariadb-operator's database; its CRD may be installed after the operator starts, so it is never watched.
 MARIADB: Final = Kind("k8s.mariadb.com/v1alpha1", "MariaDB")

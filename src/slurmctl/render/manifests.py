@@ -29,6 +29,7 @@ from slurmctl.render.identity import declares_anything, render_identity_job
 from slurmctl.render.login import render_login
 from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings, render_network_policies
 from slurmctl.render.populate_jail import render_populate_jail_job
+from slurmctl.render.power import render_power_objects
 from slurmctl.render.rest import render_rest
 from slurmctl.render.slurm_conf import render_slurm_configs
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
@@ -74,12 +75,17 @@ Renderer = Callable[[Inputs], list[Obj]]
 def cluster_objects(i: Inputs) -> list[Obj]:
     """The Slurm configs ConfigMap (the key Secrets are created once by the reconciler, never rendered), with
     topology.conf from where the workers run: it changes when pods move, the spec's configs do not (and so neither
-    does any config hash: the daemons take a new topology with a reconfigure); and the cluster's NetworkPolicies."""
+    does any config hash: the daemons take a new topology with a reconfigure); the cluster's NetworkPolicies; and the
+    resume signal's ServiceAccount, Role, RoleBinding and ConfigMap (render/power.py)."""
     configs = dict(i.configs)
     topology = render_topology_conf(i.cluster, i.placement)
     if topology is not None:
         configs[TOPOLOGY_CONF] = topology
-    return [render_slurm_configs_map(i.cluster, configs=configs), *render_network_policies(i.cluster, i.network)]
+    return [
+        render_slurm_configs_map(i.cluster, configs=configs),
+        *render_network_policies(i.cluster, i.network),
+        *render_power_objects(i.cluster),
+    ]
 
 
 def populate_jail_objects(i: Inputs) -> list[Obj]:

@@ -5,7 +5,10 @@ Paths match the entrypoints in images/scripts (lib.sh): configs at /mnt/slurm-co
 /mnt/jail-submounts/<name>.
 
 Every pod slurmctl renders sets `automountServiceAccountToken: false`: no Slurm process talks to the Kubernetes API,
-and a token mounted under /run would be one bind mount away from users' jobs inside the jail.
+and a token mounted under /run would be one bind mount away from users' jobs inside the jail. One deliberate, narrow
+exception: with an elastic group, the controller pods (slurmctld, where no user runs anything) project the token of
+the cluster's `<c>-power` ServiceAccount for Slurm's ResumeProgram, which may patch one ConfigMap and do nothing else
+(render/power.py, docs/security.md).
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ operator `--allow-node-cordon`).
 Every rule is used by a reconciler; nothing is granted with `*`. Notably absent: `update` (every write is a
 server-side apply, a PATCH; only the leader Lease is PUT, and that Role is separate), PersistentVolumeClaims (nothing
 reads them), CustomResourceDefinitions (optional kinds are found through discovery, which every
-authenticated client may read). Secrets need list/watch because the operator watches its own (label-selected: the
-API server sends no other Secret, but RBAC cannot express a selector) and get for the user's password Secret.
+authenticated client may read), `bind` and `escalate` (the one Role the operator creates, a cluster's resume signal,
+grants a subset of its own rights: render/power.py). Secrets need list/watch because the operator watches its own
+(label-selected: the API server sends no other Secret, but RBAC cannot express a selector) and get for the user's
+password Secret.
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ RULES: Final[tuple[Rule, ...]] = (
          "upgrade (batch/v1).", ("batch",), ("jobs", "cronjobs"), READ + WRITE),
     Rule("The claim a Slurm upgrade's database backup is written to (created by server-side apply, never deleted: "
          "the backup stays).", ("",), ("persistentvolumeclaims",), ("get", "create", "patch")),
+    Rule("Each SlurmCluster's resume-signal ServiceAccount <c>-power (render/power.py), whose token only the "
+         "controller pods of a cluster with an elastic group mount: created and patched by server-side apply, read by "
+         "name (never listed or watched), never deleted (it goes with its SlurmCluster).", ("",), ("serviceaccounts",),
+         ("get", "create", "patch")),
+    Rule("Its Role, which allows only patching the ConfigMap <c>-power (Kubernetes lets the operator grant that "
+         "because it holds it), and the RoleBinding to the ServiceAccount: the same verbs. No bind or escalate.",
+         ("rbac.authorization.k8s.io",), ("roles", "rolebindings"), ("get", "create", "patch")),
     Rule("The workers' PodDisruptionBudget (policy/v1): evictions wait for jobs. Always rendered, so never deleted "
          "(it goes with its SlurmCluster).", ("policy",), ("poddisruptionbudgets",), (*READ, "create", "patch")),
     Rule("Each SlurmCluster's NetworkPolicies (render/network_policy.py): who may connect to its pods.",

@@ -32,6 +32,7 @@ from slurmctl.api.v1 import (
     parse_quantity,
 )
 from slurmctl.render import meta
+from slurmctl.render.power import RESUME_PROGRAM
 from slurmctl.render.topology import TOPOLOGY_PLUGIN
 
 SLURM_CONF = "slurm.conf"
@@ -65,8 +66,9 @@ OCI_ROOT = "/run/slurm-oci"
 GPU_HEALTHCHECK = "/usr/lib/slurmctl/gpu-healthcheck"
 # Each slurmctld's own pid file when two share the state directory (spec.controller.standby).
 SLURMCTLD_STANDBY_PIDFILE = "/run/slurmctld/slurmctld.pid"
-# Slurm's power saving runs these on the controller. They have nothing to do: slurmctl follows the nodes' power states
-# (POWERING_UP: create the pod; POWERING_DOWN, POWERED_DOWN: delete it), read from slurmrestd.
+# Slurm's power saving runs SuspendProgram on the controller. It has nothing to do: slurmctl follows the nodes' power
+# states (POWERING_DOWN, POWERED_DOWN: delete the pod), read from slurmrestd. ResumeProgram tells the operator at once
+# that nodes power up (render/power.py RESUME_PROGRAM); the operator still decides from Slurm's states.
 POWER_PROGRAM = "/bin/true"
 # After Slurm powers a node down it waits this long before it may power it up again: the pod's termination (its grace
 # period, render/workers.py GRACE_SECONDS) fits inside, so that a node powered up again gets a fresh pod of its name.
@@ -231,7 +233,10 @@ def power_save_settings(cluster: SlurmCluster) -> dict[str, str]:
     """Slurm's power saving for the elastic groups only: the global SuspendTime stays INFINITE, so a node is
     suspended only through its group's power partition (a fixed group's nodes are in none). An elastic group's `min`
     nodes are never all suspended (SuspendExcNodes' count; slurmctl powers them up). idle_on_node_suspend: a node
-    powered down is idle again, whatever drain it had (its next pod is a new machine), so Slurm can resume it."""
+    powered down is idle again, whatever drain it had (its next pod is a new machine), so Slurm can resume it.
+    ResumeProgram is the resume signal (render/power.py): Slurm's power-save thread runs it within a second of the
+    allocation that powers nodes up (a node state change starts its work at once; power_save_interval, 10 s, only
+    bounds how long it waits without one), so no power_save_* parameter is set."""
     c = meta.cluster_name(cluster)
     keep = [
         f"{node_hostlist(c, g, g.node_count)}:{g.autoscale.min}"
@@ -240,7 +245,7 @@ def power_save_settings(cluster: SlurmCluster) -> dict[str, str]:
     ]
     settings = {
         "SuspendProgram": POWER_PROGRAM,
-        "ResumeProgram": POWER_PROGRAM,
+        "ResumeProgram": RESUME_PROGRAM,
         "SuspendTimeout": str(POWER_DOWN_SECONDS),
         "SlurmctldParameters": "idle_on_node_suspend",
     }

@@ -103,6 +103,8 @@ KNOWN: dict[tuple[str, str], Resource] = dict(
         _known("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
         _known("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
         _known("coordination.k8s.io/v1", "Lease", "leases"),
+        _known("rbac.authorization.k8s.io/v1", "Role", "roles"),
+        _known("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
         _known("events.k8s.io/v1", "Event", "events"),
         _known("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False),
     ]

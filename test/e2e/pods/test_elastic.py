@@ -3,7 +3,8 @@
 One cluster, shared by the tests in order: a group `cpu` with min 0 and max 3 (idleTime 30s) starts with no worker pod
 and Slurm knows its three nodes powered down → `sbatch -N2` powers two up, the operator creates their pods, the job
 runs (its nodes' names resolving to their pods); once idle for idleTime Slurm powers them down and their pods go
-(twice: a powered-down node comes back) → a job needing more nodes than the group has is refused by Slurm at
+(twice: a powered-down node comes back), Slurm's ResumeProgram having told the operator which nodes it powered up
+(the `<c>-power` ConfigMap) → a job needing more nodes than the group has is refused by Slurm at
 submission and creates no pod → `max` lowered under a running job, then the group switched to fixed and back under a
 running job each way: the jobs complete, their nodes leave only after them → a group `big` whose pod can never be
 placed (it asks for 64 CPUs): the cluster's WorkersReady names the group and the scheduler's reason, after its
@@ -20,6 +21,7 @@ import json
 import shlex
 import statistics
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,40 @@ def test_an_elastic_group_starts_with_no_pod_and_slurm_knows_its_nodes_powered_d
     print(f"sinfo: {nodes}")
 
 
+def hostnames(kube: Kube, hostlist: str) -> set[str]:
+    if not hostlist:
+        return set()
+    return set(kube.exec(LOGIN_POD, LOGIN, "scontrol", "show", "hostnames", hostlist).split())
+
+
+def _seconds(stamp: str) -> float:
+    """An RFC 3339 time (Kubernetes', or Slurm's local time without a zone: the machine's clock, UTC here)."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).replace(tzinfo=UTC).timestamp()
+
+
+def timeline(job: dict[str, str], signal: dict[str, str], pods: dict[str, dict[str, Any]]) -> str:
+    """Where the seconds from submission to RUNNING went, each step from the job's SubmitTime (whole seconds, but
+    for ResumeProgram's patch): ResumeProgram's patch, then per pod its creation, scheduling, its munge init
+    container's start, its slurmd container's start and readiness; then the job's StartTime."""
+    t0 = _seconds(job["SubmitTime"])
+    steps = [f"ResumeProgram +{_seconds(signal['at']) - t0:.1f}s"] if signal.get("at") else []
+    for name, pod in sorted(pods.items()):
+        status = pod["status"]
+        conditions = {c["type"]: c.get("lastTransitionTime") for c in status.get("conditions", [])}
+        inits = [c["state"].get("terminated", {}).get("startedAt") for c in status.get("initContainerStatuses", [])]
+        daemon = [c["state"].get("running", {}).get("startedAt") for c in status.get("containerStatuses", [])]
+        marks = [
+            ("created", pod["metadata"]["creationTimestamp"]),
+            ("scheduled", conditions.get("PodScheduled")),
+            ("munge", inits[0] if inits else None),
+            ("slurmd", daemon[0] if daemon else None),
+            ("ready", conditions.get("Ready")),
+        ]
+        steps.append(f"{name}: " + ", ".join(f"{what} +{_seconds(at) - t0:.0f}s" for what, at in marks if at))
+    steps.append(f"StartTime +{_seconds(job['StartTime']) - t0:.0f}s")
+    return "; ".join(steps)
+
+
 def power_cycle(kube: Kube) -> tuple[float, float]:
     """From every cpu node powered down: `sbatch -N2` → two pods, the job runs → idle for idleTime → pods gone, the
     nodes powering down or powered down. Returns (submit → RUNNING, job end → pods gone) in seconds."""
@@ -128,6 +164,15 @@ def power_cycle(kube: Kube) -> tuple[float, float]:
     to_running = time.monotonic() - submitted
     pods = worker_pods(kube)
     assert len(pods) == 2 and set(pods) <= set(CPU), list(pods)  # a job runs: their slurmd registered
+    # Slurm's ResumeProgram told the operator which nodes it powered up for this job (the resume signal,
+    # render/power.py): its last write names some of them (both, unless Slurm powered them up in two passes), after
+    # the submission.
+    signal = kube.json("configmap", f"{NAME}-power").get("data") or {}
+    named = hostnames(kube, signal.get("nodes", ""))
+    assert named and named <= set(pods), signal
+    started = job(kube, job_id)
+    assert _seconds(signal["at"]) >= _seconds(started["SubmitTime"]), (signal, started["SubmitTime"])
+    print(f"job {job_id} from zero: {timeline(started, signal, pods)}")
     ended = until(
         lambda: job_in(kube, job_id, "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT"),
         timeout=120,

@@ -35,7 +35,7 @@ def doc(**spec: Any) -> dict[str, Any]:
 
 
 def data_size(configmap: dict[str, Any]) -> int:
-    return sum(len(key.encode()) + len(value.encode()) for key, value in configmap["data"].items())
+    return sum(len(key.encode()) + len(value.encode()) for key, value in configmap.get("data", {}).items())
 
 
 def rendered_sizes(cluster: SlurmCluster) -> dict[str, int]:

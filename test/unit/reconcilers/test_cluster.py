@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jwt
 import pytest
 
+from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.render import meta
 from slurmctl.render.cluster import JWT_KEY
-from slurmctl.render.kinds import CONFIGMAP, POD, SECRET, STATEFULSET
-from slurmctl.runtime import Request
+from slurmctl.render.kinds import CONFIGMAP, POD, ROLE, ROLE_BINDING, SECRET, STATEFULSET
+from slurmctl.render.power import power_name, render_power_objects
+from slurmctl.runtime import NotFound, Request
+from slurmctl.runtime.errors import ApiError
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm
 from test.unit.reconcilers.fake_slurm import connect as connect_rest
@@ -25,7 +28,7 @@ async def test_keys_and_configs_are_created_owned_by_the_cluster_and_never_rotat
         uid = env.create(spec())["metadata"]["uid"]
         await env.run("cluster")
         assert env.names(SECRET) == [f"{NAME}-jwt-key", f"{NAME}-munge", f"{NAME}-ssh-host-keys"]
-        assert env.names(CONFIGMAP) == [f"{NAME}-slurm-configs"]
+        assert env.names(CONFIGMAP) == [f"{NAME}-power", f"{NAME}-slurm-configs"]
         for obj in [*env.fake.of_kind(*SECRET), *env.fake.of_kind(*CONFIGMAP)]:
             (owner,) = obj["metadata"]["ownerReferences"]
             assert (owner["uid"], owner["controller"]) == (uid, True)
@@ -294,3 +297,23 @@ async def test_a_group_made_elastic_stays_fixed_in_slurms_config_until_its_state
         await env.run("cluster")
         assert f"NodeName={group}-[0-1] State=CLOUD Feature=extra" in nodes_conf()
         assert "PartitionName=slurmctl-power-extra" in nodes_conf()
+
+
+async def test_a_role_binding_is_applied_after_the_role_it_names_whatever_the_order_given() -> None:
+    """RBAC resolves a RoleBinding's role when the binding is created (NotFound before the Role exists), unlike every
+    other name children give each other: bindings wait for the rest of the pass, so no pass fails on that race (seen
+    on a real API server: a traceback and a retry of the cluster's first pass)."""
+
+    def role_first(body: Mapping[str, Any], live: Mapping[str, Any] | None) -> ApiError | None:
+        if body["kind"] == "RoleBinding" and env.get(ROLE, body["roleRef"]["name"]) is None:
+            return NotFound(f"roles.rbac.authorization.k8s.io {body['roleRef']['name']!r} not found")
+        return None
+
+    async with Env() as env:
+        env.fake.admission.append(role_first)
+        obj = env.create(spec())
+        loaded = env.ctx.loader.load(obj)
+        assert isinstance(loaded, Loaded)
+        objects = render_power_objects(loaded.cluster)
+        await env.ctx.reconcilers["cluster"].apply(loaded, list(reversed(objects)))  # the binding before its role
+        assert env.get(ROLE_BINDING, power_name(NAME)) is not None

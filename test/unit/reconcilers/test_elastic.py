@@ -11,9 +11,11 @@ from typing import Any
 from slurmctl.reconcilers.elastic import ELASTIC_POLL_SECONDS
 from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, POD, STATEFULSET
+from slurmctl.render.power import AT_KEY, NODES_KEY, power_name
 from slurmctl.runtime import Result
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
+from test.unit.runtime.fakes import FakeClock
 
 
 def node(i: int) -> str:
@@ -194,3 +196,40 @@ async def test_an_idle_node_whose_pod_is_of_an_older_template_is_powered_down_an
         pod = env.get(POD, up)
         assert pod is not None and pod["spec"]["containers"][0]["image"] == "example.org/worker:2"
         assert meta.TEMPLATE_HASH_ANNOTATION in pod["metadata"]["annotations"]
+
+
+def resume_signal(env: Env, nodes: str, at: str) -> None:
+    """What Slurm's ResumeProgram (images/scripts/resume-nodes) writes: the power ConfigMap's `nodes` and `at`."""
+    live = env.get(CONFIGMAP, power_name(NAME))
+    assert live is not None, "the operator made the power ConfigMap"
+    env.fake.put({**live, "data": {NODES_KEY: nodes, AT_KEY: at}})
+
+
+async def test_the_resume_signal_makes_the_workers_read_slurm_afresh_and_create_the_pod_at_once() -> None:
+    """The poll's snapshot is up to NODE_LOOP_MAX_AGE old; ResumeProgram's write says it may predate a power-up."""
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await elastic_cluster(env, slurm)
+        connect(env, slurm, clock=FakeClock())  # snapshots age only when the test says so
+        await env.poll_slurm()  # a snapshot taken a moment ago, still within what the workers accept
+        slurm.add_node(node(1), "IDLE", "CLOUD", "POWERING_UP", "NOT_RESPONDING")  # Slurm chose node 1 for a job
+        await env.run("workers")
+        assert pods(env) == [], "without the signal the workers take the snapshot from before the power-up"
+        resume_signal(env, node(1), "2026-12-03T10:00:00.000000001Z")
+        reads = slurm.reads["nodes"]
+        await env.run("workers")
+        assert slurm.reads["nodes"] == reads + 1, "the signal costs one fresh read"
+        assert pods(env) == [node(1)], "and the pod of the node Slurm powers up is created in the same pass"
+        await env.run("workers")
+        assert slurm.reads["nodes"] == reads + 1, "a signal already followed asks nothing more"
+
+
+async def test_a_forged_resume_signal_creates_nothing_slurm_does_not_say() -> None:
+    """The ConfigMap is only a wake-up: the pods follow Slurm's power states, whatever it names."""
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await elastic_cluster(env, slurm)
+        resume_signal(env, f"{node(0)},{node(2)}", "2026-12-03T10:00:00.000000001Z")
+        await env.run("workers")
+        assert pods(env) == [], "every node is still powered down in Slurm"
+        assert slurm.calls == [], "and nothing was asked of Slurm but a read"

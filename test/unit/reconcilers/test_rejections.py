@@ -76,7 +76,7 @@ async def test_a_body_the_server_cannot_convert_is_reported_on_the_shared_config
         assert env.reason("SpecValid") == ("False", "ApplyRejected")
         assert f"ConfigMap {NAME}-slurm-configs" in (env.condition("SpecValid") or {})["message"]
         assert env.phase() == "Failed"
-        assert env.fake.of_kind(*CONFIGMAP) == [] and env.fake.of_kind(*STATEFULSET) == []
+        assert env.get(CONFIGMAP, f"{NAME}-slurm-configs") is None and env.fake.of_kind(*STATEFULSET) == []
         assert len([e for e in env.events() if e[1] == "ApplyRejected"]) == 1
 
 

@@ -189,7 +189,7 @@ def test_an_elastic_group_is_a_range_of_cloud_nodes_with_its_own_power_settings(
     slurm = _lines(configs["slurm.conf"])
     for line in (
         "SuspendProgram=/bin/true",
-        "ResumeProgram=/bin/true",
+        "ResumeProgram=/usr/lib/slurmctl/resume-nodes",
         "SuspendTimeout=45",
         "SlurmctldParameters=idle_on_node_suspend",
         "SuspendExcNodes=minimal-worker-cpu-[0-2]:1",

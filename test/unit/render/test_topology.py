@@ -38,7 +38,11 @@ def body(text: str | None) -> list[str]:
 
 
 def configmap_data(c: SlurmCluster, placement: dict[str, dict[str, str]]) -> dict[str, str]:
-    (configmap,) = [o for o in cluster_objects(Inputs.offline(c, placement=placement)) if o["kind"] == "ConfigMap"]
+    (configmap,) = [
+        o
+        for o in cluster_objects(Inputs.offline(c, placement=placement))
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-slurm-configs")
+    ]
     data: dict[str, str] = configmap["data"]
     return data
 

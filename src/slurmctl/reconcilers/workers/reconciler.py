@@ -14,6 +14,11 @@ from the rendered one is therefore deleted with orphan propagation (its pods kee
 once it is gone (its deletion event wakes this reconciler). The pods it left behind, which the new StatefulSet does
 not select, then leave like a roll: one at a time, drained, deleted by the operator once Slurm says their node runs
 no job (or its drainTimeout passed), and the new StatefulSet creates a pod of the same name once the name is free.
+
+The elastic groups' resume signal (render/power.py): Slurm's ResumeProgram writes the cluster's `<c>-power` ConfigMap
+when it powers nodes up; that change wakes this reconciler (the ConfigMap is the cluster component's child), and the
+first pass that sees a new write reads Slurm afresh instead of taking a snapshot up to NODE_LOOP_MAX_AGE old, which
+could predate the power-up. What to create is still decided from that snapshot alone.
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ from slurmctl.reconcilers.maintenance_gate import rolls_allowed
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import cluster_of_pod, worker_replicas
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE, SlurmSnapshot
+from slurmctl.reconcilers.views import Secret
 from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
-from slurmctl.render.kinds import POD, STATEFULSET
+from slurmctl.render.kinds import CONFIGMAP, POD, SLURM_CLUSTER, STATEFULSET
+from slurmctl.render.power import AT_KEY, power_name
+from slurmctl.runtime import Request, Result
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
 from slurmctl.slurm import SlurmUnavailable
@@ -44,6 +52,24 @@ class WorkersReconciler(ComponentReconciler):
     def __init__(self, ctx: Context, component: Component) -> None:
         super().__init__(ctx, component)
         self.workers = WorkerPods(self.cache, component.labels)
+        self._signals: dict[tuple[str, str], str] = {}  # the resume signal each cluster's last fresh read followed
+
+    async def __call__(self, req: Request) -> Result | None:
+        if self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace) is None:
+            self._signals.pop((req.namespace, req.name), None)
+        return await super().__call__(req)
+
+    def resume_signalled(self, loaded: Loaded) -> bool:
+        """Whether Slurm's ResumeProgram wrote the cluster's power ConfigMap since the last pass that followed a
+        write (its `at`, which each write changes): this pass must then read Slurm afresh. The first pass after the
+        operator starts follows the write it finds (one fresh read)."""
+        live = self.cache.get(*CONFIGMAP, power_name(loaded.name), namespace=loaded.namespace)
+        at = Secret.of(live).data.get(AT_KEY)  # a ConfigMap: the same `data`
+        key = (loaded.namespace, loaded.name)
+        if not at or self._signals.get(key) == at:
+            return False
+        self._signals[key] = at
+        return True
 
     def watch(self, builder: ControllerBuilder) -> None:
         """Worker pods (owned by the StatefulSets, not the cluster): a re-created pod turning ready lets the next
@@ -80,4 +106,6 @@ class WorkersReconciler(ComponentReconciler):
         if leaving and not loaded.cluster.spec.rest.enabled:
             return SlurmSnapshot(self.manager.clock.monotonic(), error=SlurmUnavailable(REST_DISABLED))
         max_age = GATE_MAX_AGE if leaving else NODE_LOOP_MAX_AGE
+        if elastic and self.resume_signalled(loaded):
+            self.ctx.slurm.changed(loaded.name, loaded.namespace)  # Slurm powers nodes up: read it again
         return await self.ctx.slurm.snapshot(loaded.name, loaded.namespace, max_age=max_age)
