@@ -27,6 +27,7 @@ from .defaults import (
 )
 from .fields import LIST_MAP_BY_NAME
 from .health_checks import HealthChecks
+from .identity import Identity
 from .jail import DEFAULT_JOB_TMP_SIZE, JailSpec, PopulateJailSpec
 from .maintenance import MaintenanceSpec
 from .slurm_spec import SlurmSpec
@@ -137,6 +138,10 @@ class SlurmClusterSpec(ApiModel):
     topology: TopologySpec | None = Field(
         None,
         description="Slurm's network topology from node labels (tree levels or a block label); empty means none.",
+    )
+    identity: Identity = Field(
+        default_factory=Identity,
+        description="Where users and groups come from besides the jail's account files (an LDAP directory).",
     )
 
     def image_for(self, component: Component, override: str | None = None) -> str:
