@@ -8,6 +8,7 @@ from typing import Any
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods
 from slurmctl.render.slurm_conf import JAIL_PATH, restart_settings
+from slurmctl.render.sssd import add_sssd
 
 COMPONENT = "controller"
 STATE_DIR = "/var/spool/slurmctld"
@@ -94,6 +95,7 @@ def _statefulset(
             default_anti_affinity=pods.avoid_nodes_of(*apart),
         ),
     }
+    add_sssd(cluster, sts_spec["template"]["spec"])
     if backup:
         # The primary's own claim, by name: Slurm's backup controller works on the primary's StateSaveLocation
         # (slurm.conf(5): "readable and writable by both systems"), and a cluster that turns the standby on keeps its
