@@ -108,7 +108,7 @@ def test_sssd_conf_points_at_the_directory_without_the_password() -> None:
     assert directory is not None
     text = sssd.render_sssd_conf(directory)
     lines = text.splitlines()
-    assert "[domain/directory]" == [line for line in lines if line.startswith("[")][-1], "the domain section is last"
+    assert [line for line in lines if line.startswith("[")][-1] == "[domain/directory]", "the domain section is last"
     assert "ldap_uri = ldaps://ldap1.example.com, ldaps://ldap2.example.com:636" in lines
     assert "ldap_search_base = dc=example,dc=com" in lines
     assert "ldap_user_search_base = dc=example,dc=com?subtree?(memberOf=cn=hpc,ou=groups,dc=example,dc=com)" in lines
