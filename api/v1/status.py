@@ -41,6 +41,9 @@ LIMITS_APPLIED: Final = "LimitsApplied"
 # The maintenance component's: True while a change that restarts a Slurm daemon's pod waits for (or is being applied
 # in) a maintenance window (spec.maintenance.windows). It does not count for the phase: the cluster runs as it was.
 MAINTENANCE_PENDING: Final = "MaintenancePending"
+# The directory component's (spec.identity.directory): whether the operator's own bind to the directory, over TLS with
+# the given CA and bind DN, succeeds. It does not count for the phase: the jail's own users still log in and run jobs.
+DIRECTORY_REACHABLE: Final = "DirectoryReachable"
 
 
 class Reason(StrEnum):
@@ -86,6 +89,11 @@ class Reason(StrEnum):
     IN_WINDOW = "InWindow"  # restart-requiring changes are being applied in the open maintenance window
     NOTHING_PENDING = "NothingPending"  # no restart-requiring change waits (MaintenancePending False)
     NO_WINDOWS = "NoWindows"  # spec.maintenance.windows is empty: changes are applied at once
+    REACHABLE = "Reachable"  # the operator's bind to the directory succeeded (DirectoryReachable)
+    DIRECTORY_UNREACHABLE = "DirectoryUnreachable"  # no URI of spec.identity.directory answered in time
+    DIRECTORY_CERTIFICATE_REFUSED = "DirectoryCertificateRefused"  # TLS failed: the CA did not sign it, or its name
+    DIRECTORY_BIND_REFUSED = "DirectoryBindRefused"  # the directory refused the bind DN or its password
+    DIRECTORY_SECRET_MISSING = "DirectorySecretMissing"  # the bind password Secret or the CA is not there
 
     @property
     def in_progress(self) -> bool:

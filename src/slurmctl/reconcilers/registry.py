@@ -19,6 +19,7 @@ from slurmctl.api.v1 import (
     ACCOUNTING_READY,
     BENCHMARK_SCHEDULED,
     CONTROLLER_READY,
+    DIRECTORY_REACHABLE,
     JAIL_POPULATED,
     LOGIN_READY,
     MAINTENANCE_PENDING,
@@ -33,6 +34,7 @@ from slurmctl.reconcilers import (
     benchmark,
     cluster,
     controller,
+    directory,
     login,
     maintenance,
     populate_jail,
@@ -46,6 +48,7 @@ from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.component import Component, component_is, never
 from slurmctl.reconcilers.context import Context
+from slurmctl.reconcilers.directory import DirectoryReconciler
 from slurmctl.reconcilers.loading import Loader
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
 from slurmctl.reconcilers.maintenance import MaintenanceReconciler
@@ -126,6 +129,8 @@ COMPONENTS: Final[tuple[Component, ...]] = (
     Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, plan=benchmark.plan,
               render=manifests.benchmark_objects, owns=(CRONJOB,), image="nccl-benchmark", required=never,
               after=("cluster",)),
+    Component("directory", DIRECTORY_REACHABLE, reconciler=DirectoryReconciler, plan=directory.plan,
+              render=manifests.directory_objects, plans_offline=False, required=never),
 )
 # fmt: on
 
