@@ -14,6 +14,7 @@ from slurmctl.render import sssd
 from slurmctl.render.manifests import Inputs
 from slurmctl.render.sshd import render_sshd_config
 from test.unit.render.samples import VARIANTS, sample_doc
+from test.unit.render.test_security_context import LEVELS, level
 
 DIRECTORY: dict[str, Any] = {
     "uris": ["ldaps://ldap1.example.com", "ldaps://ldap2.example.com:636"],
@@ -142,3 +143,18 @@ def test_sshd_takes_directory_passwords_and_keys() -> None:
     assert f"AuthorizedKeysCommand {sssd.AUTHORIZED_KEYS_COMMAND} %u" in lines
     assert "AuthorizedKeysCommandUser nobody" in lines
     assert "PermitRootLogin prohibit-password" in lines, "root still never logs in with a password"
+
+
+def test_a_directory_keeps_every_component_at_its_pod_security_level() -> None:
+    """The sidecar adds only baseline's capabilities, as root, and emptyDir, Secret and ConfigMap volumes: slurmctld's
+    pod stays "baseline" (docs/pod-security.md), and no other pod's level changes."""
+    cluster = _cluster(**DIRECTORY)
+    found: dict[str, set[str]] = {}
+    for obj in desired_objects(Inputs.offline(cluster)):
+        spec = obj.get("spec") or {}
+        template = (spec.get("jobTemplate") or {}).get("spec", spec).get("template")
+        if template:
+            component = obj["metadata"]["labels"]["app.kubernetes.io/component"]
+            found.setdefault(component, set()).add(level(template["spec"]))
+    assert found == {component: {lvl} for component, lvl in LEVELS.items() if component in found}
+    assert found["controller"] == {"baseline"}
