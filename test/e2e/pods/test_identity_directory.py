@@ -258,7 +258,7 @@ def cluster(
     }
     kube.apply(small_cluster(NAME, workers=[small_group("cpu", 2)], identity={"directory": directory}))
     kube.until_available(
-        NAME, operator, timeout=420, logs=(f"statefulset/{NAME}-login -c sssd", f"pod/{NAME}-worker-cpu-0 -c sssd")
+        NAME, operator, timeout=240, logs=(f"statefulset/{NAME}-login -c sssd", f"pod/{NAME}-worker-cpu-0 -c sssd")
     )
     kube.exec(LOGIN_POD, LOGIN, "install", "-d", "-o", str(UID), "-g", str(GID), "-m", "0750", f"{JAIL}/home/{USER}")
     ip = kube.json("pod", LOGIN_POD)["status"]["podIP"]
