@@ -20,7 +20,7 @@ mapfile -t dockerfiles < <(find "$IMAGES_DIR" -name Dockerfile -type f | sort)
 hadolint "${dockerfiles[@]}" || status=1
 
 # Every other Slurm line (images/lines/<line>.pins): each Slurm image's Dockerfile as hack/images.sh renders it for the
-# line (hack/image_line.py: fails on a pin the line lacks), linted the same way. operator and test-mariadb run no Slurm.
+# line (hack/image_line.py: fails on a pin the line lacks), linted the same way. operator, sssd and the test-* fixtures run no Slurm.
 rendered=$(mktemp -d)
 trap 'rm -rf "$rendered"' EXIT
 line_dockerfiles=()
@@ -28,7 +28,7 @@ for pins in "$IMAGES_DIR"/lines/*.pins; do
     [ -f "$pins" ] || continue
     line=$(basename "$pins" .pins)
     for f in "${dockerfiles[@]}"; do
-        case $f in */operator/Dockerfile | */test-mariadb/Dockerfile | */pause/Dockerfile) continue ;; esac
+        case $f in */operator/Dockerfile | */sssd/Dockerfile | */test-*/Dockerfile | */pause/Dockerfile) continue ;; esac
         out=$rendered/$line/$(basename "$(dirname "$f")")/Dockerfile
         if python3 hack/image_line.py "$pins" render "$f" "$out"; then line_dockerfiles+=("$out"); else status=1; fi
     done

@@ -8,8 +8,8 @@
 #   hack/images.sh check [COMPONENT...]     run each image's smoke check inside it (what its entrypoint needs)
 #
 # Components are the ones api/v1/defaults.py names (controller worker login accounting rest jail populate-jail
-# nccl-benchmark operator), plus the test fixture test-mariadb (images/test-mariadb, referenced as
-# localhost/slurmctl-test/mariadb:<tag>); slurm-base is a build base only. images/pause is the node's: `hack/node.sh build|up`
+# nccl-benchmark operator), sssd (the directory sidecar, spec.identity.directory), plus the test fixtures test-mariadb
+# and test-slapd (images/test-<name>, referenced as localhost/slurmctl-test/<name>:<tag>); slurm-base is a build base only. images/pause is the node's: `hack/node.sh build|up`
 # compiles it on the host and imports it (it has no base image to compile in). A component's
 # dependencies (slurm-base, jail, the Debian base) are built first but only the named components are imported.
 #
@@ -28,8 +28,8 @@
 #   SLURM_LINE         24.11 (default): the Dockerfiles as they are (Debian 13 trixie, Slurm 24.11.5); 26.05: every
 #                      Slurm image from the same Dockerfiles with the pins of images/lines/26.05.pins (Debian testing
 #                      forky, Slurm 26.05.5; hack/image_line.py), tagged <IMAGE_TAG>-slurm26.05 so both lines' images
-#                      stay side by side in buildah and in the node. operator and test-mariadb run no Slurm: only the
-#                      default line builds them. Each line has its own archives, import records and logs.
+#                      stay side by side in buildah and in the node. operator, sssd and the test fixtures run no
+#                      Slurm: only the default line builds them. Each line has its own archives, import records and logs.
 #   DEBIAN_SUITE       suite of the base (default trixie; the line's suite for another line)
 #   IMAGES_IMPORT      auto (default: import when hack/node.sh exists), 1 (must import), 0 (build only)
 #   NODE_SH            the node script (default hack/node.sh): `NODE_SH import FILE...`, `NODE_SH images`
@@ -90,7 +90,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # --- the image graph --------------------------------------------------------------------------------------------
 
-COMPONENTS=(controller worker login accounting rest jail populate-jail nccl-benchmark operator test-mariadb)
+COMPONENTS=(controller worker login accounting rest jail populate-jail nccl-benchmark operator sssd test-mariadb test-slapd)
 # test-* are test fixtures (images/test-<name>): built and imported like the rest, as localhost/slurmctl-test/<name>.
 # Another Slurm line builds the Slurm images only; the others are the same for every line (the default line's).
 [ -z "$LINE_PINS" ] || COMPONENTS=(controller worker login accounting rest jail populate-jail nccl-benchmark)
@@ -575,6 +575,15 @@ EOS
             ;;
         operator) echo 'slurmctl --help >/dev/null && python3 --version' ;;
         test-mariadb) echo 'mariadbd --version && command -v mariadb-install-db mariadb-admin tini' ;;
+        test-slapd) echo 'slapd -VV 2>&1 | head -n 1 && command -v slapadd slappasswd ldapsearch tini' ;;
+        sssd)
+            cat <<'EOS'
+sssd --version
+c=/usr/lib/slurmctl/sssd-client
+test -f $c/libnss_sss.so.2 -a -f $c/pam_sss.so -a -x $c/bin/sss_ssh_authorizedkeys
+if LD_LIBRARY_PATH=$c/lib ldd $c/bin/sss_ssh_authorizedkeys.real | grep 'not found'; then exit 1; fi
+EOS
+            ;;
         *) ;;
     esac
 }

@@ -23,6 +23,11 @@ By = Literal["cel", "list-map", "list-set", "schema"]
 VALID_SPEC: dict[str, Any] = {"jail": {"volume": {"claimName": "jail"}}, "workers": [{"name": "cpu", "size": 2}]}
 _EXTERNAL = {"host": "db.example.com", "user": "slurm", "passwordSecretRef": {"name": "db"}}
 _NFS = {"nfs": {"server": "nfs.example.com", "path": "/jail"}}
+_DIRECTORY = {"uris": ["ldaps://ldap.example.com"], "baseDN": "dc=example,dc=com"}
+
+
+def _directory(**fields: Any) -> dict[str, Any]:
+    return {"identity": {"directory": {**_DIRECTORY, **fields}}}
 
 
 def _accounting(**fields: Any) -> dict[str, Any]:
@@ -111,6 +116,17 @@ RICH_VALID_SPEC: dict[str, Any] = {
             },
             {"name": "bob", "uid": 2001, "gid": 3000, "home": "/home/b/bob", "shell": "/bin/sh"},
         ],
+        "directory": {
+            "uris": ["ldap://ldap1.example.com:389", "ldap://[2001:db8::1]"],
+            "baseDN": "dc=example,dc=com",
+            "bindDN": "cn=sssd,dc=example,dc=com",
+            "bindPasswordSecretRef": {"name": "ldap-bind"},
+            "ca": {"configMapKeyRef": {"name": "ldap-ca"}},
+            "startTLS": True,
+            "schema": "rfc2307bis",
+            "userFilter": "(&(objectClass=posixAccount)(memberOf=cn=hpc,ou=groups,dc=example,dc=com))",
+            "groupFilter": "(objectClass=posixGroup)",
+        },
     },
     "maintenance": {
         "windows": [
@@ -589,5 +605,77 @@ CASES: tuple[Case, ...] = (
         "spec.identity.users[0].groups[1]",
         "Duplicate value",
         None,
+    ),
+    Case(
+        "a directory bind DN without its password",
+        _directory(bindDN="cn=sssd,dc=example,dc=com"),
+        "cel",
+        "spec.identity.directory.bindPasswordSecretRef",
+        "bindDN and bindPasswordSecretRef go together",
+        "bindDN and bindPasswordSecretRef go together",
+        rule="bindDN and bindPasswordSecretRef go together (both empty: anonymous binds)",
+    ),
+    Case(
+        "a directory reached in clear text",
+        _directory(uris=["ldap://ldap.example.com"]),
+        "cel",
+        "spec.identity.directory.uris",
+        "the directory is reached over TLS",
+        "the directory is reached over TLS",
+        rule="the directory is reached over TLS: every URI is ldaps://, or startTLS is true",
+    ),
+    Case(
+        "startTLS on an ldaps URI",
+        _directory(startTLS=True),
+        "cel",
+        "spec.identity.directory.startTLS",
+        "startTLS is for ldap:// URIs",
+        "startTLS is for ldap:// URIs",
+        rule="startTLS is for ldap:// URIs (ldaps:// is TLS from the start)",
+    ),
+    Case(
+        "a directory CA from both a ConfigMap and a Secret",
+        _directory(ca={"configMapKeyRef": {"name": "ca"}, "secretKeyRef": {"name": "ca"}}),
+        "cel",
+        "spec.identity.directory.ca",
+        "set exactly one of configMapKeyRef and secretKeyRef",
+        "set exactly one of configMapKeyRef and secretKeyRef",
+        rule="set exactly one of configMapKeyRef and secretKeyRef",
+    ),
+    Case(
+        "a directory user filter without parentheses",
+        _directory(userFilter="objectClass=posixAccount"),
+        "cel",
+        "spec.identity.directory.userFilter",
+        "an LDAP filter is one parenthesised expression on one line",
+        "an LDAP filter is one parenthesised expression on one line",
+        rule="an LDAP filter is one parenthesised expression on one line, e.g. (objectClass=posixAccount)",
+    ),
+    Case(
+        "a directory group filter of two expressions on two lines",
+        _directory(groupFilter="(cn=a)\n(cn=b)"),
+        "cel",
+        "spec.identity.directory.groupFilter",
+        "an LDAP filter is one parenthesised expression on one line",
+        "an LDAP filter is one parenthesised expression on one line",
+        rule="an LDAP filter is one parenthesised expression on one line, e.g. (objectClass=posixAccount)",
+    ),
+    Case(
+        "a directory base DN of two lines",
+        _directory(baseDN="dc=example,dc=com\nldap_uri = ldap://evil"),
+        "cel",
+        "spec.identity.directory.baseDN",
+        "must be one line",
+        "must be one line",
+        rule="must be one line",
+    ),
+    Case(
+        "a directory bind DN of two lines",
+        _directory(bindDN="cn=a\rdc=b", bindPasswordSecretRef={"name": "ldap-bind"}),
+        "cel",
+        "spec.identity.directory.bindDN",
+        "must be one line",
+        "must be one line",
+        rule="must be one line",
     ),
 )

@@ -41,6 +41,7 @@ from .defaults import (
     default_image,
 )
 from .health_checks import GpuHealthCheck, HealthChecks, NcclBenchmark
+from .identity import GroupSpec, Identity, UserSpec
 from .jail import JailSpec, JobTmp, PopulateJailSpec, SubMount
 from .maintenance import (
     MaintenanceSpec,
@@ -68,6 +69,7 @@ from .status import (
     ACCOUNTING_READY,
     BENCHMARK_SCHEDULED,
     CONTROLLER_READY,
+    DIRECTORY_REACHABLE,
     IDENTITY_SYNCED,
     JAIL_POPULATED,
     LIMITS_APPLIED,
@@ -90,7 +92,6 @@ from .status import (
     WorkerGroupStatus,
     ready_summary,
 )
-from .identity import GroupSpec, Identity, UserSpec
 from .topology import TopologyBlock, TopologySpec, TopologyTree
 from .types import (
     ApiModel,
@@ -120,11 +121,12 @@ __all__ = [
     "DEFAULT_PARTITION",
     "DEFAULT_SLURM_VERSION",
     "DEFAULT_VOLUME_SOURCES",
+    "DIRECTORY_REACHABLE",
     "GROUP",
+    "IDENTITY_SYNCED",
     "IMAGE_REGISTRY",
     "IMAGE_TAG",
     "IMAGE_TAG_SUFFIX",
-    "IDENTITY_SYNCED",
     "JAIL_POPULATED",
     "KIND",
     "LIMITS_APPLIED",
@@ -159,7 +161,9 @@ __all__ = [
     "ExternalDatabase",
     "FreeForm",
     "GpuHealthCheck",
+    "GroupSpec",
     "HealthChecks",
+    "Identity",
     "JailSpec",
     "JobTmp",
     "LocalObjectReference",
@@ -197,13 +201,11 @@ __all__ = [
     "Span",
     "StateVolume",
     "SubMount",
-    "GroupSpec",
-    "Identity",
-    "UserSpec",
     "TopologyBlock",
     "TopologySpec",
     "TopologyTree",
     "UpgradePhase",
+    "UserSpec",
     "VolumeRef",
     "WorkerGroup",
     "WorkerGroupStatus",

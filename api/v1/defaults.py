@@ -13,7 +13,7 @@ IMAGE_REGISTRY: Final = "ghcr.io/slurmctl"
 IMAGE_TAG: Final = "0.1.0"
 
 Component = Literal[
-    "controller", "worker", "login", "accounting", "rest", "jail", "populate-jail", "nccl-benchmark", "operator"
+    "controller", "worker", "login", "accounting", "rest", "jail", "populate-jail", "nccl-benchmark", "operator", "sssd"
 ]
 COMPONENTS: Final[tuple[Component, ...]] = (
     "controller",

@@ -141,7 +141,8 @@ class SlurmClusterSpec(ApiModel):
     )
     identity: Identity = Field(
         default_factory=Identity,
-        description="Users and groups the operator declares in the jail (beside those made there by hand).",
+        description="Users and groups the operator declares in the jail (beside those made there by hand), and an "
+        "LDAP directory every node resolves users from.",
     )
 
     def image_for(self, component: Component, override: str | None = None) -> str:

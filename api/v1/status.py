@@ -44,6 +44,9 @@ MAINTENANCE_PENDING: Final = "MaintenancePending"
 # The identity component's: whether the jail holds the users and groups of spec.identity. False names each declared
 # entry refused (its name or id is an existing account's). It does not count for the phase: Slurm runs without it.
 IDENTITY_SYNCED: Final = "IdentitySynced"
+# The directory component's (spec.identity.directory): whether the operator's own bind to the directory, over TLS with
+# the given CA and bind DN, succeeds. It does not count for the phase: the jail's own users still log in and run jobs.
+DIRECTORY_REACHABLE: Final = "DirectoryReachable"
 
 
 class Reason(StrEnum):
@@ -92,6 +95,11 @@ class Reason(StrEnum):
     SYNCING = "Syncing"  # the identity Job is writing spec.identity into the jail
     SYNCED = "Synced"  # the jail holds every user and group of spec.identity
     IDENTITY_CONFLICT = "IdentityConflict"  # declared entries whose name or id an existing account has (named)
+    REACHABLE = "Reachable"  # the operator's bind to the directory succeeded (DirectoryReachable)
+    DIRECTORY_UNREACHABLE = "DirectoryUnreachable"  # no URI of spec.identity.directory answered in time
+    DIRECTORY_CERTIFICATE_REFUSED = "DirectoryCertificateRefused"  # TLS failed: the CA did not sign it, or its name
+    DIRECTORY_BIND_REFUSED = "DirectoryBindRefused"  # the directory refused the bind DN or its password
+    DIRECTORY_SECRET_MISSING = "DirectorySecretMissing"  # the bind password Secret or the CA is not there
 
     @property
     def in_progress(self) -> bool:

@@ -27,6 +27,7 @@ from .defaults import (
     POWER_SAVE_SLURM_KEYS,
     TOPOLOGY_SLURM_KEYS,
 )
+from .identity import filter_problem
 from .jail import MIN_JOB_TMP_SIZE
 from .jail_paths import check_jail
 from .limits import TRES_PATTERN
@@ -330,7 +331,9 @@ def _check_identity(spec: SlurmClusterSpec, path: str) -> list[Problem]:
             problems.append(Problem(f"{where}.gid", f"no group of {base}.groups has gid {user.gid}"))
         for position, name in enumerate(user.groups):
             if name not in names:
-                problems.append(Problem(f"{where}.groups[{position}]", f'unknown group "{name}" (not in {base}.groups)'))
+                problems.append(
+                    Problem(f"{where}.groups[{position}]", f'unknown group "{name}" (not in {base}.groups)')
+                )
         if user.gid is None and (user.name in names or user.uid in gids):
             clash = user.name if user.name in names else gids[user.uid]
             problems.append(
@@ -480,6 +483,35 @@ def _check_maintenance(spec: SlurmClusterSpec, path: str) -> list[Problem]:
             problems.append(Problem(f"{where}.schedule", problem))
         if window.duration is not None and parse_duration(window.duration).total_seconds() < 60:
             problems.append(Problem(f"{where}.duration", f"{window.duration} is shorter than a minute"))
+    return problems
+
+
+def _check_identity(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+    """The directory's rules (api/v1/identity.py's CEL), and the filters' parentheses, which CEL cannot count."""
+    directory = spec.identity.directory
+    if directory is None:
+        return []
+    base = f"{path}.identity.directory"
+    problems = [
+        Problem(f"{base}.{name}", "must be one line")
+        for name, value in (("baseDN", directory.base_dn), ("bindDN", directory.bind_dn))
+        if value is not None and ("\n" in value or "\r" in value)
+    ]
+    if (directory.bind_dn is None) != (directory.bind_password_secret_ref is None):
+        problems.append(
+            Problem(f"{base}.bindPasswordSecretRef", "bindDN and bindPasswordSecretRef go together (both empty: "
+                    "anonymous binds)")
+        )  # fmt: skip
+    if not directory.start_tls and not all(uri.startswith("ldaps://") for uri in directory.uris):
+        problems.append(Problem(f"{base}.uris", "the directory is reached over TLS: every URI is ldaps://, or "
+                                "startTLS is true"))  # fmt: skip
+    if directory.start_tls and not all(uri.startswith("ldap://") for uri in directory.uris):
+        problems.append(Problem(f"{base}.startTLS", "startTLS is for ldap:// URIs (ldaps:// is TLS from the start)"))
+    if directory.ca is not None and (directory.ca.config_map_key_ref is None) == (directory.ca.secret_key_ref is None):
+        problems.append(Problem(f"{base}.ca", "set exactly one of configMapKeyRef and secretKeyRef"))
+    for name, value in (("userFilter", directory.user_filter), ("groupFilter", directory.group_filter)):
+        if value is not None and (problem := filter_problem(value)) is not None:
+            problems.append(Problem(f"{base}.{name}", problem))
     return problems
 
 

@@ -12,6 +12,12 @@
 : "${MUNGE_USER:=munge}"
 : "${JAIL_DIR:=/mnt/jail}"
 : "${EXTRAUSERS_DIR:=/var/lib/extrausers}"
+# Set (by the operator, only with spec.identity.directory) to where the pod's sssd sidecar published its client side
+# (images/sssd/entrypoint); empty: no directory, nothing of SSSD is used.
+: "${SSSD_CLIENT_DIR:=}"
+# sssd's sockets (pipes) and the memory-mapped caches NSS reads without a round trip (mc): emptyDirs the pod shares
+# between the sidecar and this container.
+: "${SSSD_SHARED_DIRS:=/var/lib/sss/pipes /var/lib/sss/mc}"
 : "${SSHD_CONFIGS_SOURCE:=/mnt/sshd-configs}"
 : "${SSH_HOST_KEYS_SOURCE:=/mnt/ssh-host-keys}"
 : "${SSH_DIR:=/etc/ssh}"
@@ -299,4 +305,45 @@ link_jail_users() {
         ln -sfn "$JAIL_DIR/etc/$f" "$EXTRAUSERS_DIR/$f"
     done
     log "users and groups from $JAIL_DIR/etc (via $EXTRAUSERS_DIR)"
+    use_sssd
+}
+
+# The directory of the multiarch libraries (where glibc loads NSS modules from).
+multiarch_libdir() { dirname "$(readlink -f /usr/lib/*-linux-gnu/libc.so.6)"; }
+
+# spec.identity.directory: NSS asks the pod's sssd for users and groups after the image's files and the jail's
+# ("files extrausers sss"); libnss_sss is the sidecar's own (SSSD_CLIENT_DIR), so it speaks its daemon's protocol.
+# Without SSSD_CLIENT_DIR nothing changes.
+use_sssd() {
+    local libdir
+    [ -n "$SSSD_CLIENT_DIR" ] || return 0
+    [ -f "$SSSD_CLIENT_DIR/libnss_sss.so.2" ] || die "no libnss_sss.so.2 in $SSSD_CLIENT_DIR (has the sssd sidecar started?)"
+    libdir=$(multiarch_libdir)
+    ln -sfn "$SSSD_CLIENT_DIR/libnss_sss.so.2" "$libdir/libnss_sss.so.2"
+    sed -i -E 's/^(passwd|group):([[:space:]]+)files extrausers$/\1:\2files extrausers sss/' /etc/nsswitch.conf
+    [ "$(grep -cE '^(passwd|group):[[:space:]]+files extrausers sss$' /etc/nsswitch.conf)" = 2 ] ||
+        die "cannot add sss to passwd and group in /etc/nsswitch.conf"
+    log "users and groups also from the directory (sssd, via $SSSD_CLIENT_DIR)"
+}
+
+# spec.identity.directory on a login node: sshd's PAM checks a directory user's password with pam_sss (the sidecar's
+# module) after pam_unix has not found the user in the image's or the jail's shadow, and asks sssd whether the account
+# may log in (pam_sss's account phase; a user sssd does not know is left to pam_unix). These are Debian's
+# pam-auth-update stacks with libpam-sss installed, with the module named by its path in SSSD_CLIENT_DIR.
+use_pam_sss() {
+    [ -n "$SSSD_CLIENT_DIR" ] || return 0
+    [ -f "$SSSD_CLIENT_DIR/pam_sss.so" ] || die "no pam_sss.so in $SSSD_CLIENT_DIR (has the sssd sidecar started?)"
+    printf '%s\n' \
+        '# Written by slurmctl (spec.identity.directory): the image'"'"'s accounts, then the directory'"'"'s.' \
+        'auth [success=2 default=ignore] pam_unix.so nullok' \
+        "auth [success=1 default=ignore] $SSSD_CLIENT_DIR/pam_sss.so use_first_pass" \
+        'auth requisite pam_deny.so' \
+        'auth required pam_permit.so' >/etc/pam.d/common-auth
+    printf '%s\n' \
+        '# Written by slurmctl (spec.identity.directory).' \
+        'account [success=1 new_authtok_reqd=done default=ignore] pam_unix.so' \
+        'account requisite pam_deny.so' \
+        'account required pam_permit.so' \
+        "account [default=bad success=ok user_unknown=ignore] $SSSD_CLIENT_DIR/pam_sss.so" >/etc/pam.d/common-account
+    log "sshd's PAM also checks directory passwords (pam_sss)"
 }

@@ -19,6 +19,7 @@ from slurmctl.api.v1 import (
     ACCOUNTING_READY,
     BENCHMARK_SCHEDULED,
     CONTROLLER_READY,
+    DIRECTORY_REACHABLE,
     IDENTITY_SYNCED,
     JAIL_POPULATED,
     LOGIN_READY,
@@ -34,6 +35,7 @@ from slurmctl.reconcilers import (
     benchmark,
     cluster,
     controller,
+    directory,
     identity,
     login,
     maintenance,
@@ -48,6 +50,7 @@ from slurmctl.reconcilers.benchmark import BenchmarkReconciler
 from slurmctl.reconcilers.cluster import ClusterReconciler
 from slurmctl.reconcilers.component import Component, component_is, never
 from slurmctl.reconcilers.context import Context
+from slurmctl.reconcilers.directory import DirectoryReconciler
 from slurmctl.reconcilers.identity import IdentityReconciler
 from slurmctl.reconcilers.loading import Loader
 from slurmctl.reconcilers.lost_nodes import DEFAULT_NODE_LOST_AFTER
@@ -132,6 +135,8 @@ COMPONENTS: Final[tuple[Component, ...]] = (
     Component("benchmark", BENCHMARK_SCHEDULED, reconciler=BenchmarkReconciler, plan=benchmark.plan,
               render=manifests.benchmark_objects, owns=(CRONJOB,), image="nccl-benchmark", required=never,
               after=("cluster",)),
+    Component("directory", DIRECTORY_REACHABLE, reconciler=DirectoryReconciler, plan=directory.plan,
+              render=manifests.directory_objects, plans_offline=False, required=never),
 )
 # fmt: on
 

@@ -12,6 +12,7 @@ from typing import Any
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.render import meta, pods, power
 from slurmctl.render.slurm_conf import JAIL_PATH, restart_settings
+from slurmctl.render.sssd import add_sssd
 
 COMPONENT = "controller"
 STATE_DIR = "/var/spool/slurmctld"
@@ -112,6 +113,7 @@ def _statefulset(
         "selector": {"matchLabels": meta.selector(c, COMPONENT, **(extra_labels or {}))},
         "template": template,
     }
+    add_sssd(cluster, sts_spec["template"]["spec"])
     if backup:
         # The primary's own claim, by name: Slurm's backup controller works on the primary's StateSaveLocation
         # (slurm.conf(5): "readable and writable by both systems"), and a cluster that turns the standby on keeps its

@@ -16,6 +16,7 @@ from slurmctl.render.sshd import (
     sshd_mounts,
     sshd_volumes,
 )
+from slurmctl.render.sssd import add_sssd
 
 COMPONENT = "login"
 # The host name patterns of the workers whose sshd (spec.login.sshToJobNodes) shares the login nodes' host keys.
@@ -176,6 +177,7 @@ def render_login_statefulset(
         ),
     )
     template["metadata"]["annotations"] |= APPARMOR_UNCONFINED
+    add_sssd(cluster, template["spec"])
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",

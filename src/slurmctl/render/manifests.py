@@ -157,6 +157,11 @@ def rest_objects(i: Inputs) -> list[Obj]:
     return render_rest(i.cluster, configs=i.configs)
 
 
+def directory_objects(i: Inputs) -> list[Obj]:
+    """None: the directory component only reports (its sidecars are the login, worker and controller pods')."""
+    return []
+
+
 def benchmark_objects(i: Inputs) -> list[Obj]:
     """Rendered whenever the cluster has GPU groups (suspended while disabled), so enabling it is one field."""
     if not i.cluster.spec.gpu_groups:

@@ -9,6 +9,7 @@ from slurmctl.api.v1 import SlurmCluster, SlurmClusterSpec, WorkerGroup, parse_q
 from slurmctl.render import meta, pods
 from slurmctl.render.slurm_conf import OCI_CONF, dynamic_node_conf, restart_settings
 from slurmctl.render.sshd import sshd_mounts, sshd_volumes
+from slurmctl.render.sssd import add_sssd
 
 COMPONENT = "workers"
 # The preStop (images/scripts/worker-prestop: drain, wait for jobs, leave Slurm) takes at most about 17 s, then slurmd
@@ -246,7 +247,7 @@ def _pod_template(
         ),
     }
     shm = {"name": "dev-shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}}
-    return pods.slurm_pod_template(
+    template = pods.slurm_pod_template(
         c,
         COMPONENT,
         config_hash=config_hash(configs, munge_key_id=munge_key_id),
@@ -267,3 +268,5 @@ def _pod_template(
         # One node lost takes as few of the group's nodes as it can; its spec can replace or drop this.
         default_spread=pods.spread_over_nodes(selector),
     )
+    add_sssd(cluster, template["spec"])
+    return template

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.api.v1 import default_image
+from slurmctl.api.v1 import IMAGE_TAG, default_image
 from test.e2e.harness import NODE_NAME, Node, control_plane_script, node_script
 from test.e2e.pods.slurm import TEST_DB_IMAGE, UPGRADE_IMAGES, slurm_image
 from test.waiting import until
@@ -52,6 +52,8 @@ POD_IMAGES = (
     *(slurm_image(c) for c in ("controller", "worker", "login", "rest", "populate-jail", "accounting")),
     *UPGRADE_IMAGES,
     default_image("operator"),
+    default_image("sssd"),  # the directory sidecar (test_identity_directory.py)
+    "localhost/slurmctl-test/slapd:" + IMAGE_TAG,
     TEST_DB_IMAGE,
     TEST_IMAGE,
 )

@@ -274,3 +274,50 @@ def test_nested_sub_mounts_mount_parent_first_whatever_their_order(tree: Path) -
             env_for(tree, JAIL_SUBMOUNTS="ds:/scratch/ds scratch:/scratch"),
         ).stdout
     )
+
+
+def test_with_a_directory_the_jail_gets_sssd_s_sockets_its_nss_module_and_sss_in_nsswitch(tree: Path) -> None:
+    """spec.identity.directory (SSSD_CLIENT_DIR): the sidecar's sockets and caches at their paths in the jail, its
+    libnss_sss at the jail's multiarch path, and the jail's own nsswitch.conf with sss added, bound over it (the file
+    in the volume unchanged); a second run mounts nothing more."""
+    jail = tree / "jail"
+    (jail / "etc" / "nsswitch.conf").write_text("passwd:         files\ngroup:          files\nshadow:         files\n")
+    client = tree / "sssd-client"
+    client.mkdir()
+    (client / "libnss_sss.so.2").write_text("the sidecar's module")
+    shared = [tree / "sss" / "pipes", tree / "sss" / "mc"]
+    for directory in shared:
+        directory.mkdir(parents=True)
+    (shared[0] / "nss").write_text("a socket")
+    where = "dirname $(readlink -f /usr/lib/*-linux-gnu/libc.so.6)"
+    libdir = subprocess.run(["bash", "-c", where], capture_output=True, text=True, check=True).stdout.strip()
+    env = env_for(
+        tree,
+        SSSD_CLIENT_DIR=str(client),
+        SSSD_SHARED_DIRS=" ".join(map(str, shared)),
+        SSSD_JAIL_NSSWITCH=str(tree / "generated" / "nsswitch.conf"),
+    )
+    script = f"""
+        set -e
+        {SCRIPTS}/complement-jail
+        echo {MARK}; cat /proc/self/mountinfo
+        {SCRIPTS}/complement-jail
+        echo {MARK}; cat /proc/self/mountinfo
+        echo {MARK}
+        cat {jail}/etc/nsswitch.conf
+        cat {jail}{libdir}/libnss_sss.so.2; echo
+        cat {jail}{shared[0]}/nss; echo
+    """
+    done = in_namespace(script, env)
+
+    assert done.returncode == 0, done.stderr
+    _, first, second, checks = done.stdout.split(MARK)
+    points = {point for point, _ in mount_points(first)}
+    j = str(jail)
+    assert {f"{j}{shared[0]}", f"{j}{shared[1]}", f"{j}{libdir}/libnss_sss.so.2", f"{j}/etc/nsswitch.conf"} <= points
+    assert mount_points(second) == mount_points(first)
+    lines = checks.strip().splitlines()
+    assert lines[:3] == ["passwd:         files sss", "group:          files sss", "shadow:         files"], lines
+    assert "the sidecar's module" in lines and "a socket" in lines
+    # The jail's own file is as it was; without SSSD_CLIENT_DIR nothing of this happens (the first test's tree).
+    assert (jail / "etc" / "nsswitch.conf").read_text().startswith("passwd:         files\n")
