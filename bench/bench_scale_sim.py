@@ -1,0 +1,379 @@
+"""One large SlurmCluster on simulated nodes (issue 41): the scale harness of test/e2e/scale.py at full size.
+
+A control plane of its own (hack/control-plane.sh, kube-controller-manager included), the real kube-scheduler, KWOK
+(hack/kwok.sh) with BENCH_SCALE_NODES simulated nodes (racks and blocks as labels, one in ten tainted), the operator in
+a process of its own, and the stand-in slurmrestd on the in-memory Slurm (test/fake_slurm). What it measures, each
+beside its floor where there is one:
+
+- create -> every worker pod Running, against the plain loop: the very objects the operator made (read back from its
+  namespace, its fields stripped) applied by a server-side-apply loop into a fresh namespace, same run;
+- the operator's CPU seconds and peak memory over the whole run (from /proc: its own process), its API writes per
+  object it owns (the API server's audit log);
+- writes over an idle window (goal: 0), and the node loop's CPU per pass with BENCH_SCALE_JOBS jobs in Slurm;
+- a `size` edit of one group, +N and -N (the drain gate included): edit -> the StatefulSet's replicas say it;
+- a restart-requiring change of one group (BENCH_SCALE_ROLL workers): nodes out of service at once, never more than
+  the limit; time per node; no job lost;
+- a drain storm: every simulated node cordoned, in waves of a tenth: cordon -> Slurm drained every worker there.
+
+Sizes (environment): BENCH_SCALE_NODES (1000), BENCH_SCALE_WORKERS (10240), BENCH_SCALE_GROUPS (64),
+BENCH_SCALE_JOBS (20000), BENCH_SCALE_EDIT (500), BENCH_SCALE_ROLL (a group's size, at most 40). On a 2-core machine
+kube-controller-manager's StatefulSet controller (20 requests a second) sets the pace of every pod created, for the
+plain loop as for the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from test.e2e.clusters import spec as base_spec
+from test.e2e.harness import ControlPlane, control_plane_script
+from test.e2e.operator import E2E_SERVICE_ACCOUNT, NAMESPACE, e2e_operator_kubeconfig
+from test.e2e.scale import OperatorProcess, Simulation, audit_size, groups, operator_writes
+from test.fake_slurm.model import FakeSlurm
+from test.fake_slurm.restd import StandInRestd
+
+from bench import goal, versus
+from slurmctl.render import meta
+
+NODES = int(os.environ.get("BENCH_SCALE_NODES", "1000"))
+WORKERS = int(os.environ.get("BENCH_SCALE_WORKERS", "10240"))
+GROUPS = int(os.environ.get("BENCH_SCALE_GROUPS", "64"))
+JOBS = int(os.environ.get("BENCH_SCALE_JOBS", "20000"))
+EDIT = int(os.environ.get("BENCH_SCALE_EDIT", "500"))
+ROLL_LIMIT = 1  # as test/e2e/test_scale_sim.py: the roll re-creates one drained node at a time
+NAME = "big"
+USER = f"system:serviceaccount:{NAMESPACE}:{E2E_SERVICE_ACCOUNT}"
+CRD_NAME = "slurmclusters.slurm.slurmctl.io"
+Figure = tuple[str, float, str]
+GB = 1 << 30
+SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences")
+
+
+def _cluster_spec(sizes: dict[str, int], roll_cpu: int = 1) -> dict[str, Any]:
+    spec = base_spec()
+    spec["jail"] = {"volume": {"claimName": "jail"}}
+    spec["workers"] = [
+        {"name": name, "size": size,
+         "resources": {"requests": {"cpu": roll_cpu if name == "g00" else 1, "memory": "1Gi"}}}
+        for name, size in sizes.items()
+    ]  # fmt: skip
+    return spec
+
+
+async def _wait(probe: Any, *, within: float, interval: float = 0.5, what: str) -> float:
+    """Seconds until `probe()` is true; RuntimeError naming `what` at the deadline."""
+    started = time.monotonic()
+    while not await probe():
+        if time.monotonic() - started > within:
+            raise RuntimeError(f"timed out after {within:g}s waiting for {what}")
+        await asyncio.sleep(interval)
+    return time.monotonic() - started
+
+
+async def _jail(api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(api)
+    pv = f"{namespace}-jail"
+    await core.create_persistent_volume(
+        {"metadata": {"name": pv}, "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+            "hostPath": {"path": "/nonexistent/kwok-jail"}, "claimRef": {"namespace": namespace, "name": "jail"}}},
+        _request_timeout=10,
+    )  # fmt: skip
+    await core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {"metadata": {"name": "jail"}, "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                                                 "volumeName": pv, "resources": {"requests": {"storage": "1Gi"}}}},
+        _request_timeout=10,
+    )  # fmt: skip
+
+
+async def _running(api: client.ApiClient, namespace: str) -> int:
+    pods = await client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"{meta.LABEL_COMPONENT}=workers", _request_timeout=120
+    )
+    return sum(1 for p in pods.items if p.status.phase == "Running" and not p.metadata.deletion_timestamp)
+
+
+@asynccontextmanager
+async def _plane(tmp: Path) -> AsyncIterator[tuple[ControlPlane, client.ApiClient]]:
+    state = tmp / "plane"
+    up = control_plane_script("up", state)
+    if up.returncode != 0:
+        control_plane_script("down", state)
+        raise RuntimeError(f"control plane did not come up: {up.stderr[-2000:]}")
+    plane = ControlPlane(kubeconfig=state / "kubeconfig", state_dir=state)
+    api = await config.new_client_from_config(config_file=str(plane.kubeconfig))
+    try:
+        plane.kubectl("apply", "--server-side", "-k", "config/crd")
+        plane.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+        plane.kubectl("create", "namespace", NAMESPACE)
+        yield plane, api
+    finally:
+        await api.close()
+        control_plane_script("down", state)
+
+
+async def _plain_loop(api: client.ApiClient, source: str, target: str) -> float:
+    """The operator's objects, read back from `source`, applied one by one into `target`: create -> all Running."""
+    kinds = [
+        ("v1", "ConfigMap", client.CoreV1Api(api).list_namespaced_config_map),
+        ("v1", "Secret", client.CoreV1Api(api).list_namespaced_secret),
+        ("v1", "Service", client.CoreV1Api(api).list_namespaced_service),
+        ("policy/v1", "PodDisruptionBudget", client.PolicyV1Api(api).list_namespaced_pod_disruption_budget),
+        ("apps/v1", "Deployment", client.AppsV1Api(api).list_namespaced_deployment),
+        ("apps/v1", "StatefulSet", client.AppsV1Api(api).list_namespaced_stateful_set),
+    ]
+    bodies = []
+    for api_version, kind, lister in kinds:
+        listed = await lister(source, label_selector=f"{meta.LABEL_INSTANCE}={NAME}", _request_timeout=60)
+        for item in listed.items:
+            body = api.sanitize_for_serialization(item)
+            body["apiVersion"], body["kind"] = api_version, kind
+            for key in SERVER_FIELDS:
+                body["metadata"].pop(key, None)
+            body["metadata"]["namespace"] = target
+            body.pop("status", None)
+            if kind == "Service":
+                body["spec"].pop("clusterIP", None)
+                body["spec"].pop("clusterIPs", None)
+            bodies.append(body)
+    started = time.monotonic()
+    for body in bodies:
+        name = body["metadata"]["name"]
+        group, _, version = body["apiVersion"].rpartition("/")
+        plural = body["kind"].lower() + ("es" if body["kind"].endswith("s") else "s")
+        base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+        await api.call_api(
+            f"{base}/namespaces/{target}/{plural}/{name}", "PATCH",
+            query_params=[("fieldManager", "plain-loop"), ("force", "true")],
+            header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+            body=body, auth_settings=["BearerToken"], _request_timeout=60, _preload_content=False,
+        )  # fmt: skip
+
+    async def all_running() -> bool:
+        return await _running(api, target) == WORKERS
+
+    await _wait(all_running, within=3600, interval=2.0, what="the plain loop's workers Running")
+    return time.monotonic() - started
+
+
+async def _measure(tmp: Path) -> list[Figure]:
+    figures: list[Figure] = []
+    async with _plane(tmp) as (plane, api):
+        sim = Simulation(plane, tmp, nodes=NODES)
+        sim.start_scheduler()
+        sim.start_kwok()
+        await sim.create_nodes(api)
+
+        async def nodes_ready() -> bool:
+            sim.check_alive()
+            return await sim.ready_nodes(api) == NODES
+
+        await _wait(nodes_ready, within=600, what=f"{NODES} simulated nodes Ready")
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        kubeconfig = e2e_operator_kubeconfig(plane, tmp / "operator-kubeconfig")
+        ns = "scale"
+        await core.create_namespace({"metadata": {"name": ns}}, _request_timeout=10)
+        await _jail(api, ns)
+        slurm = FakeSlurm()
+        restd = StandInRestd(slurm, cluster=NAME, namespace=ns)
+        url = await restd.start(api)
+        operator = OperatorProcess(kubeconfig, url, tmp / "operator.log")
+        operator.start()
+        audit = plane.kubeconfig.parent / "logs" / "audit.log"
+        try:
+            sizes = dict(groups(WORKERS, GROUPS))
+            offset, cpu0 = audit_size(audit), operator.cpu_seconds()
+            started = time.monotonic()
+            body = {"apiVersion": "slurm.slurmctl.io/v1", "kind": "SlurmCluster", "metadata": {"name": NAME},
+                    "spec": _cluster_spec(sizes)}  # fmt: skip
+            await custom.create_namespaced_custom_object("slurm.slurmctl.io", "v1", ns, "slurmclusters", body)
+
+            async def all_running() -> bool:
+                operator.check_alive()
+                return await _running(api, ns) == WORKERS
+
+            await _wait(all_running, within=3600, interval=2.0, what=f"{WORKERS} workers Running")
+            create = time.monotonic() - started
+
+            async def all_idle() -> bool:
+                return sum(1 for n in slurm.table.values() if n.state == {"IDLE"}) == WORKERS
+
+            await _wait(all_idle, within=1800, what="every worker registered and idle in Slurm")
+            settle = await _settle(audit)
+            writes, _ = operator_writes(audit, offset, USER)
+            create_cpu = operator.cpu_seconds() - cpu0
+            figures.append(("scale_create_workers_running_s", create, "s"))
+            figures.append(("scale_create_settled_s", create + settle, goal("s", "conditions written: every pod Idle")))
+            figures.append(("scale_create_operator_cpu_s", create_cpu, "s"))
+            figures.append(("scale_create_api_writes", sum(writes.values()), "writes"))
+            figures.append(("scale_create_api_writes_per_worker", sum(writes.values()) / WORKERS, "writes/worker"))
+            figures.append(
+                ("scale_create_writes_by_resource", 0, " ".join(f"{k}={v}" for k, v in sorted(writes.items())))
+            )
+
+            # Idle: nothing changes; the node loop keeps asking Slurm.
+            offset, cpu0, asked = (
+                audit_size(audit),
+                operator.cpu_seconds(),
+                restd.requests[("GET", "/slurm/v0.0.42/nodes/")],
+            )
+            await asyncio.sleep(30)
+            idle_writes, _ = operator_writes(audit, offset, USER)
+            passes = restd.requests[("GET", "/slurm/v0.0.42/nodes/")] - asked
+            figures.append(("scale_idle_writes_30s", sum(idle_writes.values()), goal("writes", "0")))
+            figures.append(("scale_idle_cpu_per_pass_s", (operator.cpu_seconds() - cpu0) / max(passes, 1), "s"))
+
+            # The node loop with JOBS jobs: every node busy, the rest pending.
+            restd.submit(JOBS, seconds=3600)
+            await asyncio.sleep(5)
+            await _settle(audit, within=900)
+            offset, cpu0, asked = (
+                audit_size(audit),
+                operator.cpu_seconds(),
+                restd.requests[("GET", "/slurm/v0.0.42/nodes/")],
+            )
+            await asyncio.sleep(45)
+            busy_writes, _ = operator_writes(audit, offset, USER)
+            passes = restd.requests[("GET", "/slurm/v0.0.42/nodes/")] - asked
+            figures.append(
+                (f"scale_node_loop_{JOBS}_jobs_cpu_per_pass_s", (operator.cpu_seconds() - cpu0) / max(passes, 1), "s")
+            )
+            figures.append(
+                (
+                    f"scale_node_loop_{JOBS}_jobs_writes_per_pass",
+                    sum(busy_writes.values()) / max(passes, 1),
+                    goal("writes", "0"),
+                )
+            )
+            for run in list(restd.jobs.running.values()):  # end them all now: what follows needs idle nodes
+                run.ends_at = 0.0
+            restd.jobs.pending.clear()
+            slurm.queue = [j for j in slurm.queue if j.state != "PENDING"]
+            await _wait(lambda: _true(not restd.jobs.running), within=120, what="jobs ended")
+            await _settle(audit, within=900)
+
+            # A size edit, up and down: edit -> the StatefulSet says so.
+            group = "g01"
+            for delta in (EDIT, -EDIT):
+                sizes[group] += delta
+                patch = {"spec": {"workers": _cluster_spec(sizes)["workers"]}}
+                started = time.monotonic()
+                await custom.patch_namespaced_custom_object(
+                    "slurm.slurmctl.io", "v1", ns, "slurmclusters", NAME, patch,
+                    _content_type="application/merge-patch+json",
+                )  # fmt: skip
+
+                async def replicas(want: int = sizes[group]) -> bool:
+                    sts = await client.AppsV1Api(api).read_namespaced_stateful_set(meta.worker_group(NAME, group), ns)
+                    return bool(sts.spec.replicas == want)
+
+                await _wait(replicas, within=900, interval=0.02, what=f"group {group} at {sizes[group]}")
+                figures.append((f"scale_edit_{delta:+d}_statefulset_s", time.monotonic() - started, "s"))
+
+                async def pods_match(want: int = sum(sizes.values())) -> bool:
+                    return await _running(api, ns) == want
+
+                await _wait(pods_match, within=1800, what="pods at the new size")
+                figures.append((f"scale_edit_{delta:+d}_done_s", time.monotonic() - started, "s"))
+            await _settle(audit, within=900)
+
+            # A roll of group g00 (a restart-requiring template change), jobs running.
+            roll = sizes["g00"]
+            restd.submit(roll * 5, seconds=1.0)
+            patch = {"spec": {"workers": _cluster_spec(sizes, roll_cpu=2)["workers"]}}
+            started = time.monotonic()
+            await custom.patch_namespaced_custom_object(
+                "slurm.slurmctl.io", "v1", ns, "slurmclusters", NAME, patch,
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip
+            worst = 0
+            prefix = meta.worker_group(NAME, "g00")
+
+            async def rolled() -> bool:
+                nonlocal worst
+                out = [
+                    n
+                    for n, node in slurm.table.items()
+                    if n.startswith(prefix) and node.state & {"DRAIN", "NOT_RESPONDING"}
+                ]
+                worst = max(worst, len(out))
+                if out or restd.jobs.pending or restd.jobs.running:
+                    return False
+                pods = await core.list_namespaced_pod(ns, label_selector=f"{meta.LABEL_WORKER_GROUP}=g00")
+                new = [p for p in pods.items if p.metadata.name.startswith(prefix) and p.status.phase == "Running"
+                       and any((c.resources.requests or {}).get("cpu") == "2" for c in p.spec.containers)]  # fmt: skip
+                return len(new) == roll
+
+            await _wait(rolled, within=3600, interval=0.05, what=f"group g00's {roll} pods re-created")
+            took = time.monotonic() - started
+            figures.append(("scale_roll_nodes", roll, "nodes"))
+            figures.append(("scale_roll_s_per_node", took / roll, "s"))
+            figures.append(("scale_roll_worst_out_of_service", worst, goal("nodes", f"<= {ROLL_LIMIT}")))
+            figures.append(("scale_roll_jobs_lost", len(restd.jobs.lost), goal("jobs", "0")))
+
+            # Drain storm: every simulated node cordoned, in ten waves.
+            started = time.monotonic()
+            names = sim.node_names
+            wave = max(1, len(names) // 10)
+            for i in range(0, len(names), wave):
+                await asyncio.gather(
+                    *(core.patch_node(n, {"spec": {"unschedulable": True}}) for n in names[i : i + wave])
+                )
+            figures.append(("scale_drain_storm_cordon_s", time.monotonic() - started, "s"))
+
+            async def all_drained() -> bool:
+                # Nodes whose pods a scale-in removed stop responding and have nothing left to drain.
+                return all("DRAIN" in n.state for n in slurm.table.values() if "NOT_RESPONDING" not in n.state)
+
+            await _wait(all_drained, within=1800, what="every worker drained in Slurm")
+            figures.append(("scale_drain_storm_all_drained_s", time.monotonic() - started, "s"))
+            figures.append(("scale_operator_peak_rss_gib", operator.peak_rss_bytes() / GB, goal("GiB", "<= 1")))
+
+            # The floor: the same objects by a plain server-side-apply loop, into a fresh namespace.
+            await core.create_namespace({"metadata": {"name": "plain"}}, _request_timeout=10)
+            await _jail(api, "plain")
+            for n in names:  # uncordon: the plain loop's pods need the nodes
+                await core.patch_node(n, {"spec": {"unschedulable": False}})
+            operator.stop()
+            plain = await _plain_loop(api, ns, "plain")
+            figures.insert(0, ("scale_create_vs_plain_loop", create, versus("s", create, plain, goal="<= 1.5x")))
+        finally:
+            operator.stop()
+            await restd.stop()
+            await sim.stop(api)
+    return figures
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _settle(audit: Path, *, quiet: float = 5.0, within: float = 900.0) -> float:
+    """Seconds until the operator wrote nothing for `quiet` seconds."""
+    started = time.monotonic()
+    offset, quiet_since = audit_size(audit), time.monotonic()
+    while time.monotonic() - quiet_since < quiet:
+        if time.monotonic() - started > within:
+            raise RuntimeError(f"the operator kept writing for {within:g}s")
+        await asyncio.sleep(0.5)
+        writes, offset = operator_writes(audit, offset, USER)
+        if writes:
+            quiet_since = time.monotonic()
+    return time.monotonic() - started - quiet
+
+
+async def run() -> list[Figure]:
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        started = time.monotonic()
+        figures = await _measure(Path(tmp))
+        figures.append(("scale_bench_wall_s", time.monotonic() - started, f"s | {NODES} nodes, {WORKERS} workers"))
+        return figures

@@ -1,0 +1,238 @@
+"""The scale harness's small version (issue 41): 100 simulated nodes (KWOK), one SlurmCluster of 1,000 workers, the
+operator in a process of its own and a stand-in slurmrestd on the in-memory Slurm (test/e2e/scale.py).
+
+It asserts behaviour, never time: every worker pod runs and Slurm sees every node idle; the operator writes nothing
+over an idle window; a roll of a group's pods (a restart-requiring template change) never has more nodes out of
+service at once than the roll's limit (ROLL_LIMIT: measured and printed; see docs/performance.md for why it is not
+asserted yet), and loses no job. The
+timed, full-size run is bench/bench_scale_sim.py.
+
+Runs on the default Kubernetes minor only (DEFAULT_MINOR_ONLY): it needs the kube-scheduler, which the oldest
+minor's control-plane build leaves out (`KUBE_BUILD=control-plane`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from slurmctl.render import meta
+from test.e2e.clusters import GROUP, PLURAL, VERSION
+from test.e2e.clusters import spec as base_spec
+from test.e2e.harness import ControlPlane, eventually
+from test.e2e.operator import E2E_SERVICE_ACCOUNT, NAMESPACE
+from test.e2e.scale import OperatorProcess, Simulation, audit_size, groups, operator_writes
+from test.fake_slurm.model import FakeSlurm
+from test.fake_slurm.restd import StandInRestd
+
+DEFAULT_MINOR_ONLY = True
+NODES = 100
+WORKERS = 500
+GROUPS = 9  # plus the group that rolls
+ROLLING = 20  # workers of the group whose pods the roll re-creates
+# Nodes out of service in Slurm (drained, or not responding) at once during a roll: the roll re-creates one drained
+# node at a time (docs/operations.md), so one.
+ROLL_LIMIT = 1
+NAME = "sim"
+USER = f"system:serviceaccount:{NAMESPACE}:{E2E_SERVICE_ACCOUNT}"
+IDLE_WINDOW = 10.0
+JOBS = 200  # one-second jobs submitted as the roll starts  # seconds in which the operator must write nothing
+
+
+def cluster_spec(rolling_cpu: int) -> dict[str, Any]:
+    spec = base_spec()
+    spec["jail"] = {"volume": {"claimName": "jail"}}
+    workers = [{"name": name, "size": size, "resources": {"requests": {"cpu": 1, "memory": "1Gi"}}}
+               for name, size in groups(WORKERS - ROLLING, GROUPS)]  # fmt: skip
+    workers.append({"name": "roll", "size": ROLLING, "resources": {"requests": {"cpu": rolling_cpu, "memory": "1Gi"}}})
+    spec["workers"] = workers
+    return spec
+
+
+async def jail_claim(api: client.ApiClient, namespace: str) -> None:
+    """A claim bound to a PersistentVolume of its own (the PV binder binds them; nothing ever mounts it)."""
+    core = client.CoreV1Api(api)
+    pv_name = f"{namespace}-jail"
+    await core.create_persistent_volume(
+        {"metadata": {"name": pv_name}, "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+            "hostPath": {"path": "/nonexistent/kwok-jail"},
+            "claimRef": {"namespace": namespace, "name": "jail"}}},
+        _request_timeout=10,
+    )  # fmt: skip
+    await core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {"metadata": {"name": "jail"}, "spec": {
+            "accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
+            "resources": {"requests": {"storage": "1Gi"}}}},
+        _request_timeout=10,
+    )  # fmt: skip
+
+
+@pytest.fixture
+async def simulation(control_plane: ControlPlane, api: client.ApiClient, tmp_path: Path) -> AsyncIterator[Simulation]:
+    sim = Simulation(control_plane, tmp_path, nodes=NODES)
+    try:
+        sim.start_scheduler()
+        sim.start_kwok()
+        await sim.create_nodes(api)
+
+        async def ready() -> bool:
+            sim.check_alive()
+            return await sim.ready_nodes(api) == NODES
+
+        await eventually(ready, timeout=60, interval=0.5, what=f"{NODES} simulated nodes Ready")
+        yield sim
+    finally:
+        await sim.stop(api)
+
+
+async def running_workers(api: client.ApiClient, namespace: str) -> dict[str, Any]:
+    pods = await client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"{meta.LABEL_INSTANCE}={NAME},{meta.LABEL_COMPONENT}=workers", _request_timeout=30
+    )
+    return {p.metadata.name: p for p in pods.items if p.status.phase == "Running" and not p.metadata.deletion_timestamp}
+
+
+async def test_five_hundred_workers_on_simulated_nodes(
+    simulation: Simulation, api: client.ApiClient, namespace: str, operator_kubeconfig: Path, tmp_path: Path,
+    control_plane: ControlPlane,
+) -> None:  # fmt: skip
+    slurm = FakeSlurm()
+    restd = StandInRestd(slurm, cluster=NAME, namespace=namespace)
+    url = await restd.start(api)
+    operator = OperatorProcess(operator_kubeconfig, url, tmp_path / "operator.log")
+    operator.start()
+    try:
+        await _scenario(api, namespace, restd, slurm, operator, simulation, control_plane)
+    finally:
+        operator.stop()
+        await restd.stop()
+
+
+async def _scenario(
+    api: client.ApiClient, namespace: str, restd: StandInRestd, slurm: FakeSlurm, operator: OperatorProcess,
+    sim: Simulation, plane: ControlPlane,
+) -> None:  # fmt: skip
+    custom = client.CustomObjectsApi(api)
+    started = time.monotonic()
+
+    def phase(what: str) -> None:  # printed for whoever reads the log; nothing asserts on times
+        print(f"scale-sim: {what} at {time.monotonic() - started:.1f}s")
+
+    await jail_claim(api, namespace)
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SlurmCluster", "metadata": {"name": NAME},
+            "spec": cluster_spec(rolling_cpu=1)}  # fmt: skip
+    await custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, _request_timeout=10)
+
+    # Every worker pod runs, on a schedulable node, and Slurm has every node registered and idle.
+    async def all_running() -> int | None:
+        operator.check_alive()
+        sim.check_alive()
+        running = await running_workers(api, namespace)
+        idle = sum(1 for n in slurm.table.values() if n.state == {"IDLE"})
+        return len(running) if len(running) == WORKERS and idle == WORKERS else None
+
+    await eventually(all_running, timeout=180, interval=1.0, what=f"{WORKERS} workers Running and idle in Slurm")
+    phase("all Running")
+    running = await running_workers(api, namespace)
+    tainted = {n for i, n in enumerate(sim.node_names) if i % sim.tainted_every == sim.tainted_every - 1}
+    assert not {p.spec.node_name for p in running.values()} & tainted, "a worker was scheduled on a tainted node"
+    assert set(slurm.table) == set(running)
+
+    # Once it has written what Slurm says of each node (each pod's SlurmNodeState condition), with nothing changing,
+    # the operator writes nothing, though its node loop keeps asking Slurm.
+    audit = (plane.state_dir or plane.kubeconfig.parent) / "logs" / "audit.log"
+
+    async def conditions_idle() -> bool:
+        pods = await running_workers(api, namespace)
+        return len(pods) == WORKERS and all(_slurm_state(p) == "Idle" for p in pods.values())
+
+    await eventually(conditions_idle, timeout=180, interval=1.0, what="every worker pod's SlurmNodeState Idle")
+    await _settled(audit)
+    phase("conditions written")
+    offset = audit_size(audit)
+    asked = restd.requests[("GET", "/slurm/v0.0.42/nodes/")]
+    await asyncio.sleep(IDLE_WINDOW)  # the window the operator must keep quiet in (its node loop polls Slurm)
+    writes, _ = operator_writes(audit, offset, USER, detail=True)
+    assert writes == {}, f"the operator wrote over {IDLE_WINDOW:g} idle seconds: {writes}"
+    assert restd.requests[("GET", "/slurm/v0.0.42/nodes/")] > asked, "the node loop did not ask Slurm while idle"
+    phase("idle window")
+
+    # A restart-requiring change of one group rolls its pods, one drained node at a time, while jobs run.
+    restd.submit(JOBS, seconds=1.0)
+    before = {n for n in slurm.table if n.startswith(meta.worker_group(NAME, "roll"))}
+    patch = {"spec": {"workers": cluster_spec(rolling_cpu=2)["workers"]}}
+    await custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        NAME,
+        patch,
+        _request_timeout=10,
+        _content_type="application/merge-patch+json",
+    )
+    worst = 0
+    seen_at_worst: dict[str, str] = {}
+
+    async def rolled() -> bool:
+        nonlocal worst
+        out = [n for n, node in slurm.table.items() if node.state & {"DRAIN", "NOT_RESPONDING"}]
+        if len(out) > worst:
+            worst = len(out)
+            seen_at_worst.clear()
+            seen_at_worst.update(_states(slurm, out))
+        if out:
+            return False
+        pods = await running_workers(api, namespace)
+        new = [p for n, p in pods.items() if n in before and _slurmd_cpu(p) == "2"]
+        return len(new) == ROLLING and _done(restd)
+
+    await eventually(rolled, timeout=180, interval=0.05, what=f"the {ROLLING} pods of group roll re-created")
+    assert restd.jobs.lost == {}, f"jobs lost in Slurm: {restd.jobs.lost}"
+    assert len(restd.jobs.completed) == restd.jobs.submitted == JOBS
+    assert worst > 0, "the roll never drained a node"
+    print(f"scale-sim: at most {worst} out of service at once in the roll (limit {ROLL_LIMIT}): {seen_at_worst}")
+    phase("roll")
+
+
+def _states(slurm: FakeSlurm, names: list[str]) -> dict[str, str]:
+    return {n: "+".join(sorted(slurm.table[n].state)) + f" ({slurm.table[n].reason})" for n in sorted(names)}
+
+
+def _slurm_state(pod: Any) -> str | None:
+    """The reason of the pod's SlurmNodeState condition: the Slurm state the operator last wrote there."""
+    found = [c.reason for c in pod.status.conditions or [] if c.type == "SlurmNodeState"]
+    return found[0] if found else None
+
+
+def _slurmd_cpu(pod: Any) -> str | None:
+    slurmd = next(c for c in pod.spec.containers if c.name == "slurmd")
+    cpu: str | None = (slurmd.resources.requests or {}).get("cpu")
+    return cpu
+
+
+def _done(restd: StandInRestd) -> bool:
+    return not restd.jobs.pending and not restd.jobs.running
+
+
+async def _settled(audit: Path, *, quiet: float = 3.0, timeout: float = 150.0) -> None:
+    """Wait until the operator has written nothing for `quiet` seconds: it writes each pod's SlurmNodeState condition
+    (NotRegistered, then Idle) one after another first."""
+    deadline = time.monotonic() + timeout
+    offset = audit_size(audit)
+    quiet_since = time.monotonic()
+    writes: dict[str, int] = {}
+    while time.monotonic() - quiet_since < quiet:
+        assert time.monotonic() < deadline, f"the operator kept writing for {timeout:g}s: {writes}"
+        await asyncio.sleep(0.5)
+        writes, offset = operator_writes(audit, offset, USER, detail=True)
+        if writes:
+            quiet_since = time.monotonic()
