@@ -99,7 +99,8 @@ class Reason(StrEnum):
     DIRECTORY_UNREACHABLE = "DirectoryUnreachable"  # no URI of spec.identity.directory answered in time
     DIRECTORY_CERTIFICATE_REFUSED = "DirectoryCertificateRefused"  # TLS failed: the CA did not sign it, or its name
     DIRECTORY_BIND_REFUSED = "DirectoryBindRefused"  # the directory refused the bind DN or its password
-    DIRECTORY_SECRET_MISSING = "DirectorySecretMissing"  # the bind password Secret or the CA is not there
+    # The bind password Secret or the CA is not there.
+    DIRECTORY_SECRET_MISSING = "DirectorySecretMissing"  # noqa: S105 - a reason, not a secret
 
     @property
     def in_progress(self) -> bool:

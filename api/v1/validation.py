@@ -120,6 +120,7 @@ def validate_spec(spec: SlurmClusterSpec, *, path: str = "spec") -> list[Problem
     problems += _check_topology(spec, path)
     problems += _check_maintenance(spec, path)
     problems += _check_identity(spec, path)
+    problems += _check_directory(spec, path)
     problems += [Problem(where, message) for where, message in check_passthrough(spec, path)]
     problems += _check_config_size(spec, path)
     return problems
@@ -486,7 +487,7 @@ def _check_maintenance(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     return problems
 
 
-def _check_identity(spec: SlurmClusterSpec, path: str) -> list[Problem]:
+def _check_directory(spec: SlurmClusterSpec, path: str) -> list[Problem]:
     """The directory's rules (api/v1/identity.py's CEL), and the filters' parentheses, which CEL cannot count."""
     directory = spec.identity.directory
     if directory is None:
