@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from slurmctl.reconcilers.node_plans import POLL_SECONDS
 from slurmctl.render import meta
 from test.e2e.clusters import GROUP, PLURAL, VERSION
 from test.e2e.clusters import spec as base_spec
@@ -41,8 +42,10 @@ ROLLING = 20  # workers of the group whose pods the roll re-creates
 ROLL_LIMIT = 1
 NAME = "sim"
 USER = f"system:serviceaccount:{NAMESPACE}:{E2E_SERVICE_ACCOUNT}"
-IDLE_WINDOW = 10.0
-JOBS = 200  # one-second jobs submitted as the roll starts  # seconds in which the operator must write nothing
+# The idle window ends once the node loop has asked Slurm this many times (every POLL_SECONDS while nothing moves):
+# the operator must write nothing over those passes.
+IDLE_PASSES = 2
+JOBS = 200  # one-second jobs submitted as the roll starts
 
 
 def cluster_spec(rolling_cpu: int) -> dict[str, Any]:
@@ -158,11 +161,16 @@ async def _scenario(
     await _settled(audit)
     phase("conditions written")
     offset = audit_size(audit)
-    asked = restd.requests[("GET", "/slurm/v0.0.42/nodes/")]
-    await asyncio.sleep(IDLE_WINDOW)  # the window the operator must keep quiet in (its node loop polls Slurm)
+    nodes = ("GET", "/slurm/v0.0.42/nodes/")
+    asked = restd.requests[nodes]
+
+    async def passes() -> int | None:  # the window: the node loop's next IDLE_PASSES reads of Slurm
+        operator.check_alive()
+        return restd.requests[nodes] if restd.requests[nodes] >= asked + IDLE_PASSES else None
+
+    await eventually(passes, timeout=(IDLE_PASSES + 1) * POLL_SECONDS, interval=0.5, what="the node loop asking Slurm")
     writes, _ = operator_writes(audit, offset, USER, detail=True)
-    assert writes == {}, f"the operator wrote over {IDLE_WINDOW:g} idle seconds: {writes}"
-    assert restd.requests[("GET", "/slurm/v0.0.42/nodes/")] > asked, "the node loop did not ask Slurm while idle"
+    assert writes == {}, f"the operator wrote over {IDLE_PASSES} idle passes of its node loop: {writes}"
     phase("idle window")
 
     # A restart-requiring change of one group rolls its pods, one drained node at a time, while jobs run.
