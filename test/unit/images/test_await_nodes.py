@@ -101,13 +101,15 @@ def test_powered_down_and_not_responding_nodes_are_waited_for_up_to_the_largest_
 def test_the_wait_stays_under_prolog_epilog_timeout(tmp_path: Path) -> None:
     """slurmctld kills a PrologSlurmctld at PrologEpilogTimeout and counts it as failed: the script stops first,
     by more than one scontrol call's deadline (5 s)."""
-    env = setup(tmp_path, POWERING_UP, config=CONFIG.replace("65534", "9"))
-    (tmp_path / "state" / "partitions").write_text(PARTITIONS.replace("ResumeTimeout=3 ", "ResumeTimeout=600 "))
-    started = time.monotonic()
-    done = run_script("await-nodes", env=env)
-    assert done.returncode == 0, done.stderr
-    assert time.monotonic() - started < 4
-    assert "within 2s" in done.stderr
+    line_26_05 = "ResumeTimeout = 60 sec\nEpilogTimeout = 65534\nPrologTimeout = 9\n"
+    for name, config in (("24.11", CONFIG.replace("65534", "9")), ("26.05", line_26_05)):
+        env = setup(tmp_path / name, POWERING_UP, config=config)
+        (tmp_path / name / "state" / "partitions").write_text(PARTITIONS.replace("=3 ", "=600 "))
+        started = time.monotonic()
+        done = run_script("await-nodes", env=env)
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - started < 4, name
+        assert "within 2s" in done.stderr, name
 
 
 def test_whatever_fails_it_exits_0_so_slurm_never_requeues_or_holds_the_job(tmp_path: Path) -> None:
