@@ -515,7 +515,7 @@ munged -V
 exit "$rc"
 EOS
             ;;
-        controller) echo 'slurmctld -V && test -d /var/spool/slurmctld && curl --version | head -n 1 && test -x /usr/lib/slurmctl/resume-nodes' ;;
+        controller) echo 'slurmctld -V && test -d /var/spool/slurmctld && curl --version | head -n 1 && test -x /usr/lib/slurmctl/resume-nodes && test -x /usr/lib/slurmctl/await-nodes' ;;
         worker)
             echo 'slurmd -V && test -x /etc/slurmctl/complement-jail.d/50-nvidia'
             echo 'ls /usr/lib/x86_64-linux-gnu/slurm-wlm/ | grep -E "^(cgroup|proctrack|task)_"'

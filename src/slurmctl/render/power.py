@@ -37,6 +37,10 @@ from slurmctl.render.kinds import CONFIGMAP, ROLE, ROLE_BINDING, SERVICE_ACCOUNT
 
 COMPONENT = "cluster"  # rendered by the cluster component: its ConfigMaps' changes wake the workers component
 RESUME_PROGRAM = "/usr/lib/slurmctl/resume-nodes"
+# PrologSlurmctld of a cluster with an elastic group (images/scripts/await-nodes): it returns once the job's nodes are
+# up, and its end is what makes slurmctld start a job that waited for its nodes to power up (job_scheduler.c
+# prolog_running_decr), instead of slurmctld's periodic pass up to 30 s later.
+AWAIT_NODES_PROGRAM = "/usr/lib/slurmctl/await-nodes"
 TOKEN_MOUNT = "/mnt/power-token"  # noqa: S105 - a path
 TOKEN_VOLUME = "power-token"  # noqa: S105 - a volume name
 TOKEN_SECONDS = 600  # the API server refuses a shorter expirationSeconds

@@ -31,8 +31,9 @@ from slurmctl.api.v1 import (
     parse_duration,
     parse_quantity,
 )
+from slurmctl.api.v1.slurm_conf import slurm_conf_keys
 from slurmctl.render import meta
-from slurmctl.render.power import RESUME_PROGRAM
+from slurmctl.render.power import AWAIT_NODES_PROGRAM, RESUME_PROGRAM
 from slurmctl.render.topology import TOPOLOGY_PLUGIN
 
 SLURM_CONF = "slurm.conf"
@@ -236,7 +237,9 @@ def power_save_settings(cluster: SlurmCluster) -> dict[str, str]:
     powered down is idle again, whatever drain it had (its next pod is a new machine), so Slurm can resume it.
     ResumeProgram is the resume signal (render/power.py): Slurm's power-save thread runs it within a second of the
     allocation that powers nodes up (a node state change starts its work at once; power_save_interval, 10 s, only
-    bounds how long it waits without one), so no power_save_* parameter is set."""
+    bounds how long it waits without one), so no power_save_* parameter is set. PrologSlurmctld (AWAIT_NODES_PROGRAM)
+    starts a job as soon as its nodes are up; a PrologSlurmctld of extraConfig (the admin's --allowed-slurm-keys) is
+    kept instead of it, and such jobs wait for slurmctld's periodic pass again."""
     c = meta.cluster_name(cluster)
     keep = [
         f"{node_hostlist(c, g, g.node_count)}:{g.autoscale.min}"
@@ -251,6 +254,8 @@ def power_save_settings(cluster: SlurmCluster) -> dict[str, str]:
     }
     if keep:
         settings["SuspendExcNodes"] = ",".join(keep)
+    if "PrologSlurmctld" not in {key for _, key in slurm_conf_keys(cluster.spec.slurm.extra_config or "")}:
+        settings["PrologSlurmctld"] = AWAIT_NODES_PROGRAM
     return settings
 
 

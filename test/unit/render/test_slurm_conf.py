@@ -193,6 +193,7 @@ def test_an_elastic_group_is_a_range_of_cloud_nodes_with_its_own_power_settings(
         "SuspendTimeout=45",
         "SlurmctldParameters=idle_on_node_suspend",
         "SuspendExcNodes=minimal-worker-cpu-[0-2]:1",
+        "PrologSlurmctld=/usr/lib/slurmctl/await-nodes",
     ):
         assert line in slurm
     # The global SuspendTime stays INFINITE: only the elastic group's nodes are ever powered down.
@@ -203,10 +204,23 @@ def test_fixed_size_groups_render_no_power_saving() -> None:
     for name in ("minimal", "research"):
         configs = render_slurm_configs(sample(name))
         text = configs["slurm.conf"] + configs["nodes.conf"]
-        for word in ("Suspend", "Resume", "CLOUD", "SlurmctldParameters", "slurmctl-power-"):
+        for word in ("Suspend", "Resume", "CLOUD", "SlurmctldParameters", "slurmctl-power-", "PrologSlurmctld"):
             assert word not in text, (name, word)
     min_zero = render_slurm_configs(_elastic())
     assert "SuspendExcNodes" not in min_zero["slurm.conf"], "min 0: no node is kept up (':0' would mean all of them)"
+
+
+def test_a_prolog_slurmctld_of_extra_config_is_kept_instead_of_await_nodes() -> None:
+    """The admin allowed the key (--allowed-slurm-keys) and the user set it: theirs is the only PrologSlurmctld line
+    (two would leave it to Slurm's parser which one counts), and jobs from zero wait for the periodic pass again."""
+    cluster = _elastic()
+    spec = cluster.spec.model_dump(by_alias=True, exclude_none=True)
+    spec["slurm"] = {**spec.get("slurm", {}), "extraConfig": "PrologSlurmctld=/opt/site/prolog\n"}
+    cluster = cluster.model_copy(update={"spec": SlurmClusterSpec.model_validate(spec)})
+    slurm = render_slurm_configs(cluster)["slurm.conf"]
+    assert [line for line in slurm.splitlines() if line.startswith("PrologSlurmctld")] == [
+        "PrologSlurmctld=/opt/site/prolog"
+    ]
 
 
 def _worker_pod_spec(cluster: SlurmCluster) -> dict[str, Any]:
