@@ -141,6 +141,9 @@ class Simulation:
         self._start("kube-scheduler", [str(scheduler), "--config", str(path), "--secure-port", "0"])
 
     def start_kwok(self) -> None:
+        """`--cidr` and `--node-ip` are addresses KWOK writes into the simulated Pods' and Nodes' status only: no
+        process listens there and nothing connects to them (the operator reaches the stand-in slurmrestd on
+        127.0.0.1, and the API server never calls a simulated kubelet)."""
         binary, stages = kwok_paths()
         self._start(
             "kwok",

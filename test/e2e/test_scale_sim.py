@@ -13,7 +13,6 @@ minor's control-plane build leaves out (`KUBE_BUILD=control-plane`).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -234,13 +233,14 @@ def _done(restd: StandInRestd) -> bool:
 async def _settled(audit: Path, *, quiet: float = 3.0, timeout: float = 150.0) -> None:
     """Wait until the operator has written nothing for `quiet` seconds: it writes each pod's SlurmNodeState condition
     (NotRegistered, then Idle) one after another first."""
-    deadline = time.monotonic() + timeout
     offset = audit_size(audit)
     quiet_since = time.monotonic()
-    writes: dict[str, int] = {}
-    while time.monotonic() - quiet_since < quiet:
-        assert time.monotonic() < deadline, f"the operator kept writing for {timeout:g}s: {writes}"
-        await asyncio.sleep(0.5)
+
+    async def quiet_now() -> bool:
+        nonlocal offset, quiet_since
         writes, offset = operator_writes(audit, offset, USER, detail=True)
         if writes:
             quiet_since = time.monotonic()
+        return time.monotonic() - quiet_since >= quiet
+
+    await eventually(quiet_now, timeout=timeout, interval=0.5, what=f"the operator writing nothing for {quiet:g}s")

@@ -111,12 +111,7 @@ def render_identity_job(cluster: SlurmCluster) -> dict[str, Any]:
         ],
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "runAsUser": 0,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"], "add": list(CAPABILITIES)},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pods.root_with(CAPABILITIES),
         "volumeMounts": mounts,
         "resources": pods.resources(settings.resources),
     }

@@ -91,14 +91,20 @@ def jwt_key_mount() -> dict[str, Any]:
 ROOT_THEN_DROP_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID")
 
 
-def root_then_drop() -> dict[str, Any]:
-    """The securityContext of a container that starts as root and drops to a daemon user (see above)."""
+def root_with(capabilities: Sequence[str]) -> dict[str, Any]:
+    """The securityContext of a container that runs as root with only `capabilities` (every other one dropped), no
+    privilege escalation and the runtime's default seccomp filter."""
     return {
         "runAsUser": 0,
         "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"], "add": list(ROOT_THEN_DROP_CAPABILITIES)},
+        "capabilities": {"drop": ["ALL"], "add": list(capabilities)},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def root_then_drop() -> dict[str, Any]:
+    """The securityContext of a container that starts as root and drops to a daemon user (see above)."""
+    return root_with(ROOT_THEN_DROP_CAPABILITIES)
 
 
 def munge_container(image: str, *, security_context: dict[str, Any] | None = None) -> dict[str, Any]:

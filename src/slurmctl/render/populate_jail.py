@@ -65,12 +65,7 @@ def render_populate_jail_job(cluster: SlurmCluster) -> dict[str, Any]:
         ],
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "runAsUser": 0,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"], "add": list(CAPABILITIES)},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pods.root_with(CAPABILITIES),
         "volumeMounts": [{"name": "jail", "mountPath": JAIL_PATH}],
         "resources": pods.resources(populate.resources),
     }

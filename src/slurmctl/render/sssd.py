@@ -20,6 +20,7 @@ from typing import Any
 from slurmctl.api.v1 import SlurmCluster
 from slurmctl.api.v1.defaults import IMAGE_TAG, default_image
 from slurmctl.api.v1.identity import Directory
+from slurmctl.render import pods
 
 CONTAINER = "sssd"
 ENTRYPOINT = "/usr/lib/slurmctl/entrypoint-sssd"
@@ -177,13 +178,7 @@ def sssd_container(cluster: SlurmCluster, directory: Directory) -> dict[str, Any
         },
         "volumeMounts": mounts,
         "resources": RESOURCES,
-        "securityContext": {
-            "runAsUser": 0,
-            "runAsNonRoot": False,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"], "add": list(CAPABILITIES)},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": {**pods.root_with(CAPABILITIES), "runAsNonRoot": False},
     }
 
 

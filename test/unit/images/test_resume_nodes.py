@@ -10,6 +10,7 @@ from pathlib import Path
 
 from test.unit.images.conftest import run_script, write_exe
 
+# The kubernetes Service address a pod sees; the fake curl only records it, nothing connects.
 URL = "https://10.96.0.1:443/api/v1/namespaces/hpc/configmaps/c-power"
 # A curl that records its arguments (one a line) and its stdin (the -K config).
 FAKE_CURL = """#!/bin/bash

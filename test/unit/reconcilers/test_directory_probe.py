@@ -82,7 +82,7 @@ async def ldap_server(*, tls: bool, silent: bool = False) -> AsyncIterator[int]:
             while True:
                 message = await _read_message(reader)
                 if silent:
-                    await asyncio.sleep(30)
+                    await asyncio.Event().wait()  # never answers: the probe's own deadline must end the bind
                 _, body, _ = _read_tlv(message, 0)
                 _, message_id, at = _read_tlv(body, 0)
                 tag, op, _ = _read_tlv(body, at)
