@@ -297,14 +297,12 @@ async def _measure(tmp: Path) -> list[Figure]:
             )  # fmt: skip
             worst = 0
             prefix = meta.worker_group(NAME, "g00")
+            rolling = {f"{prefix}-{i}" for i in range(roll)}
 
             async def rolled() -> bool:
                 nonlocal worst
-                out = [
-                    n
-                    for n, node in slurm.table.items()
-                    if n.startswith(prefix) and node.state & {"DRAIN", "NOT_RESPONDING"}
-                ]
+                # Drained, not responding, or re-created and not registered yet.
+                out = [n for n in rolling if n not in slurm.table or slurm.table[n].state & {"DRAIN", "NOT_RESPONDING"}]
                 worst = max(worst, len(out))
                 if out or restd.jobs.pending or restd.jobs.running:
                     return False
@@ -331,8 +329,8 @@ async def _measure(tmp: Path) -> list[Figure]:
             figures.append(("scale_drain_storm_cordon_s", time.monotonic() - started, "s"))
 
             async def all_drained() -> bool:
-                # Nodes whose pods a scale-in removed stop responding and have nothing left to drain.
-                return all("DRAIN" in n.state for n in slurm.table.values() if "NOT_RESPONDING" not in n.state)
+                # Nodes whose pods a scale-in removed left Slurm (their preStop deleted them).
+                return all("DRAIN" in n.state for n in slurm.table.values())
 
             await _wait(all_drained, within=1800, what="every worker drained in Slurm")
             figures.append(("scale_drain_storm_all_drained_s", time.monotonic() - started, "s"))

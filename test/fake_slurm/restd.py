@@ -3,7 +3,9 @@ data parser version the operator's client speaks (slurmctl.slurm.client: /slurm/
 the slurmd registrations and the scheduling a real slurmctld does:
 
 - a worker pod that runs (its slurmd container running, which KWOK's pod-ready stage reports) registers its node, IDLE;
-  a node whose pod is gone stops responding (NOT_RESPONDING) until its pod runs again, as slurmctld's pings see it;
+  a pod that goes leaves Slurm as a real worker's preStop makes it (images/scripts/worker-prestop: what still ran
+  there ends, and the node is deleted; KWOK runs no hook, so the stand-in does it), and its re-created pod registers
+  a new node, IDLE and not drained;
 - `submit` queues jobs; each scheduling pass starts pending jobs on idle nodes that are neither drained nor
   unresponsive, and ends running jobs whose time is up, as slurmctld's backfill and the job's own end would;
 - drains, resumes, DOWN and deletes come through POST /nodes/ and DELETE /node/{name} and change the model exactly as
@@ -134,7 +136,7 @@ class StandInRestd:
         self.cpus = cpus
         self.jobs = Jobs()
         self.requests: Counter[tuple[str, str]] = Counter()
-        self.registered: set[str] = set()  # nodes whose pod ever ran
+        self.registered: set[str] = set()  # nodes whose pod runs
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.url = ""
@@ -246,25 +248,22 @@ class StandInRestd:
 
     # ---- slurmctld's side: registrations and scheduling ---------------------------------------------------------
     def register(self, name: str) -> None:
-        """The node's slurmd registered: a new node is IDLE; a known one responds again (its drain, if any, kept)."""
+        """The node's slurmd registered: a new node, IDLE."""
         self.registered.add(name)
-        node = self.slurm.table.get(name)
-        if node is None:
+        if name not in self.slurm.table:
             self.slurm.add_node(name)
             self.slurm.table[name] = _with_cpus(self.slurm.table[name], self.cpus)
-        elif "NOT_RESPONDING" in node.state:
-            self.slurm._set(name, node.state - {"NOT_RESPONDING"})
 
     def unregister(self, name: str) -> None:
-        """The node's pod is gone: its slurmd stops answering, and what ran there is lost."""
+        """The node's pod is gone, and its preStop took the node out of Slurm: what still ran there is lost (the
+        preStop set the node DOWN), and the node is deleted."""
+        self.registered.discard(name)
         if name in self.slurm.table:
             self._lose([name], "its pod went away")
             for job in [j for j in self.slurm.queue if name in j.nodes]:
                 self.slurm.queue.remove(job)
                 self.jobs.running.pop(job.job_id, None)
-            node = self.slurm.table[name]
-            state = (node.state - {"ALLOCATED", "MIXED"}) | {"IDLE", "NOT_RESPONDING"}
-            self.slurm._set(name, state, alloc_cpus=0)
+            del self.slurm.table[name]
 
     def submit(self, count: int, *, seconds: float) -> list[int]:
         """Queue `count` one-node jobs that run `seconds` each once started."""

@@ -128,12 +128,24 @@ class WorkerPods:
             others = [pod for pod, md in pods if md.name != due[-1]]
             if len(others) < replicas - 1 or not all(pod_ready(p) and not deleting(p) for p in others):
                 return []  # a node is still coming back: one at a time
-            if behind:
-                why = f"left behind by the re-created StatefulSet {name}, which re-creates it"
-            else:
-                why = f"re-created for a new pod template of worker group {group.name}"
+            why = _behind_why(name) if behind else _template_why(group.name)
             return [Leaving(due[-1], group.name, why, recreate=True)]
         return []
+
+
+def roll_reasons(c: str, groups: Iterable[str]) -> frozenset[str]:
+    """The drain reasons the roll (`WorkerPods._roll`) gives the nodes of these groups: a node drained with one of
+    them whose pod is not leaving now was re-created and is not resumed yet, so still out of service."""
+    whys = ((_template_why(g), _behind_why(meta.worker_group(c, g))) for g in groups)
+    return frozenset(Leaving("", "", why).reason for pair in whys for why in pair)
+
+
+def _template_why(group: str) -> str:
+    return f"re-created for a new pod template of worker group {group}"
+
+
+def _behind_why(statefulset: str) -> str:
+    return f"left behind by the re-created StatefulSet {statefulset}, which re-creates it"
 
 
 def _stray_why(group: str, fixed: Collection[str]) -> str:

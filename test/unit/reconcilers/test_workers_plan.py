@@ -144,6 +144,37 @@ def test_a_pod_re_created_for_a_new_template_is_deleted_only_as_the_observed_inc
     assert gone.why.endswith("its node is drained and runs no job")
 
 
+def test_a_roll_drains_its_next_node_only_once_the_node_it_re_created_is_resumed() -> None:
+    """A re-created node is out of service until its new slurmd registered, and longer when it registered under a
+    node its preStop could not delete (the roll's drain holds until the Slurm node loop resumes it): until then the
+    next node stays in service (one out at a time)."""
+    why = "re-created for a new pod template of worker group cpu"
+    back, following = f"{STS}-2", f"{STS}-1"
+    leaving = (Leaving(following, "cpu", why, recreate=True),)
+    pods = {name: {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}"}} for name in (back, following)}
+
+    def roll(*nodes: Node) -> Any:
+        snapshot = SlurmSnapshot(0.0, nodes=(node(f"{STS}-0"), *nodes))
+        return plan(observe(loaded(size=3), children={STATEFULSET: {STS: statefulset(3)}}, leaving=leaving,
+                            slurm=snapshot, pods=pods))  # fmt: skip
+
+    still_drained = node(back, "IDLE", "DRAIN", reason=f"slurmctl: {why}", since=NOW)
+    held = roll(still_drained, node(following))
+    assert not held.slurm and not held.delete
+    assert held.requeue_after == DRAIN_POLL_SECONDS
+    not_registered_yet = roll(node(following))  # the snapshot was read before its new slurmd registered
+    assert not not_registered_yet.slurm and not not_registered_yet.delete
+    resumed = roll(node(back), node(following))
+    assert [(a.verb, a.nodes) for a in resumed.slurm] == [("drain", (following,))]
+    # Drained already (before the re-created node came back drained): it goes on as usual.
+    drained_already = node(following, "IDLE", "DRAIN", reason=f"slurmctl: {why}", since=NOW)
+    (gone,) = roll(still_drained, drained_already).delete
+    assert gone.name == following
+    # An administrator's drain, or a cordon's, is not the roll's: it holds nothing.
+    admin = node(back, "IDLE", "DRAIN", reason="bad DIMM", since=NOW)
+    assert [(a.verb, a.nodes) for a in roll(admin, node(following)).slurm] == [("drain", (following,))]
+
+
 def test_a_drain_timeout_releases_the_node_with_a_warning() -> None:
     name = f"{STS}-1"
     leaving = (Leaving(name, "cpu", "scale-in of worker group cpu to 1"),)

@@ -11,7 +11,7 @@ creating never wait for Slurm.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,17 +25,28 @@ from slurmctl.api.v1 import (
     parse_duration,
     ready_summary,
 )
-from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, Verdict, jobs_by_node, judge, replicas_after, statefulset_of
+from slurmctl.reconcilers.drain import (
+    DRAIN_POLL_SECONDS,
+    Leaving,
+    Verdict,
+    drained_by_us,
+    jobs_by_node,
+    judge,
+    replicas_after,
+    statefulset_of,
+)
 from slurmctl.reconcilers.elastic import ElasticMemory, ElasticPlan, plan_elastic
 from slurmctl.reconcilers.group_switch import becoming_elastic, becoming_fixed, describe, without_groups
 from slurmctl.reconcilers.maintenance_gate import rolls_allowed
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import deleting, match_labels, ready_replicas, uid, worker_replicas
 from slurmctl.reconcilers.plan import Create, Delete, Note, Obj, Plan, SlurmAction
+from slurmctl.reconcilers.worker_pods import roll_reasons
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET, Kind
 from slurmctl.render.manifests import Inputs, workers_objects
 from slurmctl.render.workers import elastic_template_hash, render_elastic_worker_pod
+from slurmctl.slurm import Node
 
 # What WorkersReady says when Slurm refuses what the gate or the elastic groups ask of it.
 GATE_CLOSED = "nodes must go but Slurm cannot be asked whether they run jobs, so none goes"
@@ -179,7 +190,8 @@ def _gate(obs: Observation) -> tuple[Gate, list[SlurmAction], list[Note]]:
     snapshot = obs.slurm
     if snapshot is None or snapshot.error is not None:
         return Gate(None, unreachable=str(snapshot.error) if snapshot else "Slurm was not asked"), [], []
-    verdict = judge(obs.leaving, nodes=snapshot.by_name, jobs=snapshot.jobs, now=obs.now, timeout=timeouts)
+    leaving = _one_out_at_a_time(obs, snapshot.by_name)
+    verdict = judge(leaving, nodes=snapshot.by_name, jobs=snapshot.jobs, now=obs.now, timeout=timeouts)
     by_reason: dict[str, list[str]] = defaultdict(list)
     for going in verdict.to_drain:
         by_reason[going.reason].append(going.node)
@@ -199,6 +211,27 @@ def _gate(obs: Observation) -> tuple[Gate, list[SlurmAction], list[Note]]:
         for node, jobs in sorted(verdict.timed_out.items())
     ]
     return Gate(verdict), drains, notes
+
+
+def _one_out_at_a_time(obs: Observation, nodes: Mapping[str, Node]) -> tuple[Leaving, ...]:
+    """The nodes that must go, less the roll's next one while a node the roll re-created is not back in service in
+    Slurm: its new pod's slurmd has not registered yet (as this snapshot says), or it registered under a node its
+    preStop could not delete, which keeps the roll's drain until the Slurm node loop resumes it. So the roll takes one
+    node out of service at a time. A next node drained already is judged as usual."""
+    reasons = roll_reasons(obs.loaded.name, (g.name for g in obs.loaded.cluster.spec.workers))
+    rolled = [g for g in obs.leaving if g.reason in reasons]
+    going = {g.node for g in obs.leaving}
+    rolling = {statefulset_of(g.node) for g in rolled}
+
+    def out_of_service(name: str) -> bool:
+        node = nodes.get(name)
+        if node is None:
+            return statefulset_of(name) in rolling
+        return drained_by_us(node) and node.reason in reasons
+
+    if not rolled or not any(out_of_service(name) for name in obs.pods if name not in going):
+        return obs.leaving
+    return tuple(g for g in obs.leaving if g not in rolled or ((node := nodes.get(g.node)) is not None and node.drain))
 
 
 def _ids(jobs: Sequence[int]) -> str:
