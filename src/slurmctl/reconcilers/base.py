@@ -5,7 +5,6 @@ sending its Events, and handing its one condition (and its summary) to the statu
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -25,13 +24,12 @@ from slurmctl.reconcilers.plan import Note
 from slurmctl.render import meta
 from slurmctl.render.kinds import DEPLOYMENT, JOB, POD, ROLE_BINDING, SLURM_CLUSTER, STATEFULSET, Kind
 from slurmctl.runtime import ApiError, Conflict, Request, Result
+from slurmctl.runtime.concurrency import bounded
 from slurmctl.runtime.errors import rejection
 from slurmctl.runtime.manager import ControllerBuilder
 
 # Kept short in conditions and Events: the API server's messages can quote large parts of the object.
 MAX_REJECTION_MESSAGE = 1024
-# Applies one pass of a component has in flight at once (64 worker groups render ~130 objects).
-APPLY_CONCURRENCY = 8
 # What a StatefulSet refuses to change after creation, and how the user gets out of it. API servers before 1.34 say
 # "spec: Forbidden: updates to statefulset spec for fields other than ...", later ones name the field
 # ("spec.volumeClaimTemplates: Invalid value: ...: field is immutable", quoting the whole field).
@@ -176,25 +174,19 @@ class ComponentReconciler:
 
     # ---- children ---------------------------------------------------------------------------------------------
     async def apply(self, loaded: Loaded, intents: Iterable[Mapping[str, Any]]) -> None:
-        """Apply the intents, up to `APPLY_CONCURRENCY` at once: none waits for another (Kubernetes resolves the
+        """Apply the intents, up to `WRITES_IN_FLIGHT` at once: none waits for another (Kubernetes resolves the
         names they give each other when it needs them), and one at a time a pass took a round trip per object
         (the critical path of a thousand clusters created at once). Every apply ends before the first failure in
         rendered order is raised. No Event per child: creating the objects a spec asks for is the expected course
         (the conditions report progress); Events are for what a user must notice (a deletion, a scale, a failure)."""
-        gate = asyncio.Semaphore(APPLY_CONCURRENCY)
-
-        async def one(intent: Mapping[str, Any]) -> None:
-            async with gate:
-                await self.manager.apply(intent)
-
         ordered = list(intents)
         # The one name Kubernetes resolves at once: a RoleBinding's role (RBAC's escalation check reads the Role when
         # the binding is created, and answers NotFound before it exists). Bindings go after the rest of the pass.
         later = [i for i in ordered if (i["apiVersion"], i["kind"]) == ROLE_BINDING]
         first = [i for i in ordered if (i["apiVersion"], i["kind"]) != ROLE_BINDING]
-        done: dict[int, BaseException | None] = {}
+        done: dict[int, object] = {}
         for wave in (first, later):
-            got = await asyncio.gather(*(one(intent) for intent in wave), return_exceptions=True)
+            got = await bounded(self.manager.apply(intent) for intent in wave)
             done.update((id(intent), result) for intent, result in zip(wave, got, strict=True))
         results = [done[id(intent)] for intent in ordered]
         for intent, result in zip(ordered, results, strict=True):

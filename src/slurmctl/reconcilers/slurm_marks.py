@@ -19,6 +19,7 @@ from slurmctl.reconcilers.plan import Obj
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD
 from slurmctl.runtime import Manager, NotFound
+from slurmctl.runtime.concurrency import bounded
 from slurmctl.runtime.errors import Invalid as InvalidObject
 from slurmctl.runtime.logs import kv
 from slurmctl.slurm import Node
@@ -91,17 +92,23 @@ def _pod(name: str, namespace: str, *, labels: dict[str, str] | None = None, sta
 
 
 async def write_marks(manager: Manager, conditions: Iterable[Obj], evictable: Iterable[Obj]) -> None:
-    """Apply the pods' conditions (to pods/status) and evictable labels (to the pods)."""
-    for body in conditions:
-        await manager.apply_status(body, field_manager=FIELD_MANAGER)
-    for body in evictable:
-        md = body["metadata"]
-        try:
-            await manager.apply(body, field_manager=EVICTABLE_FIELD_MANAGER)
-        except (NotFound, InvalidObject) as exc:
-            # Gone since the cache saw it (an apply to a missing pod is refused: it has no spec).
-            log.debug(
-                "pod gone before its label was written %s", kv(namespace=md["namespace"], pod=md["name"], error=exc)
-            )
-            continue
-        log.info("pod evictability %s", kv(namespace=md["namespace"], pod=md["name"], evictable="labels" in md))
+    """Apply the pods' conditions (to pods/status) and evictable labels (to the pods), a few at once (a thousand
+    workers registering are a thousand conditions); the first failure is raised once all have ended."""
+    writes = [
+        *(manager.apply_status(body, field_manager=FIELD_MANAGER) for body in conditions),
+        *(_label(manager, body) for body in evictable),
+    ]
+    for result in await bounded(writes):
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def _label(manager: Manager, body: Obj) -> None:
+    md = body["metadata"]
+    try:
+        await manager.apply(body, field_manager=EVICTABLE_FIELD_MANAGER)
+    except (NotFound, InvalidObject) as exc:
+        # Gone since the cache saw it (an apply to a missing pod is refused: it has no spec).
+        log.debug("pod gone before its label was written %s", kv(namespace=md["namespace"], pod=md["name"], error=exc))
+        return
+    log.info("pod evictability %s", kv(namespace=md["namespace"], pod=md["name"], evictable="labels" in md))
