@@ -1277,12 +1277,14 @@ def test_a_restart_requiring_change_waits_for_the_maintenance_window_under_a_mai
     opened_at = time.monotonic()
 
     def applied() -> bool | None:
-        login = kube.json("pod", LOGIN_POD)
+        # The login pod is absent for a moment while its StatefulSet re-creates it.
+        login = json.loads(kube.run("get", "pods", "--field-selector", f"metadata.name={LOGIN_POD}", "-o", "json"))
         rest = kube.pods(REST_PODS)
         workers = worker_pods(kube)
         done = (
-            identity(login)[0] != login_before[0]
-            and pod_ready(login)
+            len(login["items"]) == 1
+            and identity(login["items"][0])[0] != login_before[0]
+            and pod_ready(login["items"][0])
             and len(rest) == 1
             and identity(rest[0])[0] != rest_before[0]
             and pod_ready(rest[0])
