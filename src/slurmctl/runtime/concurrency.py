@@ -5,6 +5,7 @@ connection pool."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Iterable
 from typing import TypeVar
 
@@ -20,7 +21,12 @@ async def bounded(calls: Iterable[Awaitable[T]], limit: int = WRITES_IN_FLIGHT) 
     gate = asyncio.Semaphore(limit)
 
     async def one(call: Awaitable[T]) -> T:
-        async with gate:
-            return await call
+        try:
+            async with gate:
+                return await call
+        except asyncio.CancelledError:
+            if inspect.iscoroutine(call):
+                call.close()  # cancelled before its turn: never awaited, and closed so that it says nothing
+            raise
 
     return await asyncio.gather(*(one(call) for call in calls), return_exceptions=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 
 from slurmctl.runtime.concurrency import bounded
 
@@ -48,9 +49,11 @@ async def test_cancelling_the_pass_cancels_its_writes() -> None:
             cancelled.set()
             raise
 
-    task = asyncio.create_task(bounded([write()]))
+    waiting = write()  # its turn never comes: the limit is 1
+    task = asyncio.create_task(bounded([write(), waiting], limit=1))
     await started.wait()
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert cancelled.is_set() and task.cancelled()
+    assert inspect.getcoroutinestate(waiting) == inspect.CORO_CLOSED
