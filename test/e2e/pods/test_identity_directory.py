@@ -1,19 +1,26 @@
 """spec.identity.directory on real pods: a SlurmCluster pointed at a real OpenLDAP (images/test-slapd, `make images`)
-over ldaps with a CA made here, through the sssd sidecars. A directory user (no entry in the jail's passwd) logs in
-over ssh with the directory's password and with the key the directory holds, lands in the jail, runs `srun -N2` on
-both workers and an sbatch job, as their uid and with their directory groups; then the directory goes away: the
-logged-in connection and cached lookups keep working and a new password login is refused, until it returns.
+over ldaps with a CA made here, through the sssd sidecars, with accounting into a test MariaDB. A directory user (no
+entry in the jail's passwd) logs in over ssh with the directory's password and with the key the directory holds, lands
+in the jail, runs `srun -N2` on both workers and an sbatch job, as their uid and with their directory groups, and
+`sacct` names them as the job's user; then the directory goes away: the logged-in connection and cached lookups keep
+working and a new password login is refused, until it returns. Last, the real slapd refuses a wrong bind password,
+then the server's certificate checked against a CA that did not sign it: DirectoryReachable names the field, nothing
+restarts, the logged-in user goes on, and putting the Secret and the ConfigMap back makes it Reachable again.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import os
+import secrets
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +33,24 @@ from cryptography.x509.oid import NameOID
 from slurmctl.api.v1.defaults import IMAGE_TAG
 from test.e2e.harness import Node
 from test.e2e.pods.conftest import require_images
-from test.e2e.pods.slurm import Kube, small_cluster, small_group, ssh, ssh_keypair
+from test.e2e.pods.slurm import (
+    TEST_DB_IMAGE,
+    Kube,
+    accounting_into,
+    database,
+    slurm_image,
+    small_cluster,
+    small_group,
+    ssh,
+    ssh_keypair,
+)
 from test.waiting import until
 
 pytestmark = pytest.mark.e2e
 NAME = "dir"
 LOGIN_POD, LOGIN = f"{NAME}-login-0", "sshd"
+WORKER_PODS = (f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1")
+DB = f"{NAME}-db"
 JAIL = "/mnt/jail"
 LDAP = "ldap"
 SLAPD_IMAGE = f"localhost/slurmctl-test/slapd:{IMAGE_TAG}"
@@ -42,15 +61,14 @@ HPC_GID = 10100
 PASSWORD = "Dora-directory-pw1"
 BIND_PASSWORD = "sssd-Bind-pw2"
 ADMIN_PASSWORD = "slapd-Admin-pw3"
+WRONG_BIND_PASSWORD = "not-the-Bind-pw4"
 
 
-def _certificates(namespace: str, service_ip: str) -> tuple[str, str, str]:
-    """(CA certificate, server certificate, server key) in PEM: a CA made for this test and the slapd Service's
-    certificate, for its names in the namespace and its ClusterIP (the URI the cluster uses: the operator of these
-    tests runs on the machine, which reaches ClusterIPs but does not resolve the cluster's names)."""
+def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A CA made for this test, valid for a day."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "slurmctl test directory CA")])
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     ca = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
@@ -70,12 +88,21 @@ def _certificates(namespace: str, service_ip: str) -> tuple[str, str, str]:
         )
         .sign(ca_key, hashes.SHA256())
     )  # fmt: skip
+    return ca, ca_key
+
+
+def _certificates(namespace: str, service_ip: str) -> tuple[str, str, str]:
+    """(CA certificate, server certificate, server key) in PEM: a CA made for this test and the slapd Service's
+    certificate, for its names in the namespace and its ClusterIP (the URI the cluster uses: the operator of these
+    tests runs on the machine, which reaches ClusterIPs but does not resolve the cluster's names)."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca, ca_key = _ca("slurmctl test directory CA")
     key = ec.generate_private_key(ec.SECP256R1())
     names = [LDAP, f"{LDAP}.{namespace}", f"{LDAP}.{namespace}.svc", f"{LDAP}.{namespace}.svc.cluster.local"]
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[2])]))
-        .issuer_name(ca_name)
+        .issuer_name(ca.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -213,6 +240,38 @@ def until_directory(kube: Kube, status: str, reason: str, *, timeout: float) -> 
     )
 
 
+def warnings(kube: Kube, reason: str) -> list[tuple[str, str, int]]:
+    """(type, message, count) of each Event with this reason in the namespace."""
+    items = kube.json("events", "--field-selector", f"reason={reason}")["items"]
+    return [(e["type"], e["message"], e.get("count") or 1) for e in items]
+
+
+def sssd_sidecars(kube: Kube) -> dict[str, tuple[str, int]]:
+    """Each pod with an sssd sidecar: (its uid, the sidecar's restarts). Equal before and after: neither the pod was
+    re-created nor its sidecar restarted."""
+    found = {}
+    for pod in kube.json("pods")["items"]:
+        for status in pod.get("status", {}).get("initContainerStatuses") or []:
+            if status["name"] == "sssd":
+                found[pod["metadata"]["name"]] = (pod["metadata"]["uid"], status.get("restartCount", 0))
+    return found
+
+
+def until_recorded(read: Callable[[], str], expected: str, *, what: str) -> None:
+    """Wait for `read()` (sacct's output) to be `expected`: slurmctld sends a finished job to slurmdbd on its own
+    time."""
+    seen = [""]
+
+    def probe() -> bool:
+        seen[0] = read().strip()
+        return seen[0] == expected
+
+    try:
+        until(probe, timeout=120, interval=2, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; sacct printed {seen[0]!r}, expected {expected!r}") from None
+
+
 def ssh_password(
     user: str, host: str, password: str, command: str, *, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
@@ -237,13 +296,44 @@ def ssh_password(
     )
 
 
+@contextmanager
+def logged_in(key: Path, ip: str, control: Path) -> Iterator[Callable[[str], subprocess.CompletedProcess[str]]]:
+    """A logged-in user: one authenticated ssh connection (a ControlMaster at `control`), closed after the block.
+    Yields a function that runs a command in a new session on that very connection: it fails when ssh would have had
+    to log in again (the session's $SSH_CONNECTION, the client's address and port, is no longer the master's)."""
+    base = ["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-S", str(control)]  # fmt: skip
+    subprocess.run([*base, "-M", "-N", "-f", f"{USER}@{ip}"], check=True, timeout=60)
+
+    def connection(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, f"{USER}@{ip}", f'echo "$SSH_CONNECTION"; {command}'],
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+    first = connection("true")
+    assert first.returncode == 0 and first.stdout.strip(), first
+
+    def run(command: str) -> subprocess.CompletedProcess[str]:
+        proc = connection(command)
+        assert proc.returncode == 0, proc
+        assert proc.stdout.split("\n", 1)[0] == first.stdout.strip(), f"not the logged-in connection: {proc}"
+        return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.split("\n", 1)[1], proc.stderr)
+
+    try:
+        yield run
+    finally:
+        subprocess.run([*base, "-O", "exit", f"{USER}@{ip}"], capture_output=True, timeout=30, check=False)
+
+
 @pytest.fixture(scope="module")
 def cluster(
     node: Node, kube: Kube, operator: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Kube, Path, str]]:
-    """The directory, then a cluster of two workers and a login node pointed at it; the user's home in the jail (an
-    administrator makes it, as for any user whose home the directory names). Yields (kube, the user's key, login IP)."""
-    require_images(node, [SLAPD_IMAGE, SSSD_IMAGE])
+    """The directory and the accounting database, then a cluster of two workers and a login node pointed at both; the
+    user's home in the jail (an administrator makes it, as for any user whose home the directory names). Yields (kube,
+    the user's key, login IP). The database starts first: it is the slowest to be ready."""
+    require_images(node, [SLAPD_IMAGE, SSSD_IMAGE, TEST_DB_IMAGE, slurm_image("accounting")])
+    start = time.monotonic()
+    kube.apply(database(DB, secrets.token_urlsafe(18)))
     key, public = ssh_keypair(tmp_path_factory.mktemp("ssh"))
     kube.apply([_service()])
     service_ip = kube.json("service", LDAP)["spec"]["clusterIP"]
@@ -256,16 +346,21 @@ def cluster(
         "bindPasswordSecretRef": {"name": "ldap-bind"},
         "ca": {"configMapKeyRef": {"name": "ldap-ca"}},
     }
-    kube.apply(small_cluster(NAME, workers=[small_group("cpu", 2)], identity={"directory": directory}))
-    kube.until_available(
-        NAME, operator, timeout=240, logs=(f"statefulset/{NAME}-login -c sssd", f"pod/{NAME}-worker-cpu-0 -c sssd")
-    )
+    spec = {"workers": [small_group("cpu", 2)], "identity": {"directory": directory}, "accounting": accounting_into(DB)}
+    kube.apply(small_cluster(NAME, **spec))
+    logs = (f"statefulset/{NAME}-login -c sssd", f"pod/{NAME}-worker-cpu-0 -c sssd", f"deployment/{NAME}-accounting")
+    kube.until_available(NAME, operator, timeout=270, logs=logs)
+    # What accounting costs the start: when each condition last turned True (the last of them made it Available).
+    conditions = kube.json("slurmcluster", NAME)["status"]["conditions"]
+    print(f"Available {time.monotonic() - start:.0f}s after the first apply; conditions True at:")
+    print("\n".join(sorted(f"  {c['lastTransitionTime']} {c['type']}" for c in conditions if c["status"] == "True")))
     kube.exec(LOGIN_POD, LOGIN, "install", "-d", "-o", str(UID), "-g", str(GID), "-m", "0750", f"{JAIL}/home/{USER}")
     ip = kube.json("pod", LOGIN_POD)["status"]["podIP"]
     until_directory(kube, "True", "Reachable", timeout=60)
     yield kube, key, ip
 
 
+@pytest.mark.timeout(480)  # the module's cluster starts in this test's setup: the database is the slowest part
 def test_a_directory_user_logs_in_with_password_and_key_and_runs_jobs_as_themself(
     cluster: tuple[Kube, Path, str],
 ) -> None:
@@ -298,24 +393,23 @@ def test_a_directory_user_logs_in_with_password_and_key_and_runs_jobs_as_themsel
     path = f"{JAIL}/home/{USER}/out-{job}.txt"
     assert kube.exec(LOGIN_POD, LOGIN, "cat", path).strip() == USER
     assert kube.exec(LOGIN_POD, LOGIN, "stat", "-c", "%u:%g", path).strip() == f"{UID}:{GID}"
+    # sacct names the directory user as the job's user and group: to the user, and to root among everyone's jobs.
+    expected = f"{job}|{USER}|{USER}|COMPLETED|0:0"
+    fields = f"-n -P -X -j {job} --format=JobID,User,Group,State,ExitCode"
+    until_recorded(lambda: ssh(key, USER, ip, f"sacct {fields}"), expected, what=f"job {job} in the user's sacct")
+    until_recorded(
+        lambda: kube.exec(LOGIN_POD, LOGIN, "sacct", "-a", *fields.split()), expected, what=f"job {job} in sacct"
+    )
 
 
 def test_without_the_directory_sessions_and_cached_lookups_go_on_and_new_logins_wait_for_it(
     cluster: tuple[Kube, Path, str], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     kube, key, ip = cluster
-    control = tmp_path_factory.mktemp("ctl") / "master"
-    base = ["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-S", str(control)]  # fmt: skip
     # A logged-in user: one authenticated connection, which later commands reuse without logging in again.
-    subprocess.run([*base, "-M", "-N", "-f", f"{USER}@{ip}"], check=True, timeout=60)
-    try:
+    with logged_in(key, ip, tmp_path_factory.mktemp("ctl") / "master") as session:
         kube.delete("pod", LDAP, timeout=60)
-        again = subprocess.run(
-            [*base, f"{USER}@{ip}", "id -un; id -G; srun -N2 --ntasks-per-node=1 id -u"],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert again.returncode == 0, again
+        again = session("id -un; id -G; srun -N2 --ntasks-per-node=1 id -u")
         out = again.stdout.split("\n")
         assert out[0] == USER and str(HPC_GID) in out[1].split(), again.stdout
         assert out[2:4] == [str(UID), str(UID)], again.stdout
@@ -336,5 +430,64 @@ def test_without_the_directory_sessions_and_cached_lookups_go_on_and_new_logins_
             what="a password login once the directory is back",
         )
         until_directory(kube, "True", "Reachable", timeout=60)
-    finally:
-        subprocess.run([*base, "-O", "exit", f"{USER}@{ip}"], capture_output=True, timeout=30, check=False)
+
+
+def assert_secret_kept(kube: Kube, operator: Path) -> None:
+    """Neither bind password is in the SlurmCluster, its Events or the operator's log."""
+    seen = {
+        "the SlurmCluster": json.dumps(kube.json("slurmcluster", NAME)),
+        "the Events": json.dumps(kube.json("events")),
+        "the operator's log": operator.read_text(),
+    }
+    for where, text in seen.items():
+        for password in (BIND_PASSWORD, WRONG_BIND_PASSWORD):
+            assert password not in text, f"a bind password in {where}"
+
+
+@pytest.mark.timeout(420)  # a finding waits for the operator's next look (every 30 s) and a fix for its retry (15 s)
+def test_a_wrong_bind_password_or_ca_is_named_and_the_logged_in_user_goes_on(
+    cluster: tuple[Kube, Path, str], operator: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    kube, key, ip = cluster
+    sidecars = sssd_sidecars(kube)
+    assert {LOGIN_POD, *WORKER_PODS} <= set(sidecars), sidecars
+    ca = kube.json("configmap", "ldap-ca")["data"]["ca.crt"]
+    with logged_in(key, ip, tmp_path_factory.mktemp("ctl") / "master") as session:
+        # The bind password in its Secret is not the directory's.
+        wrong = {"stringData": {"password": WRONG_BIND_PASSWORD}}
+        kube.run("patch", "secret", "ldap-bind", "--type=merge", "-p", json.dumps(wrong))
+        message = until_directory(kube, "False", "DirectoryBindRefused", timeout=90)
+        assert message.startswith("spec.identity.directory.bindDN / bindPasswordSecretRef: ldaps://"), message
+        assert "invalidCredentials" in message, message
+        until(lambda: warnings(kube, "DirectoryBindRefused"), timeout=30, what="a DirectoryBindRefused Event")
+        # Nothing restarts: the sidecars keep the password they started with, so the user goes on and logs in anew.
+        assert kube.phase(NAME) == "Available"
+        ran = session("id -un; srun -N2 --ntasks-per-node=1 id -u").stdout.split()
+        assert ran == [USER, str(UID), str(UID)], ran
+        assert ssh_password(USER, ip, PASSWORD, "id -un").stdout.strip() == USER
+        assert sssd_sidecars(kube) == sidecars
+        assert warnings(kube, "DirectoryBindRefused") == [("Warning", message, 1)], "one Event for the finding"
+        assert_secret_kept(kube, operator)
+        bind = {"stringData": {"password": BIND_PASSWORD}}
+        kube.run("patch", "secret", "ldap-bind", "--type=merge", "-p", json.dumps(bind))
+        until_directory(kube, "True", "Reachable", timeout=60)
+
+        # The CA given is not the one that signed the server's certificate.
+        other = _ca("another CA")[0].public_bytes(serialization.Encoding.PEM).decode()
+        kube.run("patch", "configmap", "ldap-ca", "--type=merge", "-p", json.dumps({"data": {"ca.crt": other}}))
+        message = until_directory(kube, "False", "DirectoryCertificateRefused", timeout=90)
+        assert message.startswith("spec.identity.directory.ca: ldaps://"), message
+        until(lambda: warnings(kube, "DirectoryCertificateRefused"), timeout=30, what="a certificate Event")
+        assert kube.phase(NAME) == "Available"
+        assert session("id -un").stdout.strip() == USER
+        assert warnings(kube, "DirectoryCertificateRefused") == [("Warning", message, 1)], "one Event for the finding"
+        kube.run("patch", "configmap", "ldap-ca", "--type=merge", "-p", json.dumps({"data": {"ca.crt": ca}}))
+        until_directory(kube, "True", "Reachable", timeout=60)
+        assert sssd_sidecars(kube) == sidecars
+    # Healthy again: a new password login (the sidecars may have read the wrong CA meanwhile, and retry on their own).
+    until(
+        lambda: ssh_password(USER, ip, PASSWORD, "id -un").stdout.strip() == USER or None,
+        timeout=180,
+        what="a password login with the CA back",
+    )
+    assert sssd_sidecars(kube) == sidecars
