@@ -381,6 +381,14 @@ CASES: tuple[Case, ...] = (
         "a volume source has exactly one key",
     ),
     Case(
+        "maxUnavailable neither a count nor a percentage",
+        {"maintenance": {"maxUnavailable": "150%"}},
+        "schema",
+        "spec.maintenance.maxUnavailable",
+        "should match",
+        "is neither a count nor a percentage from 1% to 100%",
+    ),
+    Case(
         "topology with tree and block",
         {"topology": {"tree": {"levels": ["example.com/switch"]}, "block": {"label": "example.com/block"}}},
         "schema",

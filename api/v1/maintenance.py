@@ -83,8 +83,31 @@ class MaintenanceWindow(ApiModel):
     end: Timestamp | None = Field(None, description="End of an absolute window (RFC 3339), after start.")
 
 
+# maxUnavailable as a percentage: 1% to 100% of the cluster's fixed workers.
+PERCENT_PATTERN = r"^(100|[1-9][0-9]?)%$"
+_PERCENT = re.compile(PERCENT_PATTERN)
+
+
+def _check_max_unavailable(value: int | str) -> int | str:
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"{value} is less than 1 (a roll takes out at least one node at a time)")
+    if isinstance(value, str) and not _PERCENT.fullmatch(value):
+        raise ValueError(f"{value!r} is neither a count nor a percentage from 1% to 100%")
+    return value
+
+
+# Kubernetes' int-or-string, as the quantities are declared (types.QUANTITY_SCHEMA, which says why not
+# `x-kubernetes-int-or-string`): the API server refuses a string that is no percentage; a count below 1 is the
+# operator's to report.
+MaxUnavailable = Annotated[
+    int | str,
+    AfterValidator(_check_max_unavailable),
+    WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True, "pattern": PERCENT_PATTERN}),
+]
+
+
 class MaintenanceSpec(ApiModel):
-    """When changes that restart Slurm daemons' pods are applied."""
+    """When changes that restart Slurm daemons' pods are applied, and how many workers a roll takes out at once."""
 
     windows: list[MaintenanceWindow] = Field(
         default_factory=list,
@@ -94,6 +117,19 @@ class MaintenanceSpec(ApiModel):
         "(MaintenancePending) and a Slurm MAINT reservation over all nodes covers the next window. Empty: applied at "
         "once.",
     )
+    max_unavailable: MaxUnavailable = Field(
+        1,
+        description="How many worker nodes a roll (a change that re-creates worker pods) may have out of service at "
+        "once, over all fixed worker groups: a count, or a percentage of the cluster's fixed workers rounded down (at "
+        "least 1). Each node is drained first and re-created once its jobs end; the next goes only when one is back "
+        "in Slurm.",
+    )
+
+    def nodes_at_once(self, workers: int) -> int:
+        """maxUnavailable as a number of nodes, for a cluster of `workers` fixed workers."""
+        if isinstance(self.max_unavailable, int):
+            return self.max_unavailable
+        return max(1, workers * int(self.max_unavailable.rstrip("%")) // 100)
 
 
 @dataclass(frozen=True)

@@ -194,3 +194,7 @@ class SlurmClusterSpec(ApiModel):
     @property
     def elastic_groups(self) -> list[WorkerGroup]:
         return [group for group in self.workers if group.autoscale is not None]
+
+    def roll_limit(self) -> int:
+        """How many worker nodes a roll may have out of service at once (spec.maintenance.maxUnavailable)."""
+        return self.maintenance.nodes_at_once(sum(group.size for group in self.workers if group.autoscale is None))

@@ -8,8 +8,9 @@ the step that replaces pods is stopped instead.
 - The controller's and login's StatefulSets (RollingUpdate) get `partition: replicas`: the StatefulSet records the new
   template (its updateRevision) and replaces no pod; a pod deleted meanwhile comes back at its current revision.
 - slurmrestd's and slurmdbd's Deployments are `paused`: the Deployment controller makes no new ReplicaSet.
-- Workers (OnDelete StatefulSets, re-created by the operator one drained node at a time) and elastic workers (powered
-  down through Slurm once idle) are held by their component, which takes no roll step (`rolls_allowed`).
+- Workers (OnDelete StatefulSets, re-created by the operator a drained node at a time, spec.maintenance.maxUnavailable
+  at once) and elastic workers (powered down through Slurm once idle) are held by their component, which takes no
+  roll step (`rolls_allowed`).
 
 Only a workload that exists is held: a new one (a new cluster, a new group, a standby just enabled) is created at once.
 Neither is a roll already under way when the window closes (it runs to its end), nor one whose pods must follow a new

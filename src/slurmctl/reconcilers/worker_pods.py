@@ -4,7 +4,8 @@ pods to watch and label, which drained nodes not to resume). Both read them here
 
 Every node that must go (`WorkerPods.leaving`) is one of: a shrinking group's nodes above its new size, a removed
 group's nodes (drain.leaving_nodes), an elastic node whose group is gone, a pod left behind by a re-created
-StatefulSet (its selector changed), or the one pod of the cluster re-created next for a new pod template (the roll).
+StatefulSet (its selector changed), or the pods re-created next for a new pod template (the roll: at most
+spec.maintenance.maxUnavailable of the cluster's nodes out at a time).
 """
 
 from __future__ import annotations
@@ -105,32 +106,46 @@ class WorkerPods:
         seen: Sequence[tuple[Obj, ObjectMeta]],
         unselected: Mapping[str, list[Obj]],
     ) -> list[Leaving]:
-        """The one worker to re-create next (only the operator deletes worker pods: OnDelete StatefulSets): in the
-        first group, by name, that is not shrinking and whose other pods are all ready, a pod left behind by its
-        re-created StatefulSet (which creates one of the same name once it is gone), else the highest outdated
-        ordinal (a new pod template), so at most one node of the cluster is out at a time."""
+        """The workers to re-create next (only the operator deletes worker pods: OnDelete StatefulSets), so that at
+        most the roll's limit (spec.maintenance.maxUnavailable) of the cluster's fixed workers are out at a time: in
+        the groups that are not shrinking, by name, pods left behind by their re-created StatefulSet (which creates one
+        of the same name once it is gone), else the highest outdated ordinals (a new pod template). A fixed worker
+        that is missing, not ready or going counts as out, as a Deployment counts unavailable pods; a due pod out
+        already costs no place to re-create."""
         c, ns = loaded.name, loaded.namespace
         by_group: dict[str, list[tuple[Obj, ObjectMeta]]] = defaultdict(list)
         for pod, md in seen:
             by_group[md.labels.get(meta.LABEL_WORKER_GROUP, "")].append((pod, md))
+        out, in_service, due_now = 0, set[str](), list[Leaving]()
         for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
             name = meta.worker_group(c, group.name)
             replicas = live.get(name)
-            if replicas is None or group.size < replicas or group.autoscale is not None:
+            if replicas is None or group.autoscale is not None:
                 continue  # an elastic group's StatefulSet (it was fixed) only leaves
+            pods = by_group.get(group.name, [])
+            kept = min(replicas, group.size)
+            ready = {md.name for pod, md in pods if ordinal(md.name) < kept and pod_ready(pod) and not deleting(pod)}
+            out += kept - len(ready)
+            in_service |= ready
+            if group.size < replicas:
+                continue  # shrinking: its nodes above the new size leave first
             sts = self.cache.get(*STATEFULSET, name, namespace=ns)
             wanted = match_labels(sts)
-            pods = by_group.get(group.name, [])
             behind = sorted((pod for pod in _names(unselected.get(name, [])) if ordinal(pod) < replicas), key=ordinal)
             due = behind or outdated_pods(sts, [pod for pod, md in pods if _selected(wanted, md)])
             if not due:
                 continue
-            others = [pod for pod, md in pods if md.name != due[-1]]
-            if len(others) < replicas - 1 or not all(pod_ready(p) and not deleting(p) for p in others):
-                return []  # a node is still coming back: one at a time
             why = _behind_why(name) if behind else _template_why(group.name)
-            return [Leaving(due[-1], group.name, why, recreate=True)]
-        return []
+            due_now += [Leaving(pod, group.name, why, recreate=True) for pod in reversed(due)]
+        room = loaded.cluster.spec.roll_limit() - out
+        picked = []
+        for going in due_now:
+            if going.node not in in_service:
+                picked.append(going)
+            elif room > 0:
+                picked.append(going)
+                room -= 1
+        return picked
 
 
 def roll_reasons(c: str, groups: Iterable[str]) -> frozenset[str]:

@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 
 from slurmctl.api.v1 import OPEN_POLICY, SlurmClusterSpec, SlurmClusterStatus, check_cluster, crd
+from slurmctl.api.v1.maintenance import PERCENT_PATTERN
 from slurmctl.api.v1.types import QUANTITY_PATTERN
 from test.loose_modules import load_module
 from test.unit.api.helpers import REPO, apply_defaults, openapi_schema, sample_clusters, schema_nodes, spec_schema
@@ -60,7 +61,8 @@ def test_crd_identity_and_printer_columns() -> None:
 
 
 def _is_quantity(node: dict[str, Any]) -> bool:
-    return node.get("pattern") == QUANTITY_PATTERN and "type" not in node
+    """An int-or-string node (a quantity, or maxUnavailable's count or percentage), declared untyped."""
+    return node.get("pattern") in (QUANTITY_PATTERN, PERCENT_PATTERN) and "type" not in node
 
 
 def test_schema_is_structural() -> None:
@@ -94,7 +96,9 @@ def test_preserve_unknown_fields_only_on_passthrough_nodes_and_quantities() -> N
         assert any(path == p or path.endswith("." + p) for p in PASSTHROUGH), path
     assert "workers[].tolerations[]" in open_nodes and "jail.volume.source" in open_nodes
     quantities = {path for path, node in schema_nodes(openapi_schema()) if _is_quantity(node)}
-    assert {"spec.jail.sharedMemorySize", "spec.workers[].resources.requests{}"} <= quantities
+    assert {"spec.jail.sharedMemorySize", "spec.workers[].resources.requests{}", "spec.maintenance.maxUnavailable"} <= (
+        quantities
+    )
 
 
 def test_named_lists_are_list_maps() -> None:

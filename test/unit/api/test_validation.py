@@ -539,3 +539,31 @@ def test_the_operators_image_policy_names_each_image_it_refuses() -> None:
         'spec.workers[0].image: image "evil.example.org/worker:1" is not allowed by the operator (allowed: '
         "registry.example.com/slurm/)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "value error, 0 is less than 1 (a roll takes out at least one node at a time)"),
+        ("0%", "value error, '0%' is neither a count nor a percentage from 1% to 100%"),
+        ("5", "value error, '5' is neither a count nor a percentage from 1% to 100%"),
+    ],
+)
+def test_max_unavailable_out_of_range_names_the_field(value: object, message: str) -> None:
+    """A count below 1 passes the schema (the node is untyped, as quantities are): the operator names it."""
+    assert problems_of(cluster(maintenance={"maxUnavailable": value})) == [
+        f"spec.maintenance.maxUnavailable: {message}"
+    ]
+
+
+def test_max_unavailable_as_nodes_of_the_fixed_workers() -> None:
+    """A percentage of the fixed groups' sizes, rounded down, at least one node; elastic groups do not count."""
+    workers = [{"name": "cpu", "size": 30}, {"name": "gpu", "size": 10}, {"name": "e", "autoscale": {"max": 500}}]
+
+    def limit(value: object) -> int:
+        return SlurmClusterSpec.model_validate(
+            cluster(workers=workers, maintenance={"maxUnavailable": value})["spec"]
+        ).roll_limit()
+
+    assert [limit(v) for v in (1, 7, "10%", "1%", "100%")] == [1, 7, 4, 1, 40]
+    assert SlurmClusterSpec.model_validate(cluster()["spec"]).roll_limit() == 1

@@ -81,18 +81,48 @@ async def test_a_shrinking_group_leaves_above_its_new_size_before_the_statefulse
         assert view(env).leaving(loaded(env), {CPU: 1}) == []
 
 
-async def test_a_new_template_re_creates_the_highest_outdated_pod_once_the_others_are_ready() -> None:
+def new_template(env: Env, statefulset: str = CPU) -> None:
+    """The StatefulSet controller has seen a new pod template: every pod running now is outdated."""
+    sts = env.get(STATEFULSET, statefulset)
+    assert sts is not None
+    status = {"observedGeneration": sts["metadata"]["generation"], "updateRevision": "rev-2", "readyReplicas": 2}
+    env.fake.set_status(*STATEFULSET, statefulset, status, namespace=NS)
+
+
+async def test_a_new_template_re_creates_the_highest_outdated_pod_while_the_others_are_in_service() -> None:
     async with Env() as env:
         await with_pods(env)
-        sts = env.get(STATEFULSET, CPU)
-        assert sts is not None
-        status = {"observedGeneration": sts["metadata"]["generation"], "updateRevision": "rev-2", "readyReplicas": 2}
-        env.fake.set_status(*STATEFULSET, CPU, status, namespace=NS)
+        new_template(env)
         (going,) = view(env).leaving(loaded(env))
         assert (going.node, going.group, going.recreate) == (f"{CPU}-1", "cpu", True)
         assert going.why == "re-created for a new pod template of worker group cpu"
         env.pod_runs(f"{CPU}-0", ready=False)
-        assert view(env).leaving(loaded(env)) == [], "a node is still coming back: one at a time"
+        assert [g.node for g in view(env).leaving(loaded(env))] == [f"{CPU}-0"], (
+            "a node out already fills the one place: only it goes (re-creating it takes nothing more out)"
+        )
+
+
+async def test_max_unavailable_re_creates_that_many_nodes_at_once_counting_those_out_already() -> None:
+    async with Env() as env:
+        await with_pods(env, spec(size=4, maintenance={"maxUnavailable": "50%"}))
+        new_template(env)
+        assert [g.node for g in view(env).leaving(loaded(env))] == [f"{CPU}-3", f"{CPU}-2"]
+        env.pod_runs(f"{CPU}-1", ready=False)  # out of service: one place of two left
+        assert [g.node for g in view(env).leaving(loaded(env))] == [f"{CPU}-3", f"{CPU}-1"]
+        env.edit(lambda s: s["maintenance"].update(maxUnavailable=3))
+        assert [g.node for g in view(env).leaving(loaded(env))] == [f"{CPU}-3", f"{CPU}-2", f"{CPU}-1"]
+
+
+async def test_a_worker_out_in_another_group_takes_the_place_as_a_deployment_counts_unavailable_pods() -> None:
+    """The limit is the cluster's: a group whose roll is done, its last node not back yet, holds the next group's."""
+    workers = [{"name": "cpu", "size": 2}, {"name": "mem", "size": 2}]
+    async with Env() as env:
+        await with_pods(env, spec(workers=workers))
+        mem = f"{NAME}-worker-mem"
+        new_template(env, mem)
+        assert [g.node for g in view(env).leaving(loaded(env))] == [f"{mem}-1"]
+        env.pod_runs(f"{CPU}-1", ready=False)
+        assert view(env).leaving(loaded(env)) == []
 
 
 async def test_clusters_on_a_kubernetes_node_are_those_with_a_worker_pod_there() -> None:

@@ -175,6 +175,35 @@ def test_a_roll_drains_its_next_node_only_once_the_node_it_re_created_is_resumed
     assert [(a.verb, a.nodes) for a in roll(admin, node(following)).slurm] == [("drain", (following,))]
 
 
+def test_a_roll_with_max_unavailable_drains_that_many_counting_those_still_out() -> None:
+    """maxUnavailable 2: two of the roll's nodes drained at once; while a re-created node is not registered yet (or
+    still drained by the roll) it takes a place, and a node drained already goes on as usual."""
+    why = "re-created for a new pod template of worker group cpu"
+    names = [f"{STS}-{i}" for i in range(5)]
+    pods = {name: {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}"}} for name in names}
+
+    def roll(going: list[str], *nodes: Node) -> Any:
+        leaving = tuple(Leaving(n, "cpu", why, recreate=True) for n in going)
+        return plan(observe(loaded(size=5, maintenance={"maxUnavailable": 2}),
+                            children={STATEFULSET: {STS: statefulset(5)}}, leaving=leaving,
+                            slurm=SlurmSnapshot(0.0, nodes=nodes), pods=pods))  # fmt: skip
+
+    everyone = [node(n) for n in names]
+    first = roll(names[:0:-1], *everyone)  # the roll offers 4, 3, 2, 1
+    assert [(a.verb, a.nodes) for a in first.slurm] == [("drain", (names[4], names[3]))]
+    # Any worker Slurm does not list is out of service (the limit is the cluster's): one place left.
+    unregistered = roll(names[:0:-1], *everyone[1:])
+    assert [(a.verb, a.nodes) for a in unregistered.slurm] == [("drain", (names[4],))]
+    # 4 was re-created and has not registered yet: one place left, so 2 waits beside 3 (drained, going on).
+    drained_3 = node(names[3], "IDLE", "DRAIN", reason=f"slurmctl: {why}", since=NOW)
+    second = roll(names[3:0:-1], everyone[0], everyone[1], everyone[2], drained_3)
+    assert [g.name for g in second.delete] == [names[3]]
+    assert not second.slurm
+    # 4 is back: a place for 2.
+    third = roll(names[3:0:-1], everyone[0], everyone[1], everyone[2], drained_3, everyone[4])
+    assert [(a.verb, a.nodes) for a in third.slurm] == [("drain", (names[2],))]
+
+
 def test_a_drain_timeout_releases_the_node_with_a_warning() -> None:
     name = f"{STS}-1"
     leaving = (Leaving(name, "cpu", "scale-in of worker group cpu to 1"),)

@@ -190,7 +190,7 @@ def _gate(obs: Observation) -> tuple[Gate, list[SlurmAction], list[Note]]:
     snapshot = obs.slurm
     if snapshot is None or snapshot.error is not None:
         return Gate(None, unreachable=str(snapshot.error) if snapshot else "Slurm was not asked"), [], []
-    leaving = _one_out_at_a_time(obs, snapshot.by_name)
+    leaving = _within_roll_limit(obs, snapshot.by_name)
     verdict = judge(leaving, nodes=snapshot.by_name, jobs=snapshot.jobs, now=obs.now, timeout=timeouts)
     by_reason: dict[str, list[str]] = defaultdict(list)
     for going in verdict.to_drain:
@@ -213,25 +213,28 @@ def _gate(obs: Observation) -> tuple[Gate, list[SlurmAction], list[Note]]:
     return Gate(verdict), drains, notes
 
 
-def _one_out_at_a_time(obs: Observation, nodes: Mapping[str, Node]) -> tuple[Leaving, ...]:
-    """The nodes that must go, less the roll's next one while a node the roll re-created is not back in service in
-    Slurm: its new pod's slurmd has not registered yet (as this snapshot says), or it registered under a node its
-    preStop could not delete, which keeps the roll's drain until the Slurm node loop resumes it. So the roll takes one
-    node out of service at a time. A next node drained already is judged as usual."""
+def _within_roll_limit(obs: Observation, nodes: Mapping[str, Node]) -> tuple[Leaving, ...]:
+    """The nodes that must go, less the roll's next ones beyond its limit (spec.maintenance.maxUnavailable) of the
+    cluster's workers out of service in Slurm: a worker whose slurmd has not registered (as this snapshot says; a
+    node the roll re-created is out until it has), or one that registered under a node its preStop could not delete
+    and still has the roll's drain (until the Slurm node loop resumes it). A roll's node drained already is out
+    already and judged as usual; each other one takes a place."""
     reasons = roll_reasons(obs.loaded.name, (g.name for g in obs.loaded.cluster.spec.workers))
     rolled = [g for g in obs.leaving if g.reason in reasons]
+    if not rolled:
+        return obs.leaving
     going = {g.node for g in obs.leaving}
-    rolling = {statefulset_of(g.node) for g in rolled}
 
     def out_of_service(name: str) -> bool:
         node = nodes.get(name)
-        if node is None:
-            return statefulset_of(name) in rolling
-        return drained_by_us(node) and node.reason in reasons
+        return node is None or (drained_by_us(node) and node.reason in reasons)
 
-    if not rolled or not any(out_of_service(name) for name in obs.pods if name not in going):
-        return obs.leaving
-    return tuple(g for g in obs.leaving if g not in rolled or ((node := nodes.get(g.node)) is not None and node.drain))
+    drained = [g for g in rolled if (node := nodes.get(g.node)) is not None and node.drain]
+    room = obs.loaded.cluster.spec.roll_limit() - len(drained)
+    room -= sum(1 for name in obs.pods if name not in going and out_of_service(name))
+    fresh = [g.node for g in rolled if g not in drained][: max(0, room)]
+    keep = {*(g.node for g in drained), *fresh}
+    return tuple(g for g in obs.leaving if g not in rolled or g.node in keep)
 
 
 def _ids(jobs: Sequence[int]) -> str:

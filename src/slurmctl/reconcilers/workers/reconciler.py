@@ -4,9 +4,9 @@ executor carry the plan out (reconcilers/executor.py).
 
 Every deletion of a worker pod or StatefulSet goes through the drain gate (workers/plan.py): scale-in (the StatefulSet
 loses its highest ordinals only once they are released), a removed group (its StatefulSet is pruned once all its nodes
-are), a pod re-created for a new template (deleted by the operator, one node at a time), and the pods a re-created
-StatefulSet left behind (below). Which nodes must go is read from reconcilers/worker_pods.py, as the Slurm node loop
-reads it.
+are), a pod re-created for a new template (deleted by the operator, spec.maintenance.maxUnavailable nodes at a
+time), and the pods a re-created StatefulSet left behind (below). Which nodes must go is read from
+reconcilers/worker_pods.py, as the Slurm node loop reads it.
 
 A StatefulSet's selector is immutable. Releases before 0.2 labelled worker children `component: worker`; the
 component is now `workers` everywhere (controller, label, field manager). A live StatefulSet whose selector differs
