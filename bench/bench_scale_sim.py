@@ -11,20 +11,22 @@ beside its floor where there is one:
   object it owns (the API server's audit log);
 - writes over an idle window (goal: 0), and the node loop's CPU per pass with BENCH_SCALE_JOBS jobs in Slurm;
 - a `size` edit of one group, +N and -N (the drain gate included): edit -> the StatefulSet's replicas say it;
-- a restart-requiring change of one group (BENCH_SCALE_ROLL workers): nodes out of service at once, never more than
-  the limit; time per node; no job lost;
+- a restart-requiring change of every worker, rolled with spec.maintenance.maxUnavailable BENCH_SCALE_ROLL_LIMIT:
+  nodes out of service at once, never more than that limit; total time; no job lost;
 - a drain storm: every simulated node cordoned, in waves of a tenth: cordon -> Slurm drained every worker there.
 
 Sizes (environment): BENCH_SCALE_NODES (1000), BENCH_SCALE_WORKERS (10240), BENCH_SCALE_GROUPS (64),
-BENCH_SCALE_JOBS (20000), BENCH_SCALE_EDIT (500), BENCH_SCALE_ROLL (a group's size, at most 40). On a 2-core machine
-kube-controller-manager's StatefulSet controller (20 requests a second) sets the pace of every pod created, for the
-plain loop as for the operator.
+BENCH_SCALE_JOBS (20000), BENCH_SCALE_EDIT (500), BENCH_SCALE_ROLL_LIMIT (5%), BENCH_SCALE_KCM_QPS (100). The
+StatefulSet controller creates pods at kube-controller-manager's client rate, for the plain loop as for the operator:
+its default of 20 a second alone takes 8.5 minutes for 10,240 pods, so the bench raises it (as large clusters do).
+Each figure is printed as soon as it is measured (a run stopped early still says what it got), then all again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -36,11 +38,20 @@ from kubernetes_asyncio import client, config
 from test.e2e.clusters import spec as base_spec
 from test.e2e.harness import ControlPlane, control_plane_script
 from test.e2e.operator import E2E_SERVICE_ACCOUNT, NAMESPACE, e2e_operator_kubeconfig
-from test.e2e.scale import OperatorProcess, Simulation, audit_size, groups, operator_writes
+from test.e2e.scale import (
+    OperatorProcess,
+    Simulation,
+    audit_size,
+    groups,
+    operator_writes,
+    out_of_service,
+    slurm_state,
+)
 from test.fake_slurm.model import FakeSlurm
 from test.fake_slurm.restd import StandInRestd
 
 from bench import goal, versus
+from slurmctl.api.v1 import MaintenanceSpec
 from slurmctl.render import meta
 
 NODES = int(os.environ.get("BENCH_SCALE_NODES", "1000"))
@@ -48,7 +59,10 @@ WORKERS = int(os.environ.get("BENCH_SCALE_WORKERS", "10240"))
 GROUPS = int(os.environ.get("BENCH_SCALE_GROUPS", "64"))
 JOBS = int(os.environ.get("BENCH_SCALE_JOBS", "20000"))
 EDIT = int(os.environ.get("BENCH_SCALE_EDIT", "500"))
-ROLL_LIMIT = 1  # as test/e2e/test_scale_sim.py: the roll re-creates one drained node at a time
+MAX_UNAVAILABLE = os.environ.get("BENCH_SCALE_ROLL_LIMIT", "5%")
+MAX_UNAVAILABLE_VALUE: int | str = int(MAX_UNAVAILABLE) if MAX_UNAVAILABLE.isdigit() else MAX_UNAVAILABLE
+ROLL_LIMIT = MaintenanceSpec.model_validate({"maxUnavailable": MAX_UNAVAILABLE_VALUE}).nodes_at_once(WORKERS)
+KCM_QPS = os.environ.get("BENCH_SCALE_KCM_QPS", "100")
 NAME = "big"
 USER = f"system:serviceaccount:{NAMESPACE}:{E2E_SERVICE_ACCOUNT}"
 CRD_NAME = "slurmclusters.slurm.slurmctl.io"
@@ -57,15 +71,24 @@ GB = 1 << 30
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences")
 
 
-def _cluster_spec(sizes: dict[str, int], roll_cpu: int = 1) -> dict[str, Any]:
+def _cluster_spec(sizes: dict[str, int], cpu: int = 1) -> dict[str, Any]:
     spec = base_spec()
     spec["jail"] = {"volume": {"claimName": "jail"}}
+    spec["maintenance"] = {"maxUnavailable": MAX_UNAVAILABLE_VALUE}
     spec["workers"] = [
-        {"name": name, "size": size,
-         "resources": {"requests": {"cpu": roll_cpu if name == "g00" else 1, "memory": "1Gi"}}}
+        {"name": name, "size": size, "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}
         for name, size in sizes.items()
-    ]  # fmt: skip
+    ]
     return spec
+
+
+class Figures(list[Figure]):
+    """The figures measured so far, each printed (to stderr) as it comes."""
+
+    def append(self, figure: Figure) -> None:
+        name, value, unit = figure
+        print(f"# {name} {value:.6g} {unit}", file=sys.stderr, flush=True)
+        super().append(figure)
 
 
 async def _wait(probe: Any, *, within: float, interval: float = 0.5, what: str) -> float:
@@ -105,6 +128,7 @@ async def _running(api: client.ApiClient, namespace: str) -> int:
 @asynccontextmanager
 async def _plane(tmp: Path) -> AsyncIterator[tuple[ControlPlane, client.ApiClient]]:
     state = tmp / "plane"
+    os.environ.setdefault("CONTROL_PLANE_CONTROLLER_MANAGER_QPS", KCM_QPS)
     up = control_plane_script("up", state)
     if up.returncode != 0:
         control_plane_script("down", state)
@@ -166,7 +190,7 @@ async def _plain_loop(api: client.ApiClient, source: str, target: str) -> float:
 
 
 async def _measure(tmp: Path) -> list[Figure]:
-    figures: list[Figure] = []
+    figures = Figures()
     async with _plane(tmp) as (plane, api):
         sim = Simulation(plane, tmp, nodes=NODES)
         sim.start_scheduler()
@@ -208,11 +232,15 @@ async def _measure(tmp: Path) -> list[Figure]:
                 return sum(1 for n in slurm.table.values() if n.state == {"IDLE"}) == WORKERS
 
             await _wait(all_idle, within=1800, what="every worker registered and idle in Slurm")
-            settle = await _settle(audit)
+
+            # Written: every pod's SlurmNodeState condition says Idle (the node loop writes them as Slurm tells).
+            await _wait(lambda: _conditions(api, ns, "Idle", WORKERS), within=1800, interval=2.0,
+                        what="every worker pod's SlurmNodeState Idle")  # fmt: skip
+            settled = await _settle(audit) - started
             writes, _ = operator_writes(audit, offset, USER)
             create_cpu = operator.cpu_seconds() - cpu0
             figures.append(("scale_create_workers_running_s", create, "s"))
-            figures.append(("scale_create_settled_s", create + settle, goal("s", "conditions written: every pod Idle")))
+            figures.append(("scale_create_settled_s", settled, goal("s", "conditions written: every pod Idle")))
             figures.append(("scale_create_operator_cpu_s", create_cpu, "s"))
             figures.append(("scale_create_api_writes", sum(writes.values()), "writes"))
             figures.append(("scale_create_api_writes_per_worker", sum(writes.values()) / WORKERS, "writes/worker"))
@@ -234,7 +262,9 @@ async def _measure(tmp: Path) -> list[Figure]:
 
             # The node loop with JOBS jobs: every node busy, the rest pending.
             restd.submit(JOBS, seconds=3600)
-            await asyncio.sleep(5)
+            busy = min(JOBS, WORKERS)  # one job a node (the stand-in gives each job a whole node)
+            await _wait(lambda: _conditions(api, ns, "Allocated", busy), within=1800, interval=2.0,
+                        what=f"{busy} worker pods' SlurmNodeState Allocated")  # fmt: skip
             await _settle(audit, within=900)
             offset, cpu0, asked = (
                 audit_size(audit),
@@ -286,35 +316,35 @@ async def _measure(tmp: Path) -> list[Figure]:
                 figures.append((f"scale_edit_{delta:+d}_done_s", time.monotonic() - started, "s"))
             await _settle(audit, within=900)
 
-            # A roll of group g00 (a restart-requiring template change), jobs running.
-            roll = sizes["g00"]
-            restd.submit(roll * 5, seconds=1.0)
-            patch = {"spec": {"workers": _cluster_spec(sizes, roll_cpu=2)["workers"]}}
+            # A roll of every worker (a restart-requiring template change), one-second jobs running.
+            restd.submit(WORKERS, seconds=1.0)
+            patch = {"spec": {"workers": _cluster_spec(sizes, cpu=2)["workers"]}}
             started = time.monotonic()
             await custom.patch_namespaced_custom_object(
                 "slurm.slurmctl.io", "v1", ns, "slurmclusters", NAME, patch,
                 _content_type="application/merge-patch+json",
             )  # fmt: skip
             worst = 0
-            prefix = meta.worker_group(NAME, "g00")
-            rolling = {f"{prefix}-{i}" for i in range(roll)}
+            rolling = {f"{meta.worker_group(NAME, g)}-{i}" for g, size in sizes.items() for i in range(size)}
 
             async def rolled() -> bool:
                 nonlocal worst
                 # Drained, not responding, or re-created and not registered yet.
-                out = [n for n in rolling if n not in slurm.table or slurm.table[n].state & {"DRAIN", "NOT_RESPONDING"}]
+                out = out_of_service(slurm, rolling)
                 worst = max(worst, len(out))
                 if out or restd.jobs.pending or restd.jobs.running:
                     return False
-                pods = await core.list_namespaced_pod(ns, label_selector=f"{meta.LABEL_WORKER_GROUP}=g00")
-                new = [p for p in pods.items if p.metadata.name.startswith(prefix) and p.status.phase == "Running"
+                pods = await core.list_namespaced_pod(
+                    ns, label_selector=f"{meta.LABEL_COMPONENT}=workers", _request_timeout=120
+                )
+                new = [p for p in pods.items if p.status.phase == "Running" and not p.metadata.deletion_timestamp
                        and any((c.resources.requests or {}).get("cpu") == "2" for c in p.spec.containers)]  # fmt: skip
-                return len(new) == roll
+                return len(new) == len(rolling)
 
-            await _wait(rolled, within=3600, interval=0.05, what=f"group g00's {roll} pods re-created")
+            await _wait(rolled, within=3600, interval=0.2, what=f"all {len(rolling)} workers re-created")
             took = time.monotonic() - started
-            figures.append(("scale_roll_nodes", roll, "nodes"))
-            figures.append(("scale_roll_s_per_node", took / roll, "s"))
+            figures.append(("scale_roll_nodes", len(rolling), f"nodes | maxUnavailable {MAX_UNAVAILABLE}"))
+            figures.append(("scale_roll_s", took, "s"))
             figures.append(("scale_roll_worst_out_of_service", worst, goal("nodes", f"<= {ROLL_LIMIT}")))
             figures.append(("scale_roll_jobs_lost", len(restd.jobs.lost), goal("jobs", "0")))
 
@@ -351,12 +381,20 @@ async def _measure(tmp: Path) -> list[Figure]:
     return figures
 
 
+async def _conditions(api: client.ApiClient, namespace: str, state: str, count: int) -> bool:
+    """Whether `count` worker pods' SlurmNodeState conditions say `state`: the node loop has written what Slurm says."""
+    pods = await client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"{meta.LABEL_COMPONENT}=workers", _request_timeout=120
+    )
+    return sum(1 for p in pods.items if slurm_state(p) == state) == count
+
+
 async def _true(value: bool) -> bool:
     return value
 
 
 async def _settle(audit: Path, *, quiet: float = 5.0, within: float = 900.0) -> float:
-    """Seconds until the operator wrote nothing for `quiet` seconds."""
+    """Wait until the operator wrote nothing for `quiet` seconds; when it last wrote (time.monotonic())."""
     started = time.monotonic()
     offset, quiet_since = audit_size(audit), time.monotonic()
     while time.monotonic() - quiet_since < quiet:
@@ -366,7 +404,7 @@ async def _settle(audit: Path, *, quiet: float = 5.0, within: float = 900.0) -> 
         writes, offset = operator_writes(audit, offset, USER)
         if writes:
             quiet_since = time.monotonic()
-    return time.monotonic() - started - quiet
+    return quiet_since
 
 
 async def run() -> list[Figure]:

@@ -21,6 +21,8 @@
 #   ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT   fixed ports (default: free ports picked at start)
 #   CONTROL_PLANE_NO_CONTROLLER_MANAGER=1   `up` starts no kube-controller-manager, so a benchmark or test can write
 #                          workload status itself without the StatefulSet/Job controllers overwriting it
+#   CONTROL_PLANE_CONTROLLER_MANAGER_QPS   kube-controller-manager's client rate (default: its own, 20 a second, burst
+#                          30), for the scale benchmark: the StatefulSet controller creates pods at this rate
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -304,7 +306,9 @@ EOF
         --service-account-private-key-file "$STATE/certs/sa.key" \
         --root-ca-file "$STATE/certs/apiserver.crt" \
         --leader-elect=false --secure-port 0 \
-        --enable-hostpath-provisioner
+        --enable-hostpath-provisioner \
+        ${CONTROL_PLANE_CONTROLLER_MANAGER_QPS:+--kube-api-qps "$CONTROL_PLANE_CONTROLLER_MANAGER_QPS"} \
+        ${CONTROL_PLANE_CONTROLLER_MANAGER_QPS:+--kube-api-burst "$((2 * CONTROL_PLANE_CONTROLLER_MANAGER_QPS))"}
     sleep 0.2
     pid_alive "$(cat "$STATE/pids/kube-controller-manager")" kube-controller-manager || {
         tail -n 25 "$STATE/logs/kube-controller-manager.log" | sed 's/^/    | /' >&2

@@ -26,7 +26,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from slurmctl.runtime import Client, Manager, ManagerOptions
 from slurmctl.slurm import SlurmClient, new_session
 from test.e2e.harness import REPO, ControlPlane, control_plane_script
 from test.e2e.operator import POLICY
+from test.fake_slurm.model import FakeSlurm
 
 KWOK_SCRIPT = REPO / "hack" / "kwok.sh"
 FAKE_ANNOTATION = "kwok.x-k8s.io/node"  # KWOK manages the Nodes annotated kwok.x-k8s.io/node=fake, and no other
@@ -286,6 +287,19 @@ def operator_writes(audit_log: Path, offset: int, user: str, *, detail: bool = F
 
 def audit_size(audit_log: Path) -> int:
     return audit_log.stat().st_size if audit_log.exists() else 0
+
+
+def out_of_service(slurm: FakeSlurm, rolling: Iterable[str]) -> list[str]:
+    """The nodes Slurm would not give a job now: drained or not responding, or (of the workers that roll) not
+    registered, the pod re-created and its new slurmd not registered yet."""
+    out = {n for n, node in slurm.table.items() if node.state & {"DRAIN", "NOT_RESPONDING"}}
+    return sorted(out | (set(rolling) - slurm.table.keys()))
+
+
+def slurm_state(pod: Any) -> str | None:
+    """The reason of the pod's SlurmNodeState condition: the Slurm state the operator last wrote there."""
+    found = [c.reason for c in pod.status.conditions or [] if c.type == "SlurmNodeState"]
+    return found[0] if found else None
 
 
 def groups(total: int, count: int) -> Iterator[tuple[str, int]]:

@@ -26,7 +26,15 @@ from test.e2e.clusters import GROUP, PLURAL, VERSION
 from test.e2e.clusters import spec as base_spec
 from test.e2e.harness import ControlPlane, eventually
 from test.e2e.operator import E2E_SERVICE_ACCOUNT, NAMESPACE
-from test.e2e.scale import OperatorProcess, Simulation, audit_size, groups, operator_writes
+from test.e2e.scale import (
+    OperatorProcess,
+    Simulation,
+    audit_size,
+    groups,
+    operator_writes,
+    out_of_service,
+    slurm_state,
+)
 from test.fake_slurm.model import FakeSlurm
 from test.fake_slurm.restd import StandInRestd
 
@@ -153,7 +161,7 @@ async def _scenario(
 
     async def conditions_idle() -> bool:
         pods = await running_workers(api, namespace)
-        return len(pods) == WORKERS and all(_slurm_state(p) == "Idle" for p in pods.values())
+        return len(pods) == WORKERS and all(slurm_state(p) == "Idle" for p in pods.values())
 
     await eventually(conditions_idle, timeout=180, interval=1.0, what="every worker pod's SlurmNodeState Idle")
     await _settled(audit)
@@ -190,7 +198,7 @@ async def _scenario(
 
     async def rolled() -> bool:
         nonlocal worst
-        out = _out_of_service(slurm, before)
+        out = out_of_service(slurm, before)
         if len(out) > worst:
             worst = len(out)
             seen_at_worst.clear()
@@ -209,25 +217,12 @@ async def _scenario(
     phase("roll")
 
 
-def _out_of_service(slurm: FakeSlurm, rolling: set[str]) -> list[str]:
-    """The nodes Slurm would not give a job now: drained or not responding, or (of the group that rolls) not
-    registered, its pod re-created and its new slurmd not registered yet."""
-    out = {n for n, node in slurm.table.items() if node.state & {"DRAIN", "NOT_RESPONDING"}}
-    return sorted(out | (rolling - slurm.table.keys()))
-
-
 def _states(slurm: FakeSlurm, names: list[str]) -> dict[str, str]:
     def state(n: str) -> str:
         node = slurm.table.get(n)
         return "+".join(sorted(node.state)) + f" ({node.reason})" if node else "not registered"
 
     return {n: state(n) for n in names}
-
-
-def _slurm_state(pod: Any) -> str | None:
-    """The reason of the pod's SlurmNodeState condition: the Slurm state the operator last wrote there."""
-    found = [c.reason for c in pod.status.conditions or [] if c.type == "SlurmNodeState"]
-    return found[0] if found else None
 
 
 def _slurmd_cpu(pod: Any) -> str | None:
