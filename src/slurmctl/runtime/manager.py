@@ -39,6 +39,7 @@ from slurmctl.runtime.metrics import Metrics, default_metrics
 from slurmctl.runtime.server import metrics_routes, probe_routes, start_site
 
 log = logging.getLogger(__name__)
+LEADER_TASK = "leader"  # the task that acquires the lease, starts the controllers and renews the lease
 
 
 @dataclass(frozen=True)
@@ -281,7 +282,7 @@ class Manager:
             for informer in self._informers.values():
                 tasks.append(tg.create_task(informer.run(), name=f"informer-{informer.name}"))
             tasks.append(tg.create_task(self.recorder.run(), name="event-recorder"))
-            tasks.append(tg.create_task(self._lead(tg, tasks, workers, lost), name="leader"))
+            tasks.append(tg.create_task(self._lead(tg, tasks, workers, lost), name=LEADER_TASK))
             log.info("manager started %s", kv(informers=len(self._informers), controllers=len(self._controllers)))
             await self._stop.wait()
             log.info("shutting down %s", kv(grace_period=self.options.grace_period, leadership_lost=lost.is_set()))
@@ -324,6 +325,13 @@ class Manager:
                 log.warning("reconciles still running at the end of the grace period %s", kv(cancelled=len(pending)))
         self._leading.clear()
         if self.elector is not None:
+            # Renewals stop first: one landing between the release's read of the Lease and its write makes that
+            # write conflict, and the successor then waits out the whole lease.
+            holding = [task for task in tasks if task.get_name() == LEADER_TASK]
+            for task in holding:
+                task.cancel()
+            if holding:
+                await asyncio.wait(holding)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.1, deadline - loop.time())):
                     await self.elector.release()

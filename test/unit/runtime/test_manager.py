@@ -1,15 +1,19 @@
-"""Readiness follows the informers: unsynced or stale watches make /readyz fail."""
+"""Readiness follows the informers: unsynced or stale watches make /readyz fail; a clean shutdown gives the lease up."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 import pytest
 
 from slurmctl.runtime import Client, Manager, ManagerOptions
 from slurmctl.runtime.cache import NotWatched
+from slurmctl.runtime.client import Obj
 from slurmctl.runtime.errors import ServerError
+from slurmctl.runtime.fake import FakeClient
+from slurmctl.runtime.leader import LeaderElectionConfig
 from test.unit.runtime.fakes import FakeClock, FakeSource, until
 
 
@@ -50,3 +54,42 @@ def test_reading_an_unwatched_kind_is_a_clear_error() -> None:
     manager = Manager(cast(Client, object()))
     with pytest.raises(NotWatched, match="StatefulSet"):
         manager.cache.list("apps/v1", "StatefulSet")
+
+
+class _SlowLeaseReads(FakeClient):
+    """Every read of the Lease answers `delay` seconds late, with what it held when asked. `renewing` is set while the
+    leader's first renewal after it took the lease reads it: a release asked for then reads after it, and without
+    renewals stopped first, the renewal's write lands between the release's read and its write."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+        self.renewing = asyncio.Event()
+        self._taken = False
+
+    async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Obj:
+        found = await super().get(api_version, kind, name, namespace=namespace)
+        if kind == "Lease":
+            if self._taken:
+                self.renewing.set()
+            await asyncio.sleep(self.delay)
+        return found
+
+    async def replace(self, body: Mapping[str, Any]) -> Obj:
+        written = await super().replace(body)
+        self._taken = self._taken or body["kind"] == "Lease"
+        return written
+
+
+async def test_a_clean_shutdown_gives_the_lease_up_with_no_renewal_racing_the_release() -> None:
+    """The successor takes over at once only if the release's write lands: renewals must have stopped before it."""
+    election = LeaderElectionConfig("ns", "lease", identity="me", retry_period=0.001, renew_deadline=1.0)
+    client = _SlowLeaseReads(delay=0.1)
+    manager = Manager(client, ManagerOptions(namespace="ns", leader_election=election, grace_period=5,
+                                             handle_signals=False))  # fmt: skip
+    run = asyncio.create_task(manager.run())
+    await asyncio.wait_for(client.renewing.wait(), timeout=10)
+    manager.stop()
+    await asyncio.wait_for(run, timeout=10)
+    lease = await FakeClient.get(client, "coordination.k8s.io/v1", "Lease", "lease", namespace="ns")
+    assert lease["spec"]["holderIdentity"] == "", lease["spec"]
