@@ -9,6 +9,7 @@ import inspect
 import logging
 import pkgutil
 import sys
+import traceback
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{figure} {value:.6g} {unit}", flush=True)
         except Exception as exc:  # one broken benchmark must not hide the others' figures
             print(f"# {name} failed: {exc!r}", file=sys.stderr, flush=True)
+            traceback.print_exc()
             failed += 1
     return 1 if failed else 0
 
