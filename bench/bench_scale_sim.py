@@ -247,6 +247,7 @@ async def _measure(tmp: Path) -> list[Figure]:
 
             await _wait(all_running, within=3600, interval=2.0, what=f"{WORKERS} workers Running")
             create = time.monotonic() - started
+            figures.append(("scale_create_workers_running_s", create, "s"))
 
             async def all_idle() -> bool:
                 return sum(1 for n in slurm.table.values() if n.state == {"IDLE"}) == WORKERS
@@ -259,7 +260,6 @@ async def _measure(tmp: Path) -> list[Figure]:
             settled = await _settle(audit) - started
             writes, _ = operator_writes(audit, offset, USER)
             create_cpu = operator.cpu_seconds() - cpu0
-            figures.append(("scale_create_workers_running_s", create, "s"))
             figures.append(("scale_create_settled_s", settled, goal("s", "conditions written: every pod Idle")))
             figures.append(("scale_create_operator_cpu_s", create_cpu, "s"))
             figures.append(("scale_create_api_writes", sum(writes.values()), "writes"))
