@@ -276,8 +276,7 @@ class ClusterReconciler(ComponentReconciler):
 
     def clusters_on(self, node: Mapping[str, Any]) -> list[Request]:
         """The clusters with a worker pod on a Kubernetes node (from the pod cache)."""
-        pods = (p for label in WORKER_LABELS for p in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: label}))
-        return clusters_on(node, pods)
+        return clusters_on(self.cache, node, WORKER_LABELS)
 
     def placement(self, loaded: Loaded) -> dict[str, dict[str, str]]:
         """Where the cluster's scheduled workers run, for topology.conf (nothing without spec.topology)."""

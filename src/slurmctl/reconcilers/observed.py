@@ -18,10 +18,12 @@ from typing import Any, Literal
 from slurmctl.api.v1 import CONTROL_PLANE_LABELS, SlurmCluster
 from slurmctl.reconcilers.views import Condition, Node, Pod, Secret, Workload, condition
 from slurmctl.render.benchmark import CONTAINER as BENCHMARK_CONTAINER
-from slurmctl.render.meta import LABEL_EVICTABLE, LABEL_INSTANCE
+from slurmctl.render.kinds import POD
+from slurmctl.render.meta import LABEL_COMPONENT, LABEL_EVICTABLE, LABEL_INSTANCE
 from slurmctl.render.populate_jail import GENERATION_ANNOTATION, REFUSED_EXIT_CODE
 from slurmctl.render.workers import DAEMON_CONTAINER
 from slurmctl.runtime import Request
+from slurmctl.runtime.cache import Cache
 from slurmctl.runtime.objects import meta_of
 
 Live = Mapping[str, Any]
@@ -216,11 +218,13 @@ def cluster_of_pod(pod: Live) -> list[Request]:
     return [Request(md.namespace, instance)] if instance else []
 
 
-def clusters_on(node: Live, pods: Iterable[Live]) -> list[Request]:
-    """The SlurmClusters with one of `pods` on this Kubernetes node: those its cordon or labels concern."""
+def clusters_on(cache: Cache, node: Live, components: Iterable[str]) -> list[Request]:
+    """The SlurmClusters with a pod of one of `components` on this Kubernetes node: those its cordon or labels
+    concern. From the pod cache's node index: a Node event reads the few pods there, not every pod (at thousands of
+    workers a scan per event was the operator's whole CPU)."""
     name = meta_of(node).name
-    on_node = (pod for pod in pods if Pod.of(pod).spec.node_name == name)
-    return sorted({req for pod in on_node for req in cluster_of_pod(pod)})
+    pods = (p for c in components for p in cache.list(*POD, labels={LABEL_COMPONENT: c}, node_name=name))
+    return sorted({req for pod in pods for req in cluster_of_pod(pod)})
 
 
 def deleting(obj: Live | None) -> bool:

@@ -57,8 +57,7 @@ class WorkerPods:
 
     def clusters_on(self, node: Live) -> list[Request]:
         """The clusters with a worker pod on a Kubernetes node (any namespace): those its cordon concerns."""
-        pods = (p for label in self.labels for p in self.cache.list(*POD, labels={meta.LABEL_COMPONENT: label}))
-        return clusters_on(node, pods)
+        return clusters_on(self.cache, node, self.labels)
 
     def leaving(
         self,

@@ -49,9 +49,13 @@ class Cache:
         namespace: str | None = None,
         labels: Mapping[str, str] | None = None,
         owner_uid: str | None = None,
+        node_name: str | None = None,
     ) -> list[Obj]:
-        """Cached objects matching all filters (read-only), sorted by namespace/name."""
-        return self.store(api_version, kind).list(namespace=namespace, labels=labels, owner_uid=owner_uid)
+        """Cached objects matching all filters (read-only), sorted by namespace/name; `node_name`: pods bound to that
+        Kubernetes node."""
+        return self.store(api_version, kind).list(
+            namespace=namespace, labels=labels, owner_uid=owner_uid, node_name=node_name
+        )
 
     def lookup(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | Cached | None:
         """For the applier: the cached object, None when absent, NOT_WATCHED when the kind has no synced informer."""

@@ -398,12 +398,19 @@ class SelectedView(Store):
         raise TypeError("a SelectedView is read-only; write the store it views")
 
     def list(
-        self, *, namespace: str | None = None, labels: Mapping[str, str] | None = None, owner_uid: str | None = None
+        self,
+        *,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        owner_uid: str | None = None,
+        node_name: str | None = None,
     ) -> list[Obj]:
         asked = dict(labels or {})
         if any(k in asked and asked[k] != v for k, v in self._wanted.items()):
             return []  # a label the selector pins to another value: nothing selected carries it
-        return self._store.list(namespace=namespace, labels={**asked, **self._wanted}, owner_uid=owner_uid)
+        return self._store.list(
+            namespace=namespace, labels={**asked, **self._wanted}, owner_uid=owner_uid, node_name=node_name
+        )
 
 
 class FakeCache(Cache):

@@ -371,9 +371,18 @@ class UnionStore(Store):
         raise TypeError("a UnionStore is read-only; each informer writes its own store")
 
     def list(
-        self, *, namespace: str | None = None, labels: Mapping[str, str] | None = None, owner_uid: str | None = None
+        self,
+        *,
+        namespace: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        owner_uid: str | None = None,
+        node_name: str | None = None,
     ) -> list[Obj]:
-        found = [o for s in self._stores for o in s.list(namespace=namespace, labels=labels, owner_uid=owner_uid)]
+        found = [
+            o
+            for s in self._stores
+            for o in s.list(namespace=namespace, labels=labels, owner_uid=owner_uid, node_name=node_name)
+        ]
         return sorted(found, key=object_key)
 
 

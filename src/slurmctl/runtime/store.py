@@ -1,4 +1,7 @@
-"""The informer's local copy of one resource type, keyed by namespace/name, with secondary indexes.
+"""The informer's local copy of one resource type, keyed by namespace/name, with secondary indexes: namespace, owner,
+label and, for pods, the Kubernetes node (`spec.nodeName`, the field Kubernetes itself indexes pods by). Why the node:
+a Node's event maps to the clusters with a pod there, and scanning every pod for it made a thousand simulated nodes
+times 3,584 worker pods a backlog of minutes (docs/performance.md).
 
 Objects are shared, not copied, on read: callers must treat them as read-only (`copy.deepcopy` before changing).
 
@@ -24,16 +27,23 @@ Obj = dict[str, Any]
 # Decoded objects a store keeps beside the encoded ones: a few hundred clusters' worth of one kind, so that the
 # clusters being reconciled at once read their objects decoded (their passes read each several times).
 HOT_OBJECTS = 512
-Index = tuple[str, list[str], list[tuple[str, str]]]
+Index = tuple[str, list[str], list[tuple[str, str]], str]
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
     return meta_of(obj).key
 
 
-def _index_values(meta: ObjectMeta) -> Index:
+def node_name_of(obj: Mapping[str, Any]) -> str:
+    """The Kubernetes node a pod is bound to; "" for an unscheduled pod or another kind."""
+    spec = obj.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return node if isinstance(node, str) else ""
+
+
+def _index_values(meta: ObjectMeta, obj: Mapping[str, Any]) -> Index:
     owners = [ref.uid for ref in meta.owner_references if ref.uid]
-    return meta.namespace, owners, list(meta.labels.items())
+    return meta.namespace, owners, list(meta.labels.items()), node_name_of(obj)
 
 
 class Store:
@@ -46,6 +56,7 @@ class Store:
         self._by_namespace: defaultdict[str, set[str]] = defaultdict(set)
         self._by_owner: defaultdict[str, set[str]] = defaultdict(set)
         self._by_label: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
+        self._by_node: defaultdict[str, set[str]] = defaultdict(set)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -81,13 +92,15 @@ class Store:
             self._hot[key] = obj
         else:
             self._items[key] = obj
-        self._indexed[key] = index = _index_values(meta)
-        namespace, owners, labels = index
+        self._indexed[key] = index = _index_values(meta, obj)
+        namespace, owners, labels, node = index
         self._by_namespace[namespace].add(key)
         for uid in owners:
             self._by_owner[uid].add(key)
         for pair in labels:
             self._by_label[pair].add(key)
+        if node:
+            self._by_node[node].add(key)
         return old
 
     def remove(self, key: str) -> Obj | None:
@@ -99,12 +112,14 @@ class Store:
         return old
 
     def _unindex(self, key: str) -> None:
-        namespace, owners, labels = self._indexed.pop(key)
+        namespace, owners, labels, node = self._indexed.pop(key)
         _discard(self._by_namespace, namespace, key)
         for uid in owners:
             _discard(self._by_owner, uid, key)
         for pair in labels:
             _discard(self._by_label, pair, key)
+        if node:
+            _discard(self._by_node, node, key)
 
     def list(
         self,
@@ -112,14 +127,18 @@ class Store:
         namespace: str | None = None,
         labels: Mapping[str, str] | None = None,
         owner_uid: str | None = None,
+        node_name: str | None = None,
     ) -> list[Obj]:
-        """Objects matching every given filter (labels: all pairs must match), in key order."""
+        """Objects matching every given filter (labels: all pairs must match; node_name: pods bound to that Kubernetes
+        node), in key order."""
         candidates: set[str] | None = None
         filters: list[Iterable[str]] = []
         if namespace is not None:
             filters.append(self._by_namespace.get(namespace, ()))
         if owner_uid is not None:
             filters.append(self._by_owner.get(owner_uid, ()))
+        if node_name is not None:
+            filters.append(self._by_node.get(node_name, ()))
         for pair in (labels or {}).items():
             filters.append(self._by_label.get(pair, ()))
         for keys in sorted(filters, key=lambda k: len(k) if isinstance(k, set) else 0):

@@ -73,3 +73,41 @@ def test_what_a_pass_reads_again_is_the_same_decoded_object_and_a_cold_read_deco
     cold = store.get("ns/a")
     assert cold == first and cold is not first
     assert store.get("ns/a") is cold
+
+
+def _pod(name: str, node: str | None, label: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "x"}]}
+    if node is not None:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "labels": {"component": label}}, "spec": spec}  # fmt: skip
+
+
+POD_OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("put"), st.builds(_pod, NAMES, st.sampled_from([None, "n1", "n2"]), st.sampled_from(["w", "l"]))
+        ),
+        st.tuples(st.just("remove"), NAMES.map("ns/{}".format)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(POD_OPERATIONS)
+def test_the_pods_on_a_kubernetes_node_are_those_a_scan_finds_however_pods_come_move_and_go(
+    operations: list[Any],
+) -> None:
+    """A Node's event asks for the pods bound there (runtime/store.py: a scan per event was minutes of backlog at
+    thousands of pods); the index must follow a pod that is bound, re-created elsewhere or deleted."""
+    store = Store(encoded=True, hot=2)
+    for op, arg in operations:
+        if op == "put":
+            store.put(arg)
+        else:
+            store.remove(arg)
+        for node in ("n1", "n2", "n3"):
+            for labels in (None, {"component": "w"}):
+                scanned = [o for o in store.list(labels=labels) if o["spec"].get("nodeName") == node]
+                assert store.list(node_name=node, labels=labels) == scanned
