@@ -43,10 +43,10 @@ RESERVATION_WORDS = f"Slurm reservation {RESERVATION} (MAINT, IGNORE_JOBS, all n
 @dataclass(frozen=True)
 class MaintenanceObservation(Observation):
     """The component's observation, plus the other components' workloads (StatefulSets and Deployments, by
-    "Kind/name") and the cluster's pods, by name."""
+    "Kind/name") and the pods of those whose pods are not all of their current template, by name."""
 
     workloads: Mapping[str, Obj] = field(default_factory=dict)
-    cluster_pods: Mapping[str, Obj] = field(default_factory=dict)
+    rolling_pods: Mapping[str, Obj] = field(default_factory=dict)
 
     @classmethod
     def of(cls, base: Observation, **facts: Any) -> MaintenanceObservation:
@@ -55,9 +55,11 @@ class MaintenanceObservation(Observation):
 
 class MaintenanceReconciler(ComponentReconciler):
     async def observe(self, loaded: Loaded) -> MaintenanceObservation:
+        """Pods only of the workloads being rolled, by their selectors: a pass is asked for by each workload status
+        change, and reading all of a cluster's pods each time decoded 3,584 worker pods a pass, most of the operator's
+        CPU while a large cluster came up (docs/performance.md)."""
         base = await super().observe(loaded)
         workloads: dict[str, Obj] = {}
-        found_pods: dict[str, Obj] = {}
         for component in self.ctx.components:
             if component.name == self.component:
                 continue
@@ -65,11 +67,13 @@ class MaintenanceReconciler(ComponentReconciler):
                 if kind in component.owns:
                     for obj in owned(self.cache, loaded, kind, component.labels):
                         workloads[f"{kind.kind}/{obj['metadata']['name']}"] = obj
-            for label in component.labels:
-                selector = meta.selector(loaded.name, label)
-                for pod in self.cache.list(*POD, namespace=loaded.namespace, labels=selector):
+        found_pods: dict[str, Obj] = {}
+        for key, workload in workloads.items():
+            wanted = match_labels(workload)
+            if wanted and _rolling(key, workload) is not None:
+                for pod in self.cache.list(*POD, namespace=loaded.namespace, labels=wanted):
                     found_pods[pod["metadata"]["name"]] = pod
-        return MaintenanceObservation.of(base, workloads=workloads, cluster_pods=found_pods)
+        return MaintenanceObservation.of(base, workloads=workloads, rolling_pods=found_pods)
 
 
 def plan(obs: Observation) -> Plan:
@@ -91,7 +95,7 @@ def plan(obs: Observation) -> Plan:
     deletes = [Delete(JOB, old, "replaced by the Job for the next window", uid=uid(job)) for old, job in jobs.items()]
     deletes = [d for d in deletes if d.name != name]
     reservation, failed = _reservation(jobs.get(name), name, covered)
-    changes = pending_changes(obs.workloads, obs.cluster_pods.values())
+    changes = pending_changes(obs.workloads, obs.rolling_pods.values())
     if changes and current is None:
         reason = Reason.WAITING_FOR_WINDOW
         message = (
@@ -177,19 +181,27 @@ def pending_changes(workloads: Mapping[str, Obj], pods: Iterable[Obj]) -> list[s
     out = []
     for key in sorted(workloads):
         workload = workloads[key]
-        kind, _, name = key.partition("/")
-        spec, status = workload.get("spec") or {}, workload.get("status") or {}
-        md = meta_of(workload)
-        if status.get("observedGeneration", 0) < (md.generation or 0):
-            continue  # not seen by its controller yet: its status says nothing about this template
-        replicas = int(spec.get("replicas", 1)) if kind == DEPLOYMENT.kind else int(status.get("replicas", 0))
-        updated = int(status.get("updatedReplicas", 0))
-        if replicas == 0 or updated >= replicas:
+        rolling = _rolling(key, workload)
+        if rolling is None:
             continue
+        replicas, updated = rolling
+        kind, _, name = key.partition("/")
         wanted = match_labels(workload)
         selected = [p for p in all_pods if wanted and all(meta_of(p).labels.get(k) == v for k, v in wanted.items())]
         out.append(f"{kind} {name} ({_what_changed(workload, selected)}; {replicas - updated} of {replicas} pods)")
     return out
+
+
+def _rolling(key: str, workload: Obj) -> tuple[int, int] | None:
+    """A workload ("Kind/name") whose pods are not all of its current template: its replicas and how many are of the
+    template; None when all are (or its controller has not seen its template yet: its status says nothing of it)."""
+    kind = key.partition("/")[0]
+    spec, status = workload.get("spec") or {}, workload.get("status") or {}
+    if status.get("observedGeneration", 0) < (meta_of(workload).generation or 0):
+        return None
+    replicas = int(spec.get("replicas", 1)) if kind == DEPLOYMENT.kind else int(status.get("replicas", 0))
+    updated = int(status.get("updatedReplicas", 0))
+    return None if replicas == 0 or updated >= replicas else (replicas, updated)
 
 
 def _what_changed(workload: Obj, pods: list[Obj]) -> str:

@@ -198,7 +198,7 @@ def _maintenance_obs(now: datetime, *, spec_extra: dict[str, Any], pending: bool
     base = dataclasses.replace(observe(loaded(**spec_extra)), now=now)
     workloads = {f"StatefulSet/{NAME}-controller": CONTROLLER_STS} if pending else {}
     pods = {CONTROLLER_POD["metadata"]["name"]: CONTROLLER_POD}  # type: ignore[index]
-    return dataclasses.replace(MaintenanceObservation.of(base, workloads=workloads, cluster_pods=pods), **facts)
+    return dataclasses.replace(MaintenanceObservation.of(base, workloads=workloads, rolling_pods=pods), **facts)
 
 
 def _condition(p: Any) -> Any:
