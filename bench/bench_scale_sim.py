@@ -73,6 +73,14 @@ GB = 1 << 30
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences")
 
 
+def _listing_every(seconds: float) -> float:
+    """How often a probe that lists every worker pod polls: `seconds`, or a second per 500 workers when that is longer.
+    Each list is ~8 KB of JSON a pod, and at 3,584 pods one every 0.5-2 s took the bench process's CPU from the
+    stand-in slurmrestd it serves (the operator's reads of it timed out, so its node loop saw an outage and wrote no
+    condition). The figures these probes time are as coarse (7 s at 3,584 workers)."""
+    return max(seconds, WORKERS / 500)
+
+
 def _cluster_spec(sizes: dict[str, int], cpu: int = 1) -> dict[str, Any]:
     spec = base_spec()
     spec["jail"] = {"volume": {"claimName": "jail"}}
@@ -205,7 +213,7 @@ async def _plain_loop(api: client.ApiClient, source: str, target: str) -> float:
     async def all_running() -> bool:
         return await _running(api, target) == WORKERS
 
-    await _wait(all_running, within=3600, interval=2.0, what="the plain loop's workers Running")
+    await _wait(all_running, within=3600, interval=_listing_every(2.0), what="the plain loop's workers Running")
     return time.monotonic() - started
 
 
@@ -245,7 +253,7 @@ async def _measure(tmp: Path) -> list[Figure]:
                 operator.check_alive()
                 return await _running(api, ns) == WORKERS
 
-            await _wait(all_running, within=3600, interval=2.0, what=f"{WORKERS} workers Running")
+            await _wait(all_running, within=3600, interval=_listing_every(2.0), what=f"{WORKERS} workers Running")
             create = time.monotonic() - started
             figures.append(("scale_create_workers_running_s", create, "s"))
 
@@ -255,7 +263,7 @@ async def _measure(tmp: Path) -> list[Figure]:
             await _wait(all_idle, within=1800, what="every worker registered and idle in Slurm")
 
             # Written: every pod's SlurmNodeState condition says Idle (the node loop writes them as Slurm tells).
-            await _wait(lambda: _conditions(api, ns, "Idle", WORKERS), within=1800, interval=2.0,
+            await _wait(lambda: _conditions(api, ns, "Idle", WORKERS), within=1800, interval=_listing_every(2.0),
                         what="every worker pod's SlurmNodeState Idle")  # fmt: skip
             settled = await _settle(audit) - started
             writes, _ = operator_writes(audit, offset, USER)
@@ -283,7 +291,7 @@ async def _measure(tmp: Path) -> list[Figure]:
             # The node loop with JOBS jobs: every node busy, the rest pending.
             restd.submit(JOBS, seconds=3600)
             busy = min(JOBS, WORKERS)  # one job a node (the stand-in gives each job a whole node)
-            await _wait(lambda: _conditions(api, ns, "Allocated", busy), within=1800, interval=2.0,
+            await _wait(lambda: _conditions(api, ns, "Allocated", busy), within=1800, interval=_listing_every(2.0),
                         what=f"{busy} worker pods' SlurmNodeState Allocated")  # fmt: skip
             await _settle(audit, within=900)
             offset, cpu0, asked = (
@@ -332,7 +340,7 @@ async def _measure(tmp: Path) -> list[Figure]:
                 async def pods_match(want: int = sum(sizes.values())) -> bool:
                     return await _running(api, ns) == want
 
-                await _wait(pods_match, within=1800, what="pods at the new size")
+                await _wait(pods_match, within=1800, interval=_listing_every(0.5), what="pods at the new size")
                 figures.append((f"scale_edit_{delta:+d}_done_s", time.monotonic() - started, "s"))
             await _settle(audit, within=900)
 

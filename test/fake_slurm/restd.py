@@ -313,24 +313,28 @@ class StandInRestd:
 
     async def _watching(self, api: client.ApiClient) -> None:
         """Register each worker pod's node when its slurmd runs; unregister it when the pod goes. Lists, then watches
-        from the list's resourceVersion; starts over when the watch expires or breaks."""
+        from the list's resourceVersion; starts over when the watch expires or breaks. Pods are read as plain JSON:
+        turning thousands into client models took the CPU this process needs to answer the operator in time."""
         core = client.CoreV1Api(api)
         selector = f"{meta.LABEL_INSTANCE}={self.cluster},{meta.LABEL_COMPONENT}={WORKERS_COMPONENT}"
         while True:
             try:
-                listed = await core.list_namespaced_pod(self.namespace, label_selector=selector, _request_timeout=60)
+                response = await core.list_namespaced_pod(
+                    self.namespace, label_selector=selector, _request_timeout=60, _preload_content=False
+                )
+                listed = msgspec.json.decode(await response.read())
                 seen = set()
-                for pod in listed.items:
-                    seen.add(pod.metadata.name)
+                for pod in listed["items"]:
+                    seen.add(pod["metadata"]["name"])
                     self._pod(pod, deleted=False)
                 for name in self.registered - seen:
                     self.unregister(name)
-                watcher = watch.Watch()
+                watcher = watch.Watch(return_type="object")  # "object": each event's pod as it came, a dict
                 async for event in watcher.stream(
                     core.list_namespaced_pod,
                     self.namespace,
                     label_selector=selector,
-                    resource_version=listed.metadata.resource_version,
+                    resource_version=listed["metadata"]["resourceVersion"],
                     timeout_seconds=WATCH_TIMEOUT,
                     _request_timeout=WATCH_TIMEOUT + TIMEOUT,
                 ):
@@ -341,17 +345,18 @@ class StandInRestd:
                 log.warning("stand-in slurmrestd: pod watch broke (%s); listing again", exc)
                 await asyncio.sleep(0.5)
 
-    def _pod(self, pod: Any, *, deleted: bool) -> None:
-        name = pod.metadata.name
+    def _pod(self, pod: dict[str, Any], *, deleted: bool) -> None:
+        md = pod["metadata"]
+        name = md["name"]
         if deleted:
             self.unregister(name)
             return
-        statuses = pod.status.container_statuses or []
-        slurmd = next((s for s in statuses if s.name == "slurmd"), None)
-        running = slurmd is not None and slurmd.state is not None and slurmd.state.running is not None
-        if running and pod.metadata.deletion_timestamp is None:
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        slurmd = next((s for s in statuses if s.get("name") == "slurmd"), None)
+        running = slurmd is not None and "running" in (slurmd.get("state") or {})
+        if running and not md.get("deletionTimestamp"):
             self.register(name)
-        elif name in self.registered and pod.metadata.deletion_timestamp is not None:
+        elif name in self.registered and md.get("deletionTimestamp"):
             pass  # still terminating: slurmd answers until the pod is gone
 
     async def start(self, api: client.ApiClient | None = None, *, host: str = "127.0.0.1", port: int = 0) -> str:
