@@ -111,3 +111,14 @@ def test_the_pods_on_a_kubernetes_node_are_those_a_scan_finds_however_pods_come_
             for labels in (None, {"component": "w"}):
                 scanned = [o for o in store.list(labels=labels) if o["spec"].get("nodeName") == node]
                 assert store.list(node_name=node, labels=labels) == scanned
+
+
+def test_a_list_larger_than_the_decoded_set_stays_decoded_for_the_next_read() -> None:
+    """A pass lists a large cluster's pods several times: the second list must not decode them all again."""
+    store = Store(encoded=True, hot=2)
+    for name in "abcde":
+        store.put(_obj(name, "ns", "u1", "workers", 1))
+    first = store.list(namespace="ns")
+    again = store.list(namespace="ns")
+    assert len(again) == 5
+    assert all(a is b for a, b in zip(first, again, strict=True))
