@@ -27,7 +27,6 @@ MaxNodeCount: the API server refuses more) and the +500 edit must fit under that
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from kubernetes_asyncio import client, config
 from test.e2e.clusters import spec as base_spec
 from test.e2e.harness import ControlPlane, control_plane_script
@@ -70,6 +70,7 @@ USER = f"system:serviceaccount:{NAMESPACE}:{E2E_SERVICE_ACCOUNT}"
 CRD_NAME = "slurmclusters.slurm.slurmctl.io"
 Figure = tuple[str, float, str]
 GB = 1 << 30
+UNCOMPRESSED = {"Accept-Encoding": "identity"}  # a list of thousands of pods on loopback: gzip is CPU, not time saved
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences")
 
 
@@ -129,12 +130,14 @@ async def _jail(api: client.ApiClient, namespace: str) -> None:
 
 
 async def _worker_pods(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
-    """The worker pods as plain JSON: turning thousands into client models every poll took more CPU than the API
-    server, in the process that also serves the stand-in slurmrestd (which then answered the operator late)."""
+    """The worker pods as plain JSON, uncompressed: turning thousands into client models every poll took more CPU than
+    the API server, and gzip costs both sides CPU, in the process that also serves the stand-in slurmrestd (which
+    then answered the operator late)."""
     response = await client.CoreV1Api(api).list_namespaced_pod(
-        namespace, label_selector=f"{meta.LABEL_COMPONENT}=workers", _request_timeout=120, _preload_content=False
-    )
-    items: list[dict[str, Any]] = json.loads(await response.read())["items"]
+        namespace, label_selector=f"{meta.LABEL_COMPONENT}=workers", _request_timeout=120, _preload_content=False,
+        _headers=UNCOMPRESSED,
+    )  # fmt: skip
+    items: list[dict[str, Any]] = msgspec.json.decode(await response.read())["items"]
     return items
 
 
