@@ -132,6 +132,7 @@ _CONDITION_TYPE_PATTERN = (
 )
 _REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 _READY_PATTERN = r"^[0-9]+/[0-9]+$"
+MAX_CONDITION_MESSAGE = 32_768  # metav1.Condition's maxLength for message
 ReadySummary = Annotated[str, StringConstraints(max_length=32, pattern=_READY_PATTERN)]
 
 
@@ -162,7 +163,7 @@ class Condition(ApiModel):
         description="Machine-readable CamelCase reason for the last transition.",
     )
     message: str = Field(
-        max_length=32_768, description="Human-readable details, naming the field when the spec is wrong."
+        max_length=MAX_CONDITION_MESSAGE, description="Human-readable details, naming the field when the spec is wrong."
     )
 
 

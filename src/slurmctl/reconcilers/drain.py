@@ -31,6 +31,8 @@ DRAIN_PREFIX = "slurmctl:"
 # While nodes drain, Slurm is asked again this often (no Kubernetes event says a job ended): by the drain gate while
 # a node must go, and by the Slurm node loop after it drained a worker of a cordoned node.
 DRAIN_POLL_SECONDS = 5.0
+# How many waiting nodes WorkersReady names (a condition is read by people, and its message has a size limit).
+MAX_NAMED_WAITING = 10
 # Job states that still occupy a node (Slurm's base states; flags such as COMPLETING are separate).
 _ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED"})
 
@@ -90,12 +92,18 @@ class Verdict:
     timed_out: Mapping[str, tuple[int, ...]]  # released with these jobs still running: drainTimeout passed
 
     def describe_waiting(self) -> str:
-        return "; ".join(
+        """The waiting nodes for a condition, those running jobs first; past MAX_NAMED_WAITING, how many more (a
+        scale-in of hundreds of nodes names a few, not all)."""
+        ordered = sorted(self.waiting.items(), key=lambda item: (not item[1], item[0]))
+        named = [
             f"{node} for job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, jobs))}"
             if jobs
             else f"{node} (drained now: it goes once Slurm says it runs no job)"
-            for node, jobs in sorted(self.waiting.items())
-        )
+            for node, jobs in ordered[:MAX_NAMED_WAITING]
+        ]
+        if len(ordered) > MAX_NAMED_WAITING:
+            named.append(f"and {len(ordered) - MAX_NAMED_WAITING} more nodes")
+        return "; ".join(named)
 
 
 def jobs_by_node(jobs: Iterable[Job]) -> dict[str, tuple[int, ...]]:

@@ -85,6 +85,27 @@ async def test_an_idle_node_drained_this_pass_is_waited_for_so_a_job_that_starte
         assert replicas(env) == 1
 
 
+async def test_a_scale_in_of_hundreds_of_nodes_names_a_few_in_the_condition_and_goes_through() -> None:
+    """The 3,584-worker bench: a -500 edit never lowered the StatefulSet. WorkersReady named all 500 draining nodes,
+    the message passed metav1.Condition's 32,768 characters, and building the condition failed every workers pass."""
+    async with Env() as env:
+        slurm = FakeSlurm()
+        await cluster_with_nodes(env, slurm, 556)
+        slurm.run_job(7, node(300))
+        env.edit(shrink(56))
+        await env.run("workers")
+        assert [c[:2] for c in slurm.calls] == [("drain", tuple(node(i) for i in range(56, 556)))]
+        message = env.condition("WorkersReady")["message"]  # type: ignore[index]
+        assert message.startswith(f"draining, waiting for jobs to finish: {node(300)} for job 7; ")
+        assert message.endswith("; and 490 more nodes")
+        await env.run("workers")
+        assert replicas(env) == 301, "every node above the one running job 7 goes"
+        slurm.end_job(7)
+        await env.run("workers")
+        assert replicas(env) == 56
+        assert env.reason("WorkersReady") == ("True", "Ready")
+
+
 async def test_nothing_goes_while_slurm_cannot_be_asked_and_the_condition_says_why() -> None:
     async with Env() as env:
         slurm = FakeSlurm()
