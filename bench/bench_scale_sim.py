@@ -50,7 +50,7 @@ from test.e2e.scale import (
     out_of_service,
 )
 from test.fake_slurm.model import FakeSlurm
-from test.fake_slurm.restd import StandInRestd
+from test.fake_slurm.restd import UNCOMPRESSED, StandInRestd
 
 from bench import goal, versus
 from slurmctl.api.v1 import MaintenanceSpec
@@ -70,7 +70,6 @@ USER = f"system:serviceaccount:{NAMESPACE}:{E2E_SERVICE_ACCOUNT}"
 CRD_NAME = "slurmclusters.slurm.slurmctl.io"
 Figure = tuple[str, float, str]
 GB = 1 << 30
-UNCOMPRESSED = {"Accept-Encoding": "identity"}  # a list of thousands of pods on loopback: gzip is CPU, not time saved
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences")
 
 
