@@ -23,6 +23,10 @@
 #                          workload status itself without the StatefulSet/Job controllers overwriting it
 #   CONTROL_PLANE_CONTROLLER_MANAGER_QPS   kube-controller-manager's client rate (default: its own, 20 a second, burst
 #                          30), for the scale benchmark: the StatefulSet controller creates pods at this rate
+#   CONTROL_PLANE_NODE_MONITOR_GRACE_PERIOD   how long a node may go without renewing its lease before
+#                          kube-controller-manager marks it NotReady (default: its own, 50s), for the scale benchmark:
+#                          1,000 simulated nodes on 2 cores renew late under load, and KWOK never re-readies the pods
+#                          the NotReady marked not ready (a kubelet would)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -308,7 +312,8 @@ EOF
         --leader-elect=false --secure-port 0 \
         --enable-hostpath-provisioner \
         ${CONTROL_PLANE_CONTROLLER_MANAGER_QPS:+--kube-api-qps "$CONTROL_PLANE_CONTROLLER_MANAGER_QPS"} \
-        ${CONTROL_PLANE_CONTROLLER_MANAGER_QPS:+--kube-api-burst "$((2 * CONTROL_PLANE_CONTROLLER_MANAGER_QPS))"}
+        ${CONTROL_PLANE_CONTROLLER_MANAGER_QPS:+--kube-api-burst "$((2 * CONTROL_PLANE_CONTROLLER_MANAGER_QPS))"} \
+        ${CONTROL_PLANE_NODE_MONITOR_GRACE_PERIOD:+--node-monitor-grace-period "$CONTROL_PLANE_NODE_MONITOR_GRACE_PERIOD"}
     sleep 0.2
     pid_alive "$(cat "$STATE/pids/kube-controller-manager")" kube-controller-manager || {
         tail -n 25 "$STATE/logs/kube-controller-manager.log" | sed 's/^/    | /' >&2
