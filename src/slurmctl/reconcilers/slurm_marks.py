@@ -95,12 +95,23 @@ async def write_marks(manager: Manager, conditions: Iterable[Obj], evictable: It
     """Apply the pods' conditions (to pods/status) and evictable labels (to the pods), a few at once (a thousand
     workers registering are a thousand conditions); the first failure is raised once all have ended."""
     writes = [
-        *(manager.apply_status(body, field_manager=FIELD_MANAGER) for body in conditions),
+        *(_condition(manager, body) for body in conditions),
         *(_label(manager, body) for body in evictable),
     ]
     for result in await bounded(writes):
         if isinstance(result, BaseException):
             raise result
+
+
+async def _condition(manager: Manager, body: Obj) -> None:
+    md = body["metadata"]
+    try:
+        await manager.apply_status(body, field_manager=FIELD_MANAGER)
+    except NotFound as exc:
+        # Gone since the cache saw it (a scale-in or a roll deleted it): its node's state has no pod to be told on.
+        log.debug(
+            "pod gone before its condition was written %s", kv(namespace=md["namespace"], pod=md["name"], error=exc)
+        )
 
 
 async def _label(manager: Manager, body: Obj) -> None:

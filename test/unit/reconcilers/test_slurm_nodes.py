@@ -7,9 +7,10 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
+from slurmctl.reconcilers.slurm_marks import write_marks
 from slurmctl.render import meta
 from slurmctl.render.kinds import SLURM_CLUSTER
-from slurmctl.runtime import Result
+from slurmctl.runtime import NotFound, Result
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
 
@@ -109,3 +110,37 @@ async def test_metrics_show_nodes_and_jobs_by_state() -> None:
         await env.poll_slurm()
         text = generate_latest(env.manager.metrics.registry).decode()
         assert f"slurm_up{{{labels}}}" not in text, "gone with the cluster"
+
+
+class _PodsGoing:
+    """A manager whose pods are gone by the time their marks are written (a scale-in or a roll deleted them)."""
+
+    def __init__(self, gone: set[str]) -> None:
+        self.gone = gone
+        self.written: list[str] = []
+
+    async def apply_status(self, body: dict[str, Any], *, field_manager: str) -> dict[str, Any]:
+        return self._write(body)
+
+    async def apply(self, body: dict[str, Any], *, field_manager: str) -> dict[str, Any]:
+        return self._write(body)
+
+    def _write(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        if name in self.gone:
+            raise NotFound(f'pods "{name}" not found')
+        self.written.append(name)
+        return body
+
+
+async def test_a_pod_deleted_before_its_condition_is_written_fails_nothing() -> None:
+    """The 3,584-worker bench: the node loop's pass failed with a traceback (and was retried) for each condition it
+    wrote to a pod the -500 edit had just deleted; the other pods' conditions are still written."""
+    conditions = [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "status": {"conditions": []}}
+        for name in ("w-0", "w-1")
+    ]
+    labels = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w-0", "namespace": NS}}]
+    manager = _PodsGoing({"w-0"})
+    await write_marks(manager, conditions, labels)  # type: ignore[arg-type]
+    assert manager.written == ["w-1"]
