@@ -166,12 +166,12 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "more worker nodes than the maximum",
-        {"workers": [{"name": f"g{index}", "size": 1000} for index in range(5)]},
+        {"workers": [{"name": f"g{index}", "size": 1000} for index in range(17)]},
         "cel",
         "spec.workers",
-        "worker nodes in total (size, or autoscale.max, of every group) exceed the maximum of 4096",
-        "5000 worker nodes in total exceed the maximum of 4096",
-        rule="worker nodes in total (size, or autoscale.max, of every group) exceed the maximum of 4096",
+        "worker nodes in total (size, or autoscale.max, of every group) exceed the maximum of 16384",
+        "17000 worker nodes in total exceed the maximum of 16384",
+        rule="worker nodes in total (size, or autoscale.max, of every group) exceed the maximum of 16384",
     ),
     Case(
         "elastic group without slurmrestd",

@@ -36,7 +36,9 @@ MAX_GROUP_NAME_LENGTH: Final = 20
 # spec.jwtKeyRotation: a request value (a date, a ticket id), copied onto the key Secret as an annotation.
 MAX_JWT_KEY_ROTATION_LENGTH: Final = 63
 MAX_GROUP_SIZE: Final = 1000  # ordinals stay within three digits
-MAX_TOTAL_WORKERS: Final = 4096
+# Worker nodes of one cluster, summed over its groups: slurm.conf's MaxNodeCount (render/slurm_conf.py), the size of
+# slurmctld's node table. The 10,240-worker scale bench (docs/performance.md) runs under it with room for its edits.
+MAX_TOTAL_WORKERS: Final = 16_384
 MAX_WORKER_GROUPS: Final = 64
 MAX_PARTITIONS: Final = 64
 MAX_LOGIN_SIZE: Final = 16

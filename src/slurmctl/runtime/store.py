@@ -30,8 +30,9 @@ Obj = dict[str, Any]
 # Decoded objects a store keeps beside the encoded ones: a few hundred clusters' worth of one kind, so that the
 # clusters being reconciled at once read their objects decoded (their passes read each several times).
 HOT_OBJECTS = 512
-# The most a store keeps decoded however large its lists: a 10,240-worker cluster's pods and a few hundred more.
-MAX_HOT_OBJECTS = 12_288
+# The most a store keeps decoded however large its lists: the pods of a cluster at the API's 16,384 workers and a few
+# thousand more.
+MAX_HOT_OBJECTS = 20_480
 Index = tuple[str, list[str], list[tuple[str, str]], str]
 
 

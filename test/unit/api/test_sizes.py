@@ -64,14 +64,14 @@ def partitions(count: int, *, options: int, value_length: int, groups: list[str]
 
 
 WORST_CASES = {
-    # 4096 nodes with the longest names and numbers, 64 partitions over all five groups, some extraConfig.
+    # MAX_TOTAL_WORKERS nodes with the longest names and numbers, 64 partitions over all 17 groups, some extraConfig.
     "most nodes": dict(
-        workers=big_groups([1000, 1000, 1000, 1000, 96]),
-        partitions=partitions(64, options=2, value_length=32, groups=[group_name(i) for i in range(5)]),
+        workers=big_groups([1000] * 16 + [384]),
+        partitions=partitions(64, options=2, value_length=32, groups=[group_name(i) for i in range(17)]),
         slurm={"extraConfig": "SchedulerParameters=bf_continue\n" * 100},
     ),
     # Features travel with each node's registration, not in the ConfigMap.
-    "long features": dict(workers=big_groups([1000, 1000, 1000, 1000, 96], features=32)),
+    "long features": dict(workers=big_groups([1000] * 16 + [384], features=32)),
     # Partition options near their limits on every partition.
     "many options": dict(
         workers=big_groups([10]),

@@ -96,8 +96,8 @@ def test_accounting_with_both_databases() -> None:
 def test_sizes_beyond_the_sane_maximum() -> None:
     per_group = cluster(workers=[{"name": "cpu", "size": 1001}])
     assert problems_of(per_group) == ["spec.workers[0].size: input should be less than or equal to 1000"]
-    total = cluster(workers=[{"name": f"g{i}", "size": 1000} for i in range(5)])
-    assert problems_of(total) == ["spec.workers: 5000 worker nodes in total exceed the maximum of 4096"]
+    total = cluster(workers=[{"name": f"g{i}", "size": 1000} for i in range(17)])
+    assert problems_of(total) == ["spec.workers: 17000 worker nodes in total exceed the maximum of 16384"]
     login = cluster(login={"size": 17})
     assert problems_of(login) == ["spec.login.size: input should be less than or equal to 16"]
 
@@ -513,9 +513,9 @@ def test_elastic_groups_that_cannot_work_name_the_field() -> None:
 
 
 def test_an_elastic_groups_maximum_counts_toward_the_cluster_total() -> None:
-    groups = [{"name": f"g{i}", "autoscale": {"max": 1000}} for i in range(5)]
+    groups = [{"name": f"g{i}", "autoscale": {"max": 1000}} for i in range(17)]
     assert problems_of(cluster(workers=groups)) == [
-        "spec.workers: 5000 worker nodes in total exceed the maximum of 4096"
+        "spec.workers: 17000 worker nodes in total exceed the maximum of 16384"
     ]
 
 

@@ -35,7 +35,7 @@ def test_minimal_sample_nodes_and_default_partition() -> None:
         "SlurmctldHost=minimal-controller-0(minimal-controller-0.minimal-controller)",
         "AuthType=auth/munge",
         "ProctrackType=proctrack/cgroup",
-        "MaxNodeCount=4096",
+        "MaxNodeCount=16384",  # MAX_TOTAL_WORKERS: the most the API lets a cluster have
         "TreeWidth=65533",
         "Include /etc/slurm/nodes.conf",
     ):
