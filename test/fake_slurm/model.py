@@ -15,7 +15,16 @@ from typing import Any
 import msgspec
 
 from slurmctl.render.accounting_limits import record_key
-from slurmctl.slurm import AccountingKind, ExitCode, Job, Node, Partition, SlurmApiError, SlurmUnavailable
+from slurmctl.slurm import (
+    AccountingKind,
+    ExitCode,
+    Job,
+    Node,
+    Partition,
+    SlurmApiError,
+    SlurmUnavailable,
+    SlurmUnknownNodeError,
+)
 
 
 class FakeSlurm:
@@ -73,6 +82,12 @@ class FakeSlurm:
         if self.down:
             raise SlurmUnavailable(self.down)
 
+    def _known(self, names: Sequence[str]) -> None:
+        """As slurmctld's node update: one name it does not know refuses the whole update, nothing changed."""
+        if unknown := [name for name in names if name not in self.table]:
+            message = f"Slurm refused (HTTP 500): Invalid node name specified: {','.join(unknown)}"
+            raise SlurmUnknownNodeError(message, status=500, errors=["Invalid node name specified"])
+
     async def controllers(self) -> dict[str, bool]:
         self._check()
         return dict(self.pings)
@@ -98,6 +113,7 @@ class FakeSlurm:
     async def drain(self, names: Sequence[str], *, reason: str) -> None:
         self._check()
         self.calls.append(("drain", tuple(names), reason))
+        self._known(names)
         for name in names:
             now = datetime.now(UTC)
             self._set(name, self.table[name].state | {"DRAIN"}, reason=reason, reason_changed_at=now)
@@ -105,6 +121,7 @@ class FakeSlurm:
     async def resume(self, names: Sequence[str]) -> None:
         self._check()
         self.calls.append(("resume", tuple(names), ""))
+        self._known(names)
         for name in names:
             state = self.table[name].state - {"DRAIN"}
             if "DOWN" in state:  # as slurmctld does: a DOWN node is IDLE again (its power flags kept)
@@ -116,6 +133,7 @@ class FakeSlurm:
         saving powers the node down once it is idle (the test says when)."""
         self._check()
         self.calls.append(("power_down", tuple(names), ""))
+        self._known(names)
         for name in names:
             node = self.table[name]
             reason = node.reason or "POWER_DOWN_ASAP"
@@ -125,6 +143,7 @@ class FakeSlurm:
         """As slurmctld does: a powered-down node is powering up (and not responding) until its slurmd registers."""
         self._check()
         self.calls.append(("power_up", tuple(names), ""))
+        self._known(names)
         for name in names:
             state = self.table[name].state - {"POWERED_DOWN"}
             self._set(name, state | {"POWERING_UP", "NOT_RESPONDING"})
@@ -134,6 +153,7 @@ class FakeSlurm:
         the DRAIN flag kept."""
         self._check()
         self.calls.append(("down", tuple(names), reason))
+        self._known(names)
         for name in names:
             for job in [j for j in self.queue if name in j.nodes]:
                 self.queue.remove(job)
@@ -144,9 +164,8 @@ class FakeSlurm:
         """`scontrol delete node`: refused while the node runs a job, or when Slurm does not know it."""
         self._check()
         self.calls.append(("delete", (name,), ""))
-        node = self.table.get(name)
-        if node is None:
-            raise SlurmApiError("Slurm refused (HTTP 500): Invalid node name specified", status=500, errors=["x"])
+        self._known([name])
+        node = self.table[name]
         if node.busy:
             raise SlurmApiError("Slurm refused (HTTP 500): Node has jobs", status=500, errors=["busy"])
         del self.table[name]

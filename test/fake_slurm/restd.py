@@ -36,14 +36,16 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.rest import ApiException
 
 from slurmctl.render import meta
-from slurmctl.slurm import ExitCode, Job, Node, SlurmApiError, SlurmUnavailable
-from slurmctl.slurm.client import API_VERSION
+from slurmctl.slurm import ExitCode, Job, Node, SlurmApiError, SlurmUnavailable, SlurmUnknownNodeError
+from slurmctl.slurm.client import API_VERSION, ESLURM_INVALID_NODE_NAME
 from test.fake_slurm.model import FakeSlurm
 
 log = logging.getLogger(__name__)
 
 WORKERS_COMPONENT = "workers"
-ESLURM_INVALID_NODE_NAME = 2017  # slurm_errno.h: what slurmctld answers for a node it does not know
+# slurm_errno.h: slurmctld refusing to delete a node that runs a job; the stand-in answers any other refusal of the
+# model with it too (the client branches on none of them).
+ESLURM_NODES_BUSY = 2016
 SLURM_COMMUNICATIONS_CONNECTION_ERROR = 1001  # what slurmrestd answers when slurmctld is down
 PASS_INTERVAL = 0.2  # seconds between scheduling passes
 WATCH_TIMEOUT = 60  # seconds a pod watch runs before it is renewed (the API server's own cap is longer)
@@ -172,8 +174,10 @@ class StandInRestd:
             return await handler(request)
         except SlurmUnavailable as exc:
             return _error(500, SLURM_COMMUNICATIONS_CONNECTION_ERROR, str(exc))
-        except SlurmApiError as exc:
+        except SlurmUnknownNodeError as exc:
             return _error(500, ESLURM_INVALID_NODE_NAME, "; ".join(exc.errors) or str(exc))
+        except SlurmApiError as exc:
+            return _error(500, ESLURM_NODES_BUSY, "; ".join(exc.errors) or str(exc))
 
     async def _ping(self, request: web.Request) -> web.Response:
         pings = await self.slurm.controllers() or {f"{self.cluster}-controller-0": True}

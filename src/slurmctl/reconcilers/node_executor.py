@@ -1,10 +1,11 @@
 """Carrying out the Slurm node loop's plans (reconcilers/node_plans.py): the repair's steps in order, then the
 status (the pods' marks and the node counts).
 
-One `changed()` of the Slurm snapshot before the first step that changes Slurm or takes a pod away. Slurm refusing
-a step ends the repair (the rest would meet the same Slurm) and is returned with what was done until then; a step
-whose refusal the plan tolerates is one WARNING line. A pod deletion the API server refuses is one WARNING and the
-repair goes on (the next pass decides again).
+One `changed()` of the Slurm snapshot before the first step that changes Slurm or takes a pod away. A node Slurm no
+longer knows is left out of a step (one INFO line); Slurm refusing a step otherwise ends the repair (the rest would
+meet the same Slurm) and is returned with what was done until then; a step whose refusal the plan tolerates is one
+WARNING line. A pod deletion the API server refuses is one WARNING and the repair goes on (the next pass decides
+again).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from slurmctl.reconcilers.unhealthy import CordonBudget, Replacement, cordon_pat
 from slurmctl.render.kinds import NODE, POD
 from slurmctl.runtime import ApiError, Conflict
 from slurmctl.runtime.logs import kv
-from slurmctl.slurm import SlurmApiError, SlurmError
+from slurmctl.slurm import SlurmApiError, SlurmError, SlurmUnknownNodeError
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class NodeExecutor:
         for step in plan.steps:
             if isinstance(step, SlurmWrite):
                 try:
-                    await _write(api, step)
+                    unknown = await _write(api, step)
                 except SlurmApiError as exc:
                     if not step.refusal:
                         return done(), exc
@@ -69,6 +70,11 @@ class NodeExecutor:
                     continue
                 except SlurmError as exc:
                     return done(), exc
+                if unknown:
+                    log.info(
+                        "nodes gone from Slurm left out %s",
+                        kv(namespace=ns, name=c, verb=step.verb, node=",".join(unknown)),
+                    )
                 self._say(loaded, step.notes)
             elif isinstance(step, ForceDelete):
                 if await self._force_delete(loaded, step):
@@ -142,13 +148,34 @@ class NodeExecutor:
         return True
 
 
-async def _write(api: SlurmApi, step: SlurmWrite) -> None:
-    if step.verb == "drain":
-        await api.drain(step.nodes, reason=step.reason)
-    elif step.verb == "resume":
-        await api.resume(step.nodes)
-    elif step.verb == "set_down":
-        await api.set_down(step.nodes, reason=step.reason)
+async def _write(api: SlurmApi, step: SlurmWrite) -> list[str]:
+    """Carry out `step`; the nodes Slurm does not know, left out. A node deleted since the snapshot the plan was made
+    on (its pod's preStop, a scale-in) needs no drain, resume, DOWN or delete, but slurmctld refuses a whole update
+    that names it: the roll's resumes failed so while it deleted nodes, and the pass wrote nothing. The nodes are then
+    written one at a time."""
+    try:
+        await _write_nodes(api, step, step.nodes)
+    except SlurmUnknownNodeError:
+        if len(step.nodes) == 1:
+            return list(step.nodes)
     else:
-        for name in step.nodes:
+        return []
+    unknown = []
+    for name in step.nodes:
+        try:
+            await _write_nodes(api, step, (name,))
+        except SlurmUnknownNodeError:
+            unknown.append(name)
+    return unknown
+
+
+async def _write_nodes(api: SlurmApi, step: SlurmWrite, nodes: tuple[str, ...]) -> None:
+    if step.verb == "drain":
+        await api.drain(nodes, reason=step.reason)
+    elif step.verb == "resume":
+        await api.resume(nodes)
+    elif step.verb == "set_down":
+        await api.set_down(nodes, reason=step.reason)
+    else:
+        for name in nodes:
             await api.delete_node(name)

@@ -12,6 +12,7 @@ from .errors import (
     SlurmError,
     SlurmProtocolError,
     SlurmUnavailable,
+    SlurmUnknownNodeError,
 )
 from .hostlist import HostlistError, expand
 from .models import ExitCode, Job, Node, Partition
@@ -37,6 +38,7 @@ __all__ = [
     "SlurmError",
     "SlurmProtocolError",
     "SlurmUnavailable",
+    "SlurmUnknownNodeError",
     "TokenSource",
     "describe_size",
     "expand",

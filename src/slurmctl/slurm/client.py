@@ -29,7 +29,15 @@ import aiohttp
 import msgspec
 
 from .answer import DEFAULT_MAX_ANSWER_BYTES, read_answer
-from .errors import SlurmApiError, SlurmAuthError, SlurmError, SlurmProtocolError, SlurmUnavailable, one_line
+from .errors import (
+    SlurmApiError,
+    SlurmAuthError,
+    SlurmError,
+    SlurmProtocolError,
+    SlurmUnavailable,
+    SlurmUnknownNodeError,
+    one_line,
+)
 from .models import (
     Job,
     Node,
@@ -52,6 +60,7 @@ DEFAULT_TIMEOUT = 10.0
 # Slurm errno values (slurm_errno.h, 24.11) that change how an error answer is classified.
 SLURM_PROTOCOL_AUTHENTICATION_ERROR = 1007
 ESLURM_ACCESS_DENIED = 2002
+ESLURM_INVALID_NODE_NAME = 2018
 _AUTH_ERRNOS = frozenset({SLURM_PROTOCOL_AUTHENTICATION_ERROR, ESLURM_ACCESS_DENIED})
 _AUTH_ERRNO_RANGE = range(6000, 6100)  # ESLURM_AUTH_*
 _UNREACHABLE_ERRNO_RANGES = (range(1000, 1100), range(1800, 1900))  # SLURM_COMMUNICATIONS_*, SLURMCTLD_COMMUNICATIONS_*
@@ -361,7 +370,10 @@ def _classify(where: str, *, status: int, reason: str, raw: Body) -> dict[str, A
             raise SlurmAuthError(f"{where}: rejected (HTTP {status}): {joined}")
         if any(_is_unreachable(e.error_number) for e in errors):
             raise SlurmUnavailable(f"{where}: slurmrestd cannot reach slurmctld (HTTP {status}): {joined}")
-        raise SlurmApiError(
+        refused = (
+            SlurmUnknownNodeError if any(e.error_number == ESLURM_INVALID_NODE_NAME for e in errors) else SlurmApiError
+        )
+        raise refused(
             f"{where}: Slurm refused (HTTP {status}): {joined}", status=status, errors=[e.text() for e in errors]
         )
     if status in (401, 403):

@@ -2,7 +2,8 @@
 
 Every `SlurmError` renders as one line (no newline, bounded length) so that `str(error)` can go straight into a
 Kubernetes condition message or a log line. The classes say what a caller should do: `SlurmUnavailable` is worth a
-retry, `SlurmAuthError` needs the key or the user fixed, `SlurmApiError` is Slurm refusing this request, and
+retry, `SlurmAuthError` needs the key or the user fixed, `SlurmApiError` is Slurm refusing this request (its
+`SlurmUnknownNodeError`: for a node Slurm does not know), and
 `SlurmProtocolError` means the answer was not what this client understands (wrong version, a proxy in the way), and
 its `SlurmAnswerTooLargeError` an answer over the operator's cap in bytes.
 """
@@ -44,6 +45,11 @@ class SlurmApiError(SlurmError):
         super().__init__(message)
         self.status = status
         self.errors = list(errors)
+
+
+class SlurmUnknownNodeError(SlurmApiError):
+    """Slurm knows no node of a name the request gave (ESLURM_INVALID_NODE_NAME): a dynamic node deleted since it was
+    read (its pod's preStop, a scale-in). slurmctld refuses a whole node update for one such name, changing nothing."""
 
 
 class SlurmProtocolError(SlurmError):

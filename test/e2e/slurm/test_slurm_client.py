@@ -13,7 +13,16 @@ from typing import TypeVar
 
 import pytest
 
-from slurmctl.slurm import Node, SlurmAuthError, SlurmClient, SlurmUnavailable, TokenSource, mint_token, new_session
+from slurmctl.slurm import (
+    Node,
+    SlurmAuthError,
+    SlurmClient,
+    SlurmUnavailable,
+    SlurmUnknownNodeError,
+    TokenSource,
+    mint_token,
+    new_session,
+)
 from test.e2e.harness import eventually
 from test.e2e.slurm.local_slurm import LocalSlurm, local_slurm_instance
 
@@ -153,6 +162,19 @@ async def test_delete_a_dynamic_node(rest_slurm: LocalSlurm, client: SlurmClient
     assert DYNAMIC_NODE not in {n.name for n in await client.nodes()}
     shown = rest_slurm.run("scontrol", "show", "node", DYNAMIC_NODE, check=False)
     assert shown.returncode != 0 and "not found" in (shown.stdout + shown.stderr)
+
+
+async def test_an_update_naming_a_node_slurm_does_not_know_is_refused_whole(
+    rest_slurm: LocalSlurm, client: SlurmClient
+) -> None:
+    """What the node loop writes one node at a time when it meets it (node_executor._write): slurmctld changes none of
+    the named nodes, whatever the order, and the error says which kind of refusal it is (ESLURM_INVALID_NODE_NAME)."""
+    for names in ([rest_slurm.node, "gone-1"], ["gone-1", rest_slurm.node]):
+        with pytest.raises(SlurmUnknownNodeError, match="Invalid node name"):
+            await client.drain(names, reason="slurmctl: e2e")
+        assert sinfo_state(rest_slurm) == "idle"
+    with pytest.raises(SlurmUnknownNodeError):
+        await client.delete_node("gone-1")
 
 
 async def test_a_token_signed_with_another_key_is_an_auth_error(rest_slurm: LocalSlurm) -> None:

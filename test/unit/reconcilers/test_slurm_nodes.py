@@ -3,10 +3,12 @@ when it changes, the node counts reach the status (the IDLE/ALLOC/DRAIN columns)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import generate_latest
 
+from slurmctl.reconcilers.drain import cordon_reason
 from slurmctl.reconcilers.slurm_marks import write_marks
 from slurmctl.render import meta
 from slurmctl.render.kinds import SLURM_CLUSTER
@@ -144,3 +146,38 @@ async def test_a_pod_deleted_before_its_condition_is_written_fails_nothing() -> 
     manager = _PodsGoing({"w-0"})
     await write_marks(manager, conditions, labels)  # type: ignore[arg-type]
     assert manager.written == ["w-1"]
+
+
+class _DeletedBeforeTheWrite(FakeSlurm):
+    """A node deleted from Slurm (its pod's preStop, a scale-in) between the snapshot the pass planned on and its
+    resume, as in the 3,584-worker roll."""
+
+    def __init__(self, gone: str) -> None:
+        super().__init__()
+        self.gone = gone
+
+    async def resume(self, names: Sequence[str]) -> None:
+        self.table.pop(self.gone, None)
+        await super().resume(names)
+
+
+async def test_a_resume_naming_a_node_gone_from_slurm_resumes_the_others_and_the_pass_goes_on() -> None:
+    """slurmctld refuses a whole node update that names a node it does not know: the roll's resumes failed while it
+    deleted nodes, the pass wrote no condition and logged "cannot read Slurm". Now the rest are resumed one by one."""
+    other = f"{NAME}-worker-cpu-1"
+    async with Env() as env:
+        slurm = _DeletedBeforeTheWrite(gone=other)
+        await started(env, slurm)
+        slurm.add_node(other)
+        await slurm.drain([POD, other], reason=cordon_reason("node-a"))  # a cordon since lifted
+        mark = env.mark()
+
+        assert await env.poll_slurm() == Result(requeue_after=15.0)
+
+        assert slurm.table[POD].state == {"IDLE"}, "the node Slurm knows is resumed"
+        resumes = [names for verb, names, _ in slurm.calls if verb == "resume"]
+        assert resumes == [(POD, other), (POD,), (other,)]
+        # The pass wrote the pods' conditions, from the snapshot it planned on; the next one sees the resume.
+        assert ("Pod", "status") in [(w.kind, w.subresource) for w in env.writes_since(mark)], "no condition written"
+        await env.poll_slurm()
+        assert node_state(env)["reason"] == "Idle"  # type: ignore[index]
