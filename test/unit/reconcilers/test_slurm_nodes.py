@@ -9,10 +9,10 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from slurmctl.reconcilers.drain import cordon_reason
-from slurmctl.reconcilers.slurm_marks import write_marks
+from slurmctl.reconcilers.slurm_marks import only_marks_changed, write_marks
 from slurmctl.render import meta
 from slurmctl.render.kinds import SLURM_CLUSTER
-from slurmctl.runtime import NotFound, Result
+from slurmctl.runtime import Event, EventType, NotFound, Result
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 from test.unit.reconcilers.fake_slurm import FakeSlurm, connect
 
@@ -181,3 +181,25 @@ async def test_a_resume_naming_a_node_gone_from_slurm_resumes_the_others_and_the
         assert ("Pod", "status") in [(w.kind, w.subresource) for w in env.writes_since(mark)], "no condition written"
         await env.poll_slurm()
         assert node_state(env)["reason"] == "Idle"  # type: ignore[index]
+
+
+def _pod(version: str, *, slurm: str = "Idle", ready: str = "True", evictable: bool = False) -> dict[str, Any]:
+    labels = {**meta.labels(NAME, "workers"), **({meta.LABEL_EVICTABLE: "true"} if evictable else {})}
+    conditions = [{"type": "Ready", "status": ready}, {"type": "SlurmNodeState", "status": "True", "reason": slurm}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": POD, "namespace": NS, "resourceVersion": version, "labels": labels},
+        "status": {"phase": "Running", "conditions": conditions},
+    }
+
+
+def test_the_node_loops_own_writes_wake_no_other_component() -> None:
+    """At 10,240 workers each condition the node loop wrote woke the workers component for a pass over every pod."""
+    old = _pod("1")
+    assert only_marks_changed(Event(EventType.UPDATED, _pod("2", slurm="Allocated"), old=old))
+    assert only_marks_changed(Event(EventType.UPDATED, _pod("2", evictable=True), old=old))
+    # What the workers component reads still wakes it: readiness, a new pod, a resync.
+    assert not only_marks_changed(Event(EventType.UPDATED, _pod("2", slurm="Allocated", ready="False"), old=old))
+    assert not only_marks_changed(Event(EventType.ADDED, old))
+    assert not only_marks_changed(Event(EventType.UPDATED, _pod("2", slurm="Allocated"), old=old, low_priority=True))

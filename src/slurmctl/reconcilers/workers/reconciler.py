@@ -33,6 +33,7 @@ from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.maintenance_gate import rolls_allowed
 from slurmctl.reconcilers.observation import Observation
 from slurmctl.reconcilers.observed import cluster_of_pod, worker_replicas
+from slurmctl.reconcilers.slurm_marks import only_marks_changed
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE, SlurmSnapshot
 from slurmctl.reconcilers.views import Secret
 from slurmctl.reconcilers.worker_pods import WorkerPods
@@ -40,7 +41,7 @@ from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, POD, SLURM_CLUSTER, STATEFULSET
 from slurmctl.render.power import AT_KEY, power_name
 from slurmctl.runtime import Request, Result
-from slurmctl.runtime.handlers import enqueue_mapped
+from slurmctl.runtime.handlers import enqueue_mapped, negate
 from slurmctl.runtime.manager import ControllerBuilder
 from slurmctl.slurm import SlurmUnavailable
 
@@ -73,8 +74,13 @@ class WorkersReconciler(ComponentReconciler):
 
     def watch(self, builder: ControllerBuilder) -> None:
         """Worker pods (owned by the StatefulSets, not the cluster): a re-created pod turning ready lets the next
-        node of a roll go."""
-        builder.watches(*POD, enqueue_mapped(cluster_of_pod), predicates=[component_is(*self.decl.labels)])
+        node of a roll go. Not what the Slurm node loop writes on them (its condition and label say what Slurm says,
+        which the pass reads from Slurm)."""
+        builder.watches(
+            *POD,
+            enqueue_mapped(cluster_of_pod),
+            predicates=[component_is(*self.decl.labels), negate(only_marks_changed)],
+        )
 
     async def observe(self, loaded: Loaded) -> Observation:
         """What the plan reads, read once: the component's observation, plus the nodes that must go and Slurm's
