@@ -91,6 +91,11 @@ class ComponentReconciler:
     def watch(self, builder: ControllerBuilder) -> None:
         """Watches beyond the declared children and dependencies (e.g. a Secret the user owns)."""
 
+    def follows_slurm(self, c: str, namespace: str) -> bool:
+        """Whether a new Slurm snapshot of the cluster may change what this component decides (a component declared
+        `reads_slurm` is woken by one only then)."""
+        return True
+
     async def __call__(self, req: Request) -> Result | None:
         obj = self.cache.get(*SLURM_CLUSTER, req.name, namespace=req.namespace)
         if obj is None or deleting(obj):

@@ -42,6 +42,8 @@ class Reconciler(Protocol):
 
     def watch(self, builder: ControllerBuilder) -> None: ...
 
+    def follows_slurm(self, c: str, namespace: str) -> bool: ...
+
 
 @dataclass(frozen=True)
 class Component:
@@ -64,7 +66,8 @@ class Component:
     required: Callable[[SlurmCluster], bool] = always  # whether its condition must be True for Available
     after: tuple[str, ...] = ()  # components whose children's events wake it (keys, the jail gate)
     watch_status: bool = False  # wake on every change of the SlurmCluster, status included (the phase)
-    reads_slurm: bool = False  # wake when the cluster's Slurm snapshot says something new (SlurmAccess.listen)
+    # Wake when the cluster's Slurm snapshot says something new (SlurmAccess.listen) and its reconciler follows it.
+    reads_slurm: bool = False
     former_names: tuple[str, ...] = ()  # labels older releases put on its children, still recognised
 
     @property

@@ -236,7 +236,7 @@ async def register(
                 predicates=[component_is(*staged), upgrade.pod_line_changed],
             )
         if component.reads_slurm:
-            ctx.slurm.listen(_enqueue(builder.controller.queue))
+            ctx.slurm.listen(_enqueue(builder.controller.queue, reconciler.follows_slurm))
     if "workers" in by_name:
         _register_slurm_nodes(manager, ctx)
     return ctx
@@ -256,9 +256,10 @@ def _upgrading(manager: Manager) -> Callable[[Any], Iterable[Request]]:
     return mapped
 
 
-def _enqueue(queue: WorkQueue[Request]) -> Callable[[str, str], None]:
+def _enqueue(queue: WorkQueue[Request], follows: Callable[[str, str], bool]) -> Callable[[str, str], None]:
     def enqueue(c: str, namespace: str) -> None:
-        queue.add(Request(namespace, c))
+        if follows(c, namespace):
+            queue.add(Request(namespace, c))
 
     return enqueue
 

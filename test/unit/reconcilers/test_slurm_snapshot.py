@@ -107,25 +107,42 @@ def test_requests_to_slurmrestd_are_counted_by_endpoint() -> None:
     assert "slurmctl_slurmrestd_requests_total{" not in generate_latest(registry).decode()
 
 
-async def test_a_snapshot_that_says_something_new_wakes_the_workers_and_one_that_does_not_wakes_nobody() -> None:
+async def test_a_snapshot_that_says_something_new_wakes_the_workers_while_they_decide_on_slurm() -> None:
     async with Env() as env:
         slurm, clock = FakeSlurm(), FakeClock()
-        await started(env, slurm, clock)
+        await started(env, slurm, clock, size=3)
         told: list[tuple[str, str]] = []
         env.ctx.slurm.listen(lambda c, ns: told.append((ns, c)))
         queue = next(ctrl for ctrl in env.manager._controllers if ctrl.name == "workers").queue
-        while len(queue):  # what the set-up's events queued: handed out and done, as a running controller would
-            queue.done(await asyncio.wait_for(queue.get(), timeout=5))
+
+        async def drained() -> None:  # what is queued: handed out and done, as a running controller would
+            while len(queue):
+                queue.done(await asyncio.wait_for(queue.get(), timeout=5))
+
+        await drained()
         await env.poll_slurm()
         assert told == [(NS, NAME)], "the first snapshot is news"
+        # The workers' last pass asked Slurm nothing (no node must go): at 10,240 workers each batch of nodes
+        # registering woke a pass over every pod that would have decided the same.
+        assert len(queue) == 0, "news wakes no component that did not decide on Slurm"
+
+        slurm.run_job(7, f"{CPU}-2")
+        env.edit(lambda s: s["workers"][0].update(size=2))
+        await env.run("workers")  # a node must go: the drain gate decides on Slurm's snapshot
+        await drained()
+        await clock.advance(NODE_LOOP_MAX_AGE + 1)
+        await env.poll_slurm()
+        assert told == [(NS, NAME)] * 2, "the drain is news"
         assert await asyncio.wait_for(queue.get(), timeout=5) == Request(NS, NAME), "it wakes the workers component"
+        queue.done(Request(NS, NAME))
         await clock.advance(NODE_LOOP_MAX_AGE + 1)
         await env.poll_slurm()
-        assert slurm.reads["nodes"] == 2 and told == [(NS, NAME)], "a new read that says the same wakes nobody"
-        slurm.run_job(7, f"{CPU}-1")
+        assert len(told) == 2 and len(queue) == 0, "a new read that says the same wakes nobody"
+        slurm.end_job(7)
         await clock.advance(NODE_LOOP_MAX_AGE + 1)
         await env.poll_slurm()
-        assert told == [(NS, NAME)] * 2, "a job that started on a node is news"
+        assert told == [(NS, NAME)] * 3, "the job that held the leaving node ended: news"
+        assert await asyncio.wait_for(queue.get(), timeout=5) == Request(NS, NAME), "the gate lets the node go now"
 
 
 async def test_a_drain_slurm_refuses_closes_the_gate_in_the_condition_and_nothing_goes() -> None:
