@@ -14,7 +14,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential, wait_random
 
@@ -121,6 +121,19 @@ def _strip(obj: Obj, keep_managed_fields: bool) -> Obj:
     if not keep_managed_fields:
         (obj.get("metadata") or {}).pop("managedFields", None)
     return obj
+
+
+def _typed(item: Obj, listed: Mapping[str, Any]) -> Obj:
+    """A listed item with the apiVersion and kind a watch event's object carries (changed in place, as `_strip`
+    does). The API server leaves them out of a list's items, so the first watch event of each object after a list
+    differed from the cached one in them: at 10,240 workers every pod's first event after a relist looked like a
+    change to the predicates that ignore the operator's own writes, and each woke a pass over every pod."""
+    kind = listed.get("kind")
+    if "kind" not in item and isinstance(kind, str):
+        item["kind"] = kind.removesuffix("List")
+    if "apiVersion" not in item and isinstance(listed.get("apiVersion"), str):
+        item["apiVersion"] = listed["apiVersion"]
+    return item
 
 
 def _rv(obj: Obj) -> str:
@@ -231,8 +244,9 @@ class Informer:
         items: list[Obj] = []
         token: str | None = None
         while True:
-            page = view(await self._source.list_page(limit=self._page_size, continue_token=token), ListPage)
-            items.extend(self._kept(o) for o in page.items)
+            listed = await self._source.list_page(limit=self._page_size, continue_token=token)
+            page = view(listed, ListPage)
+            items.extend(self._kept(_typed(o, listed)) for o in page.items)
             token = page.metadata.continue_ or None
             if token is None:
                 break

@@ -104,8 +104,14 @@ class FakeSource:
         start = int(continue_token or 0)
         page = names[start : start + limit]
         more = start + limit < len(names)
+        # As the API server lists: the list says its apiVersion and kind, its items do not.
+        items = [
+            {k: v for k, v in copy.deepcopy(self.objects[n]).items() if k not in ("apiVersion", "kind")} for n in page
+        ]
         return {
-            "items": [copy.deepcopy(self.objects[n]) for n in page],
+            "apiVersion": "v1",
+            "kind": "ConfigMapList",
+            "items": items,
             "metadata": {"resourceVersion": str(self.rv), **({"continue": str(start + limit)} if more else {})},
         }
 

@@ -51,6 +51,8 @@ async def test_initial_paged_list_fills_the_store_strips_managed_fields_and_emit
     assert running.source.list_calls == 2  # two objects, page size one
     assert sorted(o["metadata"]["name"] for o in inf.store) == ["a", "b"]
     assert all("managedFields" not in o["metadata"] for o in inf.store)
+    # The API server leaves apiVersion and kind out of a list's items; cached, they carry them as a watch event's do.
+    assert all((o["apiVersion"], o["kind"]) == ("v1", "ConfigMap") for o in inf.store)
     assert running.events == [("add", "a", True), ("add", "b", True)]
     assert running.source.watch_rvs == ["2"]
 
@@ -65,6 +67,19 @@ async def test_watch_events_update_the_store_and_notify_listeners(running: Runni
     assert running.informer.store.get("ns/a")["metadata"]["labels"] == {"app": "z"}  # type: ignore[index]
     assert running.informer.store.list(labels={"app": "z"})[0]["metadata"]["name"] == "a"
     assert running.informer.resource_version == "5"
+
+
+async def test_an_object_listed_then_watched_differs_only_in_what_changed(running: Running) -> None:
+    """Predicates compare an update's old and new object: a listed one lacked the apiVersion and kind its first watch
+    event carries, and at 10,240 workers every pod's first event after a relist woke a pass over every pod."""
+    seen: list[Event] = []
+    running.informer.add_listener(seen.append)
+    running.source.send({"type": "MODIFIED", "object": config_map("a", 3, app="x")})
+    await until(lambda: any(not e.low_priority for e in seen))
+    (event,) = [e for e in seen if not e.low_priority]
+    assert event.old is not None
+    unversioned = [{**o, "metadata": {**o["metadata"], "resourceVersion": ""}} for o in (event.old, event.obj)]
+    assert unversioned[0] == unversioned[1]
 
 
 async def test_410_gone_relists_replaces_the_store_and_emits_deletes_for_vanished_objects(running: Running) -> None:
