@@ -126,8 +126,8 @@ def _strip(obj: Obj, keep_managed_fields: bool) -> Obj:
 def _typed(item: Obj, listed: Mapping[str, Any]) -> Obj:
     """A listed item with the apiVersion and kind a watch event's object carries (changed in place, as `_strip`
     does). The API server leaves them out of a list's items, so the first watch event of each object after a list
-    differed from the cached one in them: at 10,240 workers every pod's first event after a relist looked like a
-    change to the predicates that ignore the operator's own writes, and each woke a pass over every pod."""
+    differed from the cached one in them: with 10,240 pods cached, each one's first event after a relist looked like
+    a change to predicates that ignore the operator's own writes, and each woke a reconcile of all of them."""
     kind = listed.get("kind")
     if "kind" not in item and isinstance(kind, str):
         item["kind"] = kind.removesuffix("List")
