@@ -3,7 +3,8 @@ label and, for pods, the Kubernetes node (`spec.nodeName`, the field Kubernetes 
 a Node's event maps to the clusters with a pod there, and scanning every pod for it made a thousand simulated nodes
 times 3,584 worker pods a backlog of minutes (docs/performance.md).
 
-Objects are shared, not copied, on read: callers must treat them as read-only (`copy.deepcopy` before changing).
+Objects are shared, not copied, on read: callers must treat them as read-only (`copy.deepcopy` before changing). A
+store holds each as `objects.Shared`, which keeps the views decoded of it (each decoded once).
 
 An informer's store keeps its objects encoded (`encoded=True`: compact JSON bytes, `wire.encode`) and only the most
 recently read or written ones also as dicts (`HOT_OBJECTS`). Why: a Kubernetes object as Python dicts and strings
@@ -23,7 +24,7 @@ from typing import Any
 
 from cachetools import LRUCache
 
-from slurmctl.runtime.objects import ObjectMeta, meta_of
+from slurmctl.runtime.objects import ObjectMeta, Shared, meta_of
 from slurmctl.runtime.wire import decode, encode
 
 Obj = dict[str, Any]
@@ -80,7 +81,7 @@ class Store:
             return item
         obj = self._hot.get(key)
         if obj is None:
-            obj = decode(item)
+            obj = Shared(decode(item))
             self._hot[key] = obj
         return obj
 
@@ -88,17 +89,18 @@ class Store:
         return set(self._items)
 
     def put(self, obj: Obj) -> Obj | None:
-        """Insert or replace; returns the previous object."""
+        """Insert or replace (a shallow copy of `obj` is held); returns the previous object."""
         meta = meta_of(obj)  # read once: the key and the indexes
         key = meta.key
         old = self.get(key)
         if old is not None:
             self._unindex(key)
+        held = Shared(obj)
         if self._encoded:
             self._items[key] = encode(obj)
-            self._hot[key] = obj
+            self._hot[key] = held
         else:
-            self._items[key] = obj
+            self._items[key] = held
         self._indexed[key] = index = _index_values(meta, obj)
         namespace, owners, labels, node = index
         self._by_namespace[namespace].add(key)

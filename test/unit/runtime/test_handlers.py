@@ -88,4 +88,4 @@ def test_store_indexes_by_namespace_owner_and_labels_and_follows_changes() -> No
     assert names(labels={"component": "workers"}) == ["c"]
     store.remove("ns/b")
     assert names(owner_uid="u1") == ["a"]
-    assert store.get("other/c") is other
+    assert store.get("other/c") == other
