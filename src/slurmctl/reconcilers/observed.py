@@ -24,7 +24,7 @@ from slurmctl.render.populate_jail import GENERATION_ANNOTATION, REFUSED_EXIT_CO
 from slurmctl.render.workers import DAEMON_CONTAINER
 from slurmctl.runtime import Request
 from slurmctl.runtime.cache import Cache
-from slurmctl.runtime.objects import meta_of
+from slurmctl.runtime.objects import derived, meta_of
 
 Live = Mapping[str, Any]
 
@@ -187,6 +187,11 @@ class WorkerPod:
 
     @classmethod
     def of(cls, live: Live) -> WorkerPod:
+        """Made once of a cached pod (runtime/objects.derived)."""
+        return derived(live, cls, cls._made)
+
+    @classmethod
+    def _made(cls, live: Live) -> WorkerPod:
         pod = Pod.of(live)
         md = pod.metadata
         slurmd = pod.container(DAEMON_CONTAINER)

@@ -182,7 +182,10 @@ class FakeClient(Client):
 
     def store(self, api_version: str, kind: str) -> Store:
         """The objects of one kind, indexed as an informer's store is (what `FakeCache` reads)."""
-        return self._stores.setdefault((api_version, kind), Store())
+        store = self._stores.get((api_version, kind))
+        if store is None:
+            store = self._stores[(api_version, kind)] = Store()
+        return store
 
     def managers(self, api_version: str, kind: str, name: str, *, namespace: str) -> dict[tuple[str, str], set[Path]]:
         """Field manager (and subresource) -> the fields it owns."""

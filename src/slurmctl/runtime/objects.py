@@ -18,7 +18,7 @@ a `null` reads as absent, as the digs read it.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 import msgspec
@@ -36,6 +36,17 @@ def view(obj: Mapping[str, Any] | None, kind: type[V]) -> V:
             found = obj.views[kind] = _convert(obj, kind)
         return cast(V, found)
     return _convert(obj, kind)
+
+
+def derived(obj: Mapping[str, Any], kind: type[V], make: Callable[[Mapping[str, Any]], V]) -> V:
+    """`make(obj)`, made once of a cached object (`Shared`, kept beside its views under `kind`), anew of another: for
+    what a reader builds of a view (e.g. the Slurm node loop's worker pod, read three times a pass)."""
+    if isinstance(obj, Shared):
+        found = obj.views.get(kind)
+        if found is None:
+            found = obj.views[kind] = make(obj)
+        return cast(V, found)
+    return make(obj)
 
 
 def _convert(obj: Mapping[str, Any] | None, kind: type[V]) -> V:

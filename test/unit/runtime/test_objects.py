@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 import pytest
 
-from slurmctl.runtime.objects import ListPage, ObjectMeta, meta_of, view
+from slurmctl.runtime.objects import ListPage, ObjectMeta, Shared, derived, meta_of, view
 
 
 def test_metadata_is_read_through_attributes() -> None:
@@ -60,3 +61,16 @@ def test_a_list_page_keeps_its_items_as_json() -> None:
     assert (page.metadata.continue_, page.metadata.resource_version) == ("t", "9")
     assert page.items == [{"a": [None, 1]}], "nulls inside an item's JSON are the item's"
     assert view({"items": None}, ListPage) == ListPage()
+
+
+def test_what_a_reader_derives_of_a_cached_object_is_made_once_and_of_a_plain_dict_each_time() -> None:
+    made: list[str] = []
+
+    def name(obj: Mapping[str, Any]) -> str:
+        made.append(obj["metadata"]["name"])
+        return str(obj["metadata"]["name"])
+
+    cached, plain = Shared({"metadata": {"name": "a"}}), {"metadata": {"name": "b"}}
+    assert [derived(cached, str, name) for _ in range(3)] == ["a"] * 3
+    assert [derived(plain, str, name) for _ in range(2)] == ["b"] * 2
+    assert made == ["a", "b", "b"]
