@@ -3,9 +3,10 @@
 
 The real registry and reconcilers on a Manager whose client and cache are the in-memory `FakeClient` (the unit tests'
 bench, test/unit/reconcilers/env.py): the cluster is made Available first (the jail Job succeeds, every workload
-reports ready, the 4,096 worker pods run), then each figure is the process CPU of one pass of every component
-(`Env.run`: cluster, populate-jail, controller, workers, login, accounting, rest, benchmark) and the status write it
-submits; median of ROUNDS. The edit changes one group's memory request (a new pod template for its StatefulSet).
+reports ready, the 4,096 worker pods run, each as a kubelet reports it: `_as_kubelets_report`), then each figure is
+the process CPU of one pass of every component (`Env.run`: cluster, populate-jail, controller, workers, login,
+accounting, rest, benchmark) and the status write it submits; median of ROUNDS. The edit changes one group's memory
+request (a new pod template for its StatefulSet).
 
 What it leaves out: the API server's answers (the fake's server-side apply is timed separately and reported), and
 the Slurm node loop (reads slurmrestd: bench_slurm_observation). Baseline beside each figure, from the same run:
@@ -16,6 +17,7 @@ comparing anything. Growth with the nodes: the same at 16 and 32 groups of 64. E
 from __future__ import annotations
 
 import asyncio
+import copy
 import gc
 import os
 import statistics
@@ -28,6 +30,7 @@ from test.unit.reconcilers.env import Env, spec
 from bench import goal
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.registry import desired_objects
+from slurmctl.render.kinds import POD, STATEFULSET
 from slurmctl.render.manifests import Inputs
 
 NODES_PER_GROUP = 64
@@ -76,10 +79,47 @@ async def _pass(env: Env, server: _Timed) -> tuple[float, float, int]:
     return spent - served, served, len(env.writes_since(mark, events=False))
 
 
+def _as_kubelets_report(env: Env, pods: list[str]) -> None:
+    """Each worker pod as the StatefulSet controller makes it and a kubelet reports it running: its template's spec
+    and metadata, a status with every condition and container (the unit environment's pods carry a few fields, and a
+    pass's cost is mostly reading pods: a real one is ~20 times the JSON)."""
+    templates = {sts["metadata"]["name"]: sts["spec"]["template"] for sts in env.fake.of_kind(*STATEFULSET)}
+    conditions = [
+        {"type": t, "status": "True", "lastTransitionTime": "2024-05-01T12:00:00Z"}
+        for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+    ]
+    for name in pods:
+        pod = copy.deepcopy(env.get(POD, name))
+        assert pod is not None
+        template = templates[pod["metadata"]["ownerReferences"][0]["name"]]
+        pod["metadata"]["annotations"] = dict(template["metadata"].get("annotations") or {})
+        pod["spec"] = {**copy.deepcopy(template["spec"]), "nodeName": pod["spec"]["nodeName"]}
+        containers = [
+            {
+                "name": c["name"],
+                "ready": True,
+                "restartCount": 0,
+                "image": c["image"],
+                "started": True,
+                "state": {"running": {"startedAt": "2024-05-01T12:00:00Z"}},
+            }
+            for c in pod["spec"]["containers"]
+        ]
+        pod["status"] = {
+            "phase": "Running",
+            "podIP": "10.1.0.1",
+            "hostIP": "10.0.0.1",
+            "qosClass": "Burstable",
+            "conditions": conditions,
+            "containerStatuses": containers,
+        }
+        env.fake.put(pod)  # fmt: skip
+
+
 async def _scale(groups: int) -> dict[str, float]:
     async with Env() as env:
         await env.available(_spec(groups))
-        env.worker_pods()
+        _as_kubelets_report(env, env.worker_pods())
         await env.converge()
         assert env.phase() == "Available", env.phase()
         server = _Timed(env)
