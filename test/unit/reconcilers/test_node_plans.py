@@ -13,6 +13,7 @@ from slurmctl.reconcilers.drain import DRAIN_POLL_SECONDS, cordon_reason, lost_r
 from slurmctl.reconcilers.lost_nodes import LostVerdict
 from slurmctl.reconcilers.node_observation import Held, NodeObservation
 from slurmctl.reconcilers.node_plans import (
+    MAX_MARKS_PER_PASS,
     POLL_SECONDS,
     Done,
     NodeMemory,
@@ -221,3 +222,21 @@ def test_the_cached_node_keeps_its_taints_and_the_preemption_taint_is_found_amon
     assert preemption_taint(kept, DEFAULT_PREEMPTION_TAINTS) == "aws-node-termination-handler/spot-itn"
     assert preemption_taint(kept, ()) is None
     assert preemption_taint(None, DEFAULT_PREEMPTION_TAINTS) is None
+
+
+def test_a_pass_writes_at_most_its_share_of_marks_labels_first_and_asks_for_the_next_pass_at_once() -> None:
+    """At 10,240 workers a pass that wrote a drain storm's thousands of marks (~12 a second) kept the nodes cordoned
+    meanwhile from being drained until it ended: a pass writes MAX_MARKS_PER_PASS, the next one the rest."""
+    names = [f"{CPU}-{i}" for i in range(MAX_MARKS_PER_PASS + 40)]
+    workers = tuple(worker(name) for name in names)
+    drained = [node(name, "IDLE", "DRAIN", reason="disk check") for name in names[:50]]
+    obs = observe(*drained, *(node(name) for name in names[50:]), workers=workers)
+    status = plan_status(obs, plan_repair(obs, NodeMemory()), gone=())
+    assert len(status.evictable) == 50, "every drained idle node's label: what `kubectl drain` waits for"
+    assert len(status.conditions) == MAX_MARKS_PER_PASS - 50
+    assert status.requeue_after == 0.0, "the rest at once, after this pass's repair"
+    written = {c["metadata"]["name"] for c in status.conditions}
+    assert written == set(names[: MAX_MARKS_PER_PASS - 50])
+
+    few = observe(*(node(name) for name in names[:3]), workers=workers[:3])
+    assert plan_status(few, plan_repair(few, NodeMemory()), gone=()).requeue_after == POLL_SECONDS
