@@ -22,7 +22,7 @@ from slurmctl.runtime.client import Client, Obj, Resource
 from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.errors import ApiError, Gone, ServerError
 from slurmctl.runtime.logs import kv
-from slurmctl.runtime.objects import ListPage, meta_of, view
+from slurmctl.runtime.objects import ListPage, Shared, meta_of, view
 from slurmctl.runtime.store import Store, object_key
 
 log = logging.getLogger(__name__)
@@ -275,8 +275,10 @@ class Informer:
         return object_key(obj)
 
     def _kept(self, obj: Obj) -> Obj:
+        """What the store keeps of `obj`, and what listeners receive: the same object, so the views a listener's
+        predicate decodes of it serve the passes that read it from the store (objects.Shared)."""
         obj = _strip(obj, self._keep_managed_fields)
-        return obj if self._transform is None else self._transform(obj)
+        return Shared(obj if self._transform is None else self._transform(obj))
 
     def _touch(self) -> None:
         self._last_activity = self._clock.monotonic()

@@ -89,13 +89,14 @@ class Store:
         return set(self._items)
 
     def put(self, obj: Obj) -> Obj | None:
-        """Insert or replace (a shallow copy of `obj` is held); returns the previous object."""
+        """Insert or replace; returns the previous object. `obj` is held as it is when it is `Shared` (an informer's),
+        else a shallow copy of it."""
         meta = meta_of(obj)  # read once: the key and the indexes
         key = meta.key
         old = self.get(key)
         if old is not None:
             self._unindex(key)
-        held = Shared(obj)
+        held = obj if isinstance(obj, Shared) else Shared(obj)
         if self._encoded:
             self._items[key] = encode(obj)
             self._hot[key] = held
