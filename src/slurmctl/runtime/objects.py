@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -31,10 +31,10 @@ def view(obj: Mapping[str, Any] | None, kind: type[V]) -> V:
     of another type than the view's raises `msgspec.ValidationError` (a `ValueError`). Of a cached object (`Shared`)
     each kind of view is decoded once."""
     if isinstance(obj, Shared):
-        found = obj.views.get(kind)
+        found: V | None = obj.views.get(kind)
         if found is None:
             found = obj.views[kind] = _convert(obj, kind)
-        return cast(V, found)
+        return found
     return _convert(obj, kind)
 
 
@@ -42,10 +42,10 @@ def derived(obj: Mapping[str, Any], kind: type[V], make: Callable[[Mapping[str, 
     """`make(obj)`, made once of a cached object (`Shared`, kept beside its views under `kind`), anew of another: for
     what a reader builds of a view (e.g. the Slurm node loop's worker pod, read three times a pass)."""
     if isinstance(obj, Shared):
-        found = obj.views.get(kind)
+        found: V | None = obj.views.get(kind)
         if found is None:
             found = obj.views[kind] = make(obj)
-        return cast(V, found)
+        return found
     return make(obj)
 
 
