@@ -91,12 +91,12 @@ class Store:
     def put(self, obj: Obj) -> Obj | None:
         """Insert or replace; returns the previous object. `obj` is held as it is when it is `Shared` (an informer's),
         else a shallow copy of it."""
-        meta = meta_of(obj)  # read once: the key and the indexes
+        held = obj if isinstance(obj, Shared) else Shared(obj)
+        meta = meta_of(held)  # read once: the key and the indexes
         key = meta.key
         old = self.get(key)
         if old is not None:
             self._unindex(key)
-        held = obj if isinstance(obj, Shared) else Shared(obj)
         if self._encoded:
             self._items[key] = encode(obj)
             self._hot[key] = held
