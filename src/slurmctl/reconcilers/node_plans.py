@@ -30,10 +30,12 @@ from slurmctl.slurm import Node
 
 POLL_SECONDS = 15.0
 # The most pod marks (evictable labels first, then SlurmNodeState conditions) one pass writes; the rest on the next
-# pass, at once. Why: at 10,240 workers marks are written at ~12 a second, and a pass that wrote a drain storm's
-# thousands kept the nodes cordoned meanwhile from being drained until it ended (176 s until Slurm had drained every
-# worker); a pass now ends within ~10 s and the next one drains what was cordoned since.
+# pass, half a second later. Why: at 10,240 workers marks are written at ~12 a second, and a pass that wrote a drain
+# storm's thousands kept the nodes cordoned meanwhile from being drained until it ended (176 s until Slurm had drained
+# every worker); a pass now ends within ~10 s and the next one drains what was cordoned since.
 MAX_MARKS_PER_PASS = 128
+# When the pass after one that left marks out runs (a requeue after 0 s is none at all, as in controller-runtime).
+MARKS_AGAIN_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ def plan_status(obs: NodeObservation, repair: RepairPlan, gone: Iterable[str]) -
     conditions = condition_intents(ns, pods, mine, obs.now)
     room = max(0, MAX_MARKS_PER_PASS - len(labels))
     if len(labels) + len(conditions) > MAX_MARKS_PER_PASS:
-        after = 0.0
+        after = MARKS_AGAIN_SECONDS
     return StatusPlan(
         conditions=tuple(conditions[:room]),
         evictable=tuple(labels[:MAX_MARKS_PER_PASS]),
