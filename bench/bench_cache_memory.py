@@ -276,8 +276,8 @@ def _worker_pods(count: int, rv: int) -> list[bytes]:
         status = {
             "phase": "Running",
             "conditions": ready,
-            "hostIP": "10.0.0.1",
-            "podIP": f"10.1.{i // 250}.{i % 250}",
+            "hostIP": "127.0.0.1",
+            "podIP": f"127.1.{i // 250}.{i % 250}",
             "startTime": "2024-05-01T12:00:00Z",
             "containerStatuses": containers,
             "qosClass": "Burstable",

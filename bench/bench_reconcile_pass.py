@@ -107,8 +107,8 @@ def _as_kubelets_report(env: Env, pods: list[str]) -> None:
         ]
         pod["status"] = {
             "phase": "Running",
-            "podIP": "10.1.0.1",
-            "hostIP": "10.0.0.1",
+            "podIP": "127.0.0.30",
+            "hostIP": "127.0.0.1",
             "qosClass": "Burstable",
             "conditions": conditions,
             "containerStatuses": containers,
