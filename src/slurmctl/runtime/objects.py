@@ -30,12 +30,9 @@ def view(obj: Mapping[str, Any] | None, kind: type[V]) -> V:
     """The view `kind` of an object's JSON (`None`: the object does not exist, every field reads as absent). A field
     of another type than the view's raises `msgspec.ValidationError` (a `ValueError`). Of a cached object (`Shared`)
     each kind of view is decoded once."""
-    if isinstance(obj, Shared):
-        found: V | None = obj.views.get(kind)
-        if found is None:
-            found = obj.views[kind] = _convert(obj, kind)
-        return found
-    return _convert(obj, kind)
+    if obj is None:
+        return _convert(obj, kind)
+    return derived(obj, kind, lambda o: _convert(o, kind))
 
 
 def derived(obj: Mapping[str, Any], kind: type[V], make: Callable[[Mapping[str, Any]], V]) -> V:
