@@ -25,10 +25,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from slurmctl.api.v1 import ResumeFailure, WorkerGroup, WorkerGroupStatus, parse_duration
-from slurmctl.reconcilers.observed import deleting, pod_ready
+from slurmctl.reconcilers.observed import WorkerFacts, deleting, pod_ready
 from slurmctl.reconcilers.views import Pod, condition
 from slurmctl.render import meta
-from slurmctl.runtime.objects import ObjectMeta, meta_of
+from slurmctl.runtime.objects import meta_of
 from slurmctl.slurm import Node
 
 # With elastic groups, the Slurm node loop polls Slurm's power states at least this often (Slurm's power saving itself
@@ -245,12 +245,6 @@ def plan_elastic(
     )
 
 
-def is_elastic(md: ObjectMeta) -> bool:
-    """An elastic group's pod, by its metadata: owned by its SlurmCluster directly (a fixed group's pods are their
-    StatefulSet's, and a pod a deleted StatefulSet left behind has no owner)."""
-    return any(o.controller and o.kind == "SlurmCluster" for o in md.owner_references)
-
-
 def stray_elastic_pods(
     c: str, groups: Sequence[WorkerGroup], pods: Sequence[Mapping[str, Any]], *, going: bool = False
 ) -> list[tuple[str, str]]:
@@ -260,7 +254,7 @@ def stray_elastic_pods(
     wanted = {name for group in groups for name in node_names(c, group)}
     prefix = meta.worker_group(c, "")
     out = []
-    for md in map(meta_of, pods):
-        if is_elastic(md) and md.name not in wanted and (going or not md.deletion_timestamp):
-            out.append((md.name, md.name.removeprefix(prefix).rpartition("-")[0]))
+    for pod in map(WorkerFacts.of, pods):
+        if pod.elastic and pod.name not in wanted and (going or not pod.deleting):
+            out.append((pod.name, pod.name.removeprefix(prefix).rpartition("-")[0]))
     return out

@@ -22,9 +22,8 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
-from slurmctl.reconcilers.elastic import is_elastic
+from slurmctl.reconcilers.observed import WorkerFacts
 from slurmctl.render import meta
-from slurmctl.runtime.objects import meta_of
 from slurmctl.slurm import Node
 
 
@@ -35,10 +34,9 @@ def becoming_elastic(
     still there."""
     elastic = {g.name for g in groups if g.autoscale is not None}
     found = {g for g in elastic if meta.worker_group(c, g) in statefulsets}
-    for md in map(meta_of, pods):
-        group = md.labels.get(meta.LABEL_WORKER_GROUP)
-        if group in elastic and not is_elastic(md):
-            found.add(group)
+    for pod in map(WorkerFacts.of, pods):
+        if pod.group in elastic and not pod.elastic:
+            found.add(pod.group)
     return frozenset(found)
 
 
@@ -50,10 +48,9 @@ def becoming_fixed(
     not up yet, is not held)."""
     fixed = {g.name for g in groups if g.autoscale is None}
     found = set()
-    for md in map(meta_of, pods):
-        group = md.labels.get(meta.LABEL_WORKER_GROUP)
-        if group in fixed and is_elastic(md):
-            found.add(group)
+    for pod in map(WorkerFacts.of, pods):
+        if pod.group in fixed and pod.elastic:
+            found.add(pod.group)
     prefix = meta.worker_group(c, "")
     for name, node in (nodes or {}).items():
         if "CLOUD" in node.state and name.startswith(prefix):

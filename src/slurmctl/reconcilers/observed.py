@@ -19,12 +19,12 @@ from slurmctl.api.v1 import CONTROL_PLANE_LABELS, SlurmCluster
 from slurmctl.reconcilers.views import Condition, Node, Pod, Secret, Workload, condition
 from slurmctl.render.benchmark import CONTAINER as BENCHMARK_CONTAINER
 from slurmctl.render.kinds import POD
-from slurmctl.render.meta import LABEL_COMPONENT, LABEL_EVICTABLE, LABEL_INSTANCE
+from slurmctl.render.meta import LABEL_COMPONENT, LABEL_EVICTABLE, LABEL_INSTANCE, LABEL_WORKER_GROUP
 from slurmctl.render.populate_jail import GENERATION_ANNOTATION, REFUSED_EXIT_CODE
 from slurmctl.render.workers import DAEMON_CONTAINER
 from slurmctl.runtime import Request
 from slurmctl.runtime.cache import Cache
-from slurmctl.runtime.objects import derived, meta_of
+from slurmctl.runtime.objects import ObjectMeta, derived, meta_of
 
 Live = Mapping[str, Any]
 
@@ -77,7 +77,7 @@ def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
 REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller on each pod
 
 
-def outdated_pods(statefulset: Live | None, pods: Iterable[Live]) -> list[str] | None:
+def outdated_pods(statefulset: Live | None, pods: Iterable[WorkerFacts]) -> list[str] | None:
     """Names of a StatefulSet's pods that run an older template than its current one, highest ordinal last; None
     while the StatefulSet controller has not yet observed the latest template (its revision is not known)."""
     if statefulset is None:
@@ -86,12 +86,8 @@ def outdated_pods(statefulset: Live | None, pods: Iterable[Live]) -> list[str] |
     update = sts.status.update_revision
     if not update or sts.status.observed_generation != sts.metadata.generation:
         return None
-    names = [p.metadata.name for p in map(Pod.of, pods) if not p.terminating and _revision(p) != update]
-    return sorted(names, key=lambda n: (len(n), n))
-
-
-def _revision(pod: Pod) -> str | None:
-    return pod.metadata.labels.get(REVISION_LABEL)
+    names = [p for p in pods if not p.deleting and p.revision != update]
+    return [p.name for p in sorted(names, key=lambda p: p.ordinal)]
 
 
 def pod_ready(pod: Live) -> bool:
@@ -169,6 +165,59 @@ def topology_placement(pods: Iterable[Live], node: Callable[[str], Live | None])
         if worker.node_name and not worker.terminating:
             out[worker.name] = node_labels(node(worker.node_name))
     return out
+
+
+def is_elastic(md: ObjectMeta) -> bool:
+    """An elastic group's pod, by its metadata: owned by its SlurmCluster directly (a fixed group's pods are their
+    StatefulSet's, and a pod a deleted StatefulSet left behind has no owner)."""
+    return any(o.controller and o.kind == "SlurmCluster" for o in md.owner_references)
+
+
+def ordinal(pod: str) -> int:
+    """A StatefulSet pod's ordinal (the number after its last dash); -1 for a name that has none."""
+    tail = pod.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else -1
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFacts:
+    """What the workers component, its drain gate and the group switches read of a worker pod
+    (reconcilers/worker_pods.py, group_switch.py, elastic.py), made once of a cached pod (runtime/objects.derived).
+    Why one record: a pass over 10,240 worker pods read each pod's metadata nine times over (grouping, readiness,
+    revisions, elastic ownership, selectors), most of the CPU of the workers pass a size edit waits on."""
+
+    name: str
+    ordinal: int  # `ordinal(name)`
+    group: str  # its worker-group label; "" without
+    labels: Mapping[str, str]
+    ready: bool
+    deleting: bool  # it has a deletionTimestamp
+    elastic: bool  # `is_elastic`
+    revision: str | None  # the template revision the StatefulSet controller labelled it with; None: none
+
+    @classmethod
+    def of(cls, live: Live) -> WorkerFacts:
+        return derived(live, cls, cls._made)
+
+    @classmethod
+    def _made(cls, live: Live) -> WorkerFacts:
+        pod = Pod.of(live)
+        md = pod.metadata
+        return cls(
+            name=md.name,
+            ordinal=ordinal(md.name),
+            group=md.labels.get(LABEL_WORKER_GROUP, ""),
+            labels=md.labels,
+            ready=pod.ready,
+            deleting=bool(md.deletion_timestamp),
+            elastic=is_elastic(md),
+            revision=md.labels.get(REVISION_LABEL),
+        )
+
+    def selected_by(self, match_labels: Mapping[str, str]) -> bool:
+        """Whether a workload's selector (its matchLabels) selects this pod; an empty one (no live StatefulSet of the
+        name) selects nothing."""
+        return bool(match_labels) and match_labels.items() <= self.labels.items()
 
 
 @dataclass(frozen=True)

@@ -16,21 +16,20 @@ from dataclasses import dataclass
 
 from slurmctl.reconcilers.component import Obj, owned
 from slurmctl.reconcilers.drain import Leaving, leaving_nodes, statefulset_of
-from slurmctl.reconcilers.elastic import is_elastic, stray_elastic_pods
+from slurmctl.reconcilers.elastic import stray_elastic_pods
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import (
     Live,
+    WorkerFacts,
     clusters_on,
     deleting,
     match_labels,
     outdated_pods,
-    pod_ready,
     worker_replicas,
 )
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET
 from slurmctl.runtime import Cache, Request
-from slurmctl.runtime.objects import ObjectMeta, meta_of
 
 
 @dataclass(frozen=True)
@@ -71,11 +70,11 @@ class WorkerPods:
         drains, and what the Slurm node loop must not resume. `live`: each live worker StatefulSet's replicas by
         name, and `pods`: the cluster's worker pods, when the caller has read them already. `rolls`: whether pods may
         be re-created for a new template now (the maintenance gate, reconcilers/maintenance_gate.py); when not, no
-        worker is rolled. Each pod's metadata is read once here (a pass looks at thousands)."""
+        worker is rolled. Each pod is read once of its cache (`WorkerFacts`: a pass looks at thousands)."""
         statefulsets = self.statefulsets(loaded)
         live = worker_replicas(statefulsets) if live is None else live
         found_pods = self.pods(loaded.name, loaded.namespace) if pods is None else sorted(pods, key=_name)
-        seen = [(pod, meta_of(pod)) for pod in found_pods]
+        seen = [WorkerFacts.of(pod) for pod in found_pods]
         selectors = {_name(sts): match_labels(sts) for sts in statefulsets if not deleting(sts)}
         unselected = _unselected(seen, selectors)
         spec = loaded.cluster.spec
@@ -102,8 +101,8 @@ class WorkerPods:
         self,
         loaded: Loaded,
         live: Mapping[str, int],
-        seen: Sequence[tuple[Obj, ObjectMeta]],
-        unselected: Mapping[str, list[Obj]],
+        seen: Sequence[WorkerFacts],
+        unselected: Mapping[str, list[WorkerFacts]],
     ) -> list[Leaving]:
         """The workers to re-create next (only the operator deletes worker pods: OnDelete StatefulSets), so that at
         most the roll's limit (spec.maintenance.maxUnavailable) of the cluster's fixed workers are out at a time: in
@@ -112,9 +111,9 @@ class WorkerPods:
         that is missing, not ready or going counts as out, as a Deployment counts unavailable pods; a due pod out
         already costs no place to re-create."""
         c, ns = loaded.name, loaded.namespace
-        by_group: dict[str, list[tuple[Obj, ObjectMeta]]] = defaultdict(list)
-        for pod, md in seen:
-            by_group[md.labels.get(meta.LABEL_WORKER_GROUP, "")].append((pod, md))
+        by_group: dict[str, list[WorkerFacts]] = defaultdict(list)
+        for pod in seen:
+            by_group[pod.group].append(pod)
         out, in_service, due_now = 0, set[str](), list[Leaving]()
         for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
             name = meta.worker_group(c, group.name)
@@ -123,15 +122,15 @@ class WorkerPods:
                 continue  # an elastic group's StatefulSet (it was fixed) only leaves
             pods = by_group.get(group.name, [])
             kept = min(replicas, group.size)
-            ready = {md.name for pod, md in pods if ordinal(md.name) < kept and pod_ready(pod) and not deleting(pod)}
+            ready = {pod.name for pod in pods if pod.ordinal < kept and pod.ready and not pod.deleting}
             out += kept - len(ready)
             in_service |= ready
             if group.size < replicas:
                 continue  # shrinking: its nodes above the new size leave first
             sts = self.cache.get(*STATEFULSET, name, namespace=ns)
             wanted = match_labels(sts)
-            behind = sorted((pod for pod in _names(unselected.get(name, [])) if ordinal(pod) < replicas), key=ordinal)
-            due = behind or outdated_pods(sts, [pod for pod, md in pods if _selected(wanted, md)])
+            behind = [pod.name for pod in sorted(unselected.get(name, []), key=_ordinal) if pod.ordinal < replicas]
+            due = behind or outdated_pods(sts, [pod for pod in pods if pod.selected_by(wanted)])
             if not due:
                 continue
             why = _behind_why(name) if behind else _template_why(group.name)
@@ -169,19 +168,19 @@ def _stray_why(group: str, fixed: Collection[str]) -> str:
 
 
 def _unselected(
-    seen: Iterable[tuple[Obj, ObjectMeta]], selectors: Mapping[str, Mapping[str, str]]
-) -> dict[str, list[Obj]]:
+    seen: Iterable[WorkerFacts], selectors: Mapping[str, Mapping[str, str]]
+) -> dict[str, list[WorkerFacts]]:
     """Worker pods that no live StatefulSet selects, by the StatefulSet name in theirs: left behind (orphaned) when a
     StatefulSet whose selector changed was deleted. `selectors`: each live StatefulSet's, by name."""
-    out: dict[str, list[Obj]] = defaultdict(list)
-    for pod, md in seen:
-        owner = statefulset_of(md.name)
-        if not md.deletion_timestamp and not is_elastic(md) and not _selected(selectors.get(owner, {}), md):
+    out: dict[str, list[WorkerFacts]] = defaultdict(list)
+    for pod in seen:
+        owner = statefulset_of(pod.name)
+        if not pod.deleting and not pod.elastic and not pod.selected_by(selectors.get(owner, {})):
             out[owner].append(pod)
     return out
 
 
-def _left_behind(loaded: Loaded, live: Mapping[str, int], unselected: Mapping[str, list[Obj]]) -> list[Leaving]:
+def _left_behind(loaded: Loaded, live: Mapping[str, int], unselected: Mapping[str, list[WorkerFacts]]) -> list[Leaving]:
     """Left-behind pods no StatefulSet will re-create (a removed group's, or past its group's size): all leave at
     once, as in a scale-in. Those it will re-create leave one at a time (`_roll`); none leaves while its group's new
     StatefulSet is not there yet."""
@@ -191,8 +190,8 @@ def _left_behind(loaded: Loaded, live: Mapping[str, int], unselected: Mapping[st
         if owner in sizes and owner not in live:
             continue
         for pod in pods:
-            name = pod["metadata"]["name"]
-            if owner in sizes and ordinal(name) < live[owner]:
+            name = pod.name
+            if owner in sizes and pod.ordinal < live[owner]:
                 continue
             group = sizes.get(owner, owner.removeprefix(meta.worker_group(loaded.name, "")))
             why = f"left behind by the re-created StatefulSet {owner} (worker group {group})"
@@ -200,21 +199,9 @@ def _left_behind(loaded: Loaded, live: Mapping[str, int], unselected: Mapping[st
     return out
 
 
-def _selected(wanted: Mapping[str, str], md: ObjectMeta) -> bool:
-    """Whether a workload's selector (`wanted`, its matchLabels) selects the pod of this metadata; none (no live
-    StatefulSet of the name) selects nothing."""
-    return bool(wanted) and all(md.labels.get(k) == v for k, v in wanted.items())
-
-
 def _name(obj: Obj) -> str:
     return str(obj["metadata"]["name"])
 
 
-def _names(objs: Iterable[Obj]) -> list[str]:
-    return [obj["metadata"]["name"] for obj in objs]
-
-
-def ordinal(pod: str) -> int:
-    """A StatefulSet pod's ordinal (the number after its last dash); -1 for a name that has none."""
-    tail = pod.rpartition("-")[2]
-    return int(tail) if tail.isdigit() else -1
+def _ordinal(pod: WorkerFacts) -> int:
+    return pod.ordinal

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from slurmctl.reconcilers.loading import Loaded
-from slurmctl.reconcilers.worker_pods import WorkerPods, ordinal
+from slurmctl.reconcilers.observed import ordinal
+from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
 from slurmctl.render.kinds import STATEFULSET
 from slurmctl.runtime import Request
@@ -111,6 +112,13 @@ async def test_max_unavailable_re_creates_that_many_nodes_at_once_counting_those
         assert [g.node for g in view(env).leaving(loaded(env))] == [f"{CPU}-3", f"{CPU}-1"]
         env.edit(lambda s: s["maintenance"].update(maxUnavailable=3))
         assert [g.node for g in view(env).leaving(loaded(env))] == [f"{CPU}-3", f"{CPU}-2", f"{CPU}-1"]
+
+
+async def test_a_roll_goes_from_the_highest_ordinal_by_number_not_by_name() -> None:
+    async with Env() as env:
+        await with_pods(env, spec(size=12, maintenance={"maxUnavailable": 2}))
+        new_template(env)
+        assert [g.node for g in view(env).leaving(loaded(env))] == [f"{CPU}-11", f"{CPU}-10"], "not -9 (as a name)"
 
 
 async def test_a_worker_out_in_another_group_takes_the_place_as_a_deployment_counts_unavailable_pods() -> None:
