@@ -73,14 +73,22 @@ class Controller:
         self._active = metrics.active_workers.labels(name)
         metrics.max_concurrent_reconciles.labels(name).set(self.workers)
 
-    def listener(self, handler: Handler, predicates: Iterable[Predicate] = ()) -> Callable[[Event], None]:
-        """An informer listener that filters with `predicates` and enqueues what `handler` returns."""
+    def listener(
+        self, handler: Handler, predicates: Iterable[Predicate] = (), *, batch: float = 0.0
+    ) -> Callable[[Event], None]:
+        """An informer listener that filters with `predicates` and enqueues what `handler` returns. `batch`: a change
+        enqueues its request that many seconds later, with every change to it in the meantime (kube-controller-
+        manager's `--endpoint-updates-batch-period`): a stream of events then wakes one pass a batch, not one pass
+        after another. Initial lists and resyncs enqueue at once, behind real changes."""
         preds = tuple(predicates)
 
         def listen(event: Event) -> None:
             if all(p(event) for p in preds):
                 for request in handler(event):
-                    self.queue.add(request, low_priority=event.low_priority)
+                    if batch > 0 and not event.low_priority:
+                        self.queue.add_after(request, batch)
+                    else:
+                        self.queue.add(request, low_priority=event.low_priority)
 
         return listen
 

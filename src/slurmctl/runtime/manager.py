@@ -66,9 +66,17 @@ class ControllerBuilder:
         self._for = for_
 
     def watches(
-        self, api_version: str, kind: str, handler: Handler, *, predicates: Iterable[Predicate] = ()
+        self,
+        api_version: str,
+        kind: str,
+        handler: Handler,
+        *,
+        predicates: Iterable[Predicate] = (),
+        batch: float = 0.0,
     ) -> ControllerBuilder:
-        self._manager.informer(api_version, kind).add_listener(self.controller.listener(handler, predicates))
+        """`batch`: see `Controller.listener`."""
+        listener = self.controller.listener(handler, predicates, batch=batch)
+        self._manager.informer(api_version, kind).add_listener(listener)
         return self
 
     def owns(self, api_version: str, kind: str, *, predicates: Iterable[Predicate] = ()) -> ControllerBuilder:
@@ -181,10 +189,12 @@ class Manager:
         *,
         for_: tuple[str, str],
         predicates: Iterable[Predicate] = (),
+        batch: float = 0.0,
         max_concurrent_reconciles: int | None = None,
         reconcile_timeout: float | None = None,
     ) -> ControllerBuilder:
-        """A controller reconciling objects of kind `for_` = (apiVersion, kind), keyed by their namespace/name."""
+        """A controller reconciling objects of kind `for_` = (apiVersion, kind), keyed by their namespace/name;
+        `batch`: how long a change of one waits for others (`Controller.listener`)."""
         if self._running:
             raise RuntimeError("register controllers before Manager.run")
         ctrl = Controller(
@@ -197,7 +207,7 @@ class Manager:
         )
         self._controllers.append(ctrl)
         builder = ControllerBuilder(self, ctrl, for_)
-        return builder.watches(*for_, enqueue_object, predicates=predicates)
+        return builder.watches(*for_, enqueue_object, predicates=predicates, batch=batch)
 
     def add_runnable(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
         """A long-running task that works only while this process leads (e.g. a writer that batches status): started

@@ -18,7 +18,8 @@ from slurmctl.runtime.errors import (
     Timeout,
     TooManyRequests,
 )
-from slurmctl.runtime.handlers import Request
+from slurmctl.runtime.handlers import Request, enqueue_object
+from slurmctl.runtime.informer import Event, EventType
 from slurmctl.runtime.logs import reconcile_id
 from test.unit.runtime.fakes import FakeClock, settle, until
 
@@ -129,6 +130,22 @@ async def test_requeue_after_resets_backoff_and_polls_after_the_delay(harness: H
     assert harness.count("poll") == 5
     name = harness.controller.name
     assert sample("controller_runtime_reconcile_total", controller=name, result="requeue_after") == 2
+
+
+async def test_a_batched_watch_wakes_one_pass_for_the_changes_of_a_batch(harness: Harness) -> None:
+    listen = harness.controller.listener(enqueue_object, batch=0.5)
+    pod = {"metadata": {"namespace": "ns", "name": "c"}}
+    for _ in range(5):
+        listen(Event(EventType.UPDATED, pod, old=pod))
+        await harness.clock.advance(0.05)
+    assert harness.count("c") == 0, "the first change waits its batch"
+    await harness.clock.advance(0.3)  # 0.55 s after the first change
+    assert harness.count("c") == 1, "one pass for the five changes"
+    listen(Event(EventType.ADDED, pod, low_priority=True))  # a resync: at once
+    await settle()
+    assert harness.count("c") == 2
+    await harness.clock.advance(1)
+    assert harness.count("c") == 2
 
 
 async def test_requeue_true_uses_the_rate_limiter(harness: Harness) -> None:

@@ -36,7 +36,7 @@ from slurmctl.reconcilers.observed import cluster_of_pod, worker_replicas
 from slurmctl.reconcilers.slurm_marks import only_marks_changed
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE, SlurmSnapshot
 from slurmctl.reconcilers.views import Secret
-from slurmctl.reconcilers.worker_pods import WorkerPods
+from slurmctl.reconcilers.worker_pods import BATCH_SECONDS, WorkerPods
 from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, POD, SLURM_CLUSTER, STATEFULSET
 from slurmctl.render.power import AT_KEY, power_name
@@ -83,11 +83,12 @@ class WorkersReconciler(ComponentReconciler):
     def watch(self, builder: ControllerBuilder) -> None:
         """Worker pods (owned by the StatefulSets, not the cluster): a re-created pod turning ready lets the next
         node of a roll go. Not what the Slurm node loop writes on them (its condition and label say what Slurm says,
-        which the pass reads from Slurm)."""
+        which the pass reads from Slurm). Their changes wake one pass a batch (BATCH_SECONDS)."""
         builder.watches(
             *POD,
             enqueue_mapped(cluster_of_pod),
             predicates=[component_is(*self.decl.labels), negate(only_marks_changed)],
+            batch=BATCH_SECONDS,
         )
 
     async def observe(self, loaded: Loaded) -> Observation:
