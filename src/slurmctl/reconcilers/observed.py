@@ -86,8 +86,8 @@ def outdated_pods(statefulset: Live | None, pods: Iterable[WorkerFacts]) -> list
     update = sts.status.update_revision
     if not update or sts.status.observed_generation != sts.metadata.generation:
         return None
-    names = [p for p in pods if not p.deleting and p.revision != update]
-    return [p.name for p in sorted(names, key=lambda p: p.ordinal)]
+    old = [p for p in pods if not p.deleting and p.revision != update]
+    return [p.name for p in sorted(old, key=lambda p: p.ordinal)]
 
 
 def pod_ready(pod: Live) -> bool:

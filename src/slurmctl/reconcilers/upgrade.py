@@ -34,6 +34,7 @@ from slurmctl.api.v1 import (
 from slurmctl.api.v1.defaults import Component as ImageName
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import JobOutcome, job_outcome
+from slurmctl.reconcilers.views import Pod
 from slurmctl.render import meta
 from slurmctl.render.kinds import JOB, POD
 from slurmctl.runtime import Cache, Event, EventType
@@ -195,10 +196,8 @@ class PodImages:
     @classmethod
     def _made(cls, pod: Mapping[str, Any]) -> PodImages:
         containers = (pod.get("spec") or {}).get("containers") or []
-        conditions = (pod.get("status") or {}).get("conditions") or []
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-        deleting = bool(meta_of(pod).deletion_timestamp)
-        return cls(tuple(str(c.get("image") or "") for c in containers), ready and not deleting)
+        seen = Pod.of(pod)
+        return cls(tuple(str(c.get("image") or "") for c in containers), seen.ready and not seen.terminating)
 
 
 def pod_line(pod: Mapping[str, Any], lines: Mapping[str, str]) -> PodLine:
