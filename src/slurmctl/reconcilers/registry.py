@@ -267,10 +267,10 @@ def _enqueue(queue: WorkQueue[Request], follows: Callable[[str, str], bool]) -> 
 
 def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
     """Slurm's view on the pods: polls each cluster's slurmrestd (it sends no events); the slurmrestd pod turning
-    ready starts the first poll at once, as does a worker pod turning ready or not, or its Kubernetes node being
-    cordoned or uncordoned or turning Ready or NotReady. Pods are listed through the owned-children selector only; of
-    Nodes (read cluster-wide) only their identity and labels, whether they are cordoned and their Ready condition are
-    kept."""
+    ready starts the first poll at once, as does a Kubernetes node being cordoned or uncordoned or turning Ready or
+    NotReady, and a worker pod turning ready or not within a batch (worker_pods.BATCH_SECONDS). Pods are listed
+    through the owned-children selector only; of Nodes (read cluster-wide) only their identity and labels, whether
+    they are cordoned and their Ready condition are kept."""
     worker_labels = next(c for c in ctx.components if c.name == "workers").labels
     loop = ctx.loops[SLURM_NODES] = SlurmNodesReconciler(ctx, worker_labels=worker_labels)
     # A spec edit waits a batch here, so that the components' passes for it (a size edit's StatefulSet) run first: a
