@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from slurmctl.api.v1 import ResumeFailure, WorkerGroup, WorkerGroupStatus, parse_duration
-from slurmctl.reconcilers.observed import WorkerFacts, deleting, pod_ready
+from slurmctl.reconcilers.observed import WorkerPod, deleting, pod_ready
 from slurmctl.reconcilers.views import Pod, condition
 from slurmctl.render import meta
 from slurmctl.runtime.objects import meta_of
@@ -254,7 +254,7 @@ def stray_elastic_pods(
     wanted = {name for group in groups for name in node_names(c, group)}
     prefix = meta.worker_group(c, "")
     out = []
-    for pod in map(WorkerFacts.of, pods):
-        if pod.elastic and pod.name not in wanted and (going or not pod.deleting):
+    for pod in map(WorkerPod.of, pods):
+        if pod.elastic and pod.name not in wanted and (going or not pod.terminating):
             out.append((pod.name, pod.name.removeprefix(prefix).rpartition("-")[0]))
     return out

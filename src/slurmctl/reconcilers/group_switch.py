@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
-from slurmctl.reconcilers.observed import WorkerFacts
+from slurmctl.reconcilers.observed import WorkerPod
 from slurmctl.render import meta
 from slurmctl.slurm import Node
 
@@ -34,7 +34,7 @@ def becoming_elastic(
     still there."""
     elastic = {g.name for g in groups if g.autoscale is not None}
     found = {g for g in elastic if meta.worker_group(c, g) in statefulsets}
-    for pod in map(WorkerFacts.of, pods):
+    for pod in map(WorkerPod.of, pods):
         if pod.group in elastic and not pod.elastic:
             found.add(pod.group)
     return frozenset(found)
@@ -48,7 +48,7 @@ def becoming_fixed(
     not up yet, is not held)."""
     fixed = {g.name for g in groups if g.autoscale is None}
     found = set()
-    for pod in map(WorkerFacts.of, pods):
+    for pod in map(WorkerPod.of, pods):
         if pod.group in fixed and pod.elastic:
             found.add(pod.group)
     prefix = meta.worker_group(c, "")

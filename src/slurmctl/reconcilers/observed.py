@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Literal
 
 from slurmctl.api.v1 import CONTROL_PLANE_LABELS, SlurmCluster
@@ -77,7 +78,7 @@ def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
 REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller on each pod
 
 
-def outdated_pods(statefulset: Live | None, pods: Iterable[WorkerFacts]) -> list[str] | None:
+def outdated_pods(statefulset: Live | None, pods: Iterable[WorkerPod]) -> list[str] | None:
     """Names of a StatefulSet's pods that run an older template than its current one, highest ordinal last; None
     while the StatefulSet controller has not yet observed the latest template (its revision is not known)."""
     if statefulset is None:
@@ -86,7 +87,7 @@ def outdated_pods(statefulset: Live | None, pods: Iterable[WorkerFacts]) -> list
     update = sts.status.update_revision
     if not update or sts.status.observed_generation != sts.metadata.generation:
         return None
-    old = [p for p in pods if not p.deleting and p.revision != update]
+    old = [p for p in pods if not p.terminating and p.revision != update]
     return [p.name for p in sorted(old, key=lambda p: p.ordinal)]
 
 
@@ -179,64 +180,29 @@ def ordinal(pod: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerFacts:
-    """What the workers component, its drain gate and the group switches read of a worker pod
-    (reconcilers/worker_pods.py, group_switch.py, elastic.py), made once of a cached pod (runtime/objects.derived).
-    Why one record: a pass over 10,240 worker pods read each pod's metadata nine times over (grouping, readiness,
-    revisions, elastic ownership, selectors), most of the CPU of the workers pass a size edit waits on."""
-
-    name: str
-    ordinal: int  # `ordinal(name)`
-    group: str  # its worker-group label; "" without
-    labels: Mapping[str, str]
-    ready: bool
-    deleting: bool  # it has a deletionTimestamp
-    elastic: bool  # `is_elastic`
-    revision: str | None  # the template revision the StatefulSet controller labelled it with; None: none
-
-    @classmethod
-    def of(cls, live: Live) -> WorkerFacts:
-        return derived(live, cls, cls._made)
-
-    @classmethod
-    def _made(cls, live: Live) -> WorkerFacts:
-        pod = Pod.of(live)
-        md = pod.metadata
-        return cls(
-            name=md.name,
-            ordinal=ordinal(md.name),
-            group=md.labels.get(LABEL_WORKER_GROUP, ""),
-            labels=md.labels,
-            ready=pod.ready,
-            deleting=bool(md.deletion_timestamp),
-            elastic=is_elastic(md),
-            revision=md.labels.get(REVISION_LABEL),
-        )
-
-    def selected_by(self, match_labels: Mapping[str, str]) -> bool:
-        """Whether a workload's selector (its matchLabels) selects this pod; an empty one (no live StatefulSet of the
-        name) selects nothing."""
-        return bool(match_labels) and match_labels.items() <= self.labels.items()
-
-
 @dataclass(frozen=True)
 class WorkerPod:
-    """What the Slurm node loop needs of a worker pod (its Slurm node has the pod's name)."""
+    """A worker pod as the reconcilers read it (its Slurm node has the pod's name): the Slurm node loop, the workers
+    component, its drain gate and roll (reconcilers/worker_pods.py) and the group switches. Made once of a cached pod
+    (runtime/objects.derived): a pass over 10,240 worker pods read each pod's metadata nine times over (grouping,
+    readiness, revisions, elastic ownership, selectors), most of the CPU of the workers pass a size edit waits on."""
 
     name: str
     node_name: str  # the Kubernetes node it runs on; "" while unscheduled
     has_address: bool  # its sandbox is up (a podIP): slurmd may run
     ready: bool
     slurmd_running: bool  # the slurmd container is running (only then can it register with slurmctld)
-    terminating: bool
+    terminating: bool  # it has a deletionTimestamp
     evictable: bool  # carries the evictable label (see render/disruption.py)
     uid: str = ""  # this pod's; a pod re-created under the same name has another
     created: datetime | None = None  # its creationTimestamp; None when unknown
+    group: str = ""  # its worker-group label; "" without
+    labels: Mapping[str, str] = field(default_factory=dict)
+    elastic: bool = False  # `is_elastic`
+    revision: str | None = None  # the template revision the StatefulSet controller labelled it with; None: none
 
     @classmethod
     def of(cls, live: Live) -> WorkerPod:
-        """Made once of a cached pod (runtime/objects.derived)."""
         return derived(live, cls, cls._made)
 
     @classmethod
@@ -254,7 +220,21 @@ class WorkerPod:
             evictable=md.labels.get(LABEL_EVICTABLE) == "true",
             uid=md.uid,
             created=timestamp(md.creation_timestamp),
+            group=md.labels.get(LABEL_WORKER_GROUP, ""),
+            labels=md.labels,
+            elastic=is_elastic(md),
+            revision=md.labels.get(REVISION_LABEL),
         )
+
+    @cached_property
+    def ordinal(self) -> int:
+        """`ordinal(name)`, worked out once (a roll sorts thousands by it)."""
+        return ordinal(self.name)
+
+    def selected_by(self, match_labels: Mapping[str, str]) -> bool:
+        """Whether a workload's selector (its matchLabels) selects this pod; an empty one (no live StatefulSet of the
+        name) selects nothing."""
+        return bool(match_labels) and match_labels.items() <= self.labels.items()
 
 
 def timestamp(value: Any) -> datetime | None:

@@ -20,7 +20,7 @@ from slurmctl.reconcilers.elastic import stray_elastic_pods
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import (
     Live,
-    WorkerFacts,
+    WorkerPod,
     clusters_on,
     deleting,
     match_labels,
@@ -76,11 +76,11 @@ class WorkerPods:
         drains, and what the Slurm node loop must not resume. `live`: each live worker StatefulSet's replicas by
         name, and `pods`: the cluster's worker pods, when the caller has read them already. `rolls`: whether pods may
         be re-created for a new template now (the maintenance gate, reconcilers/maintenance_gate.py); when not, no
-        worker is rolled. Each pod is read once of its cache (`WorkerFacts`: a pass looks at thousands)."""
+        worker is rolled. Each pod is read once of its cache (`WorkerPod`: a pass looks at thousands)."""
         statefulsets = self.statefulsets(loaded)
         live = worker_replicas(statefulsets) if live is None else live
         found_pods = self.pods(loaded.name, loaded.namespace) if pods is None else sorted(pods, key=_name)
-        seen = [WorkerFacts.of(pod) for pod in found_pods]
+        seen = [WorkerPod.of(pod) for pod in found_pods]
         selectors = {_name(sts): match_labels(sts) for sts in statefulsets if not deleting(sts)}
         unselected = _unselected(seen, selectors)
         spec = loaded.cluster.spec
@@ -107,8 +107,8 @@ class WorkerPods:
         self,
         loaded: Loaded,
         live: Mapping[str, int],
-        seen: Sequence[WorkerFacts],
-        unselected: Mapping[str, list[WorkerFacts]],
+        seen: Sequence[WorkerPod],
+        unselected: Mapping[str, list[WorkerPod]],
     ) -> list[Leaving]:
         """The workers to re-create next (only the operator deletes worker pods: OnDelete StatefulSets), so that at
         most the roll's limit (spec.maintenance.maxUnavailable) of the cluster's fixed workers are out at a time: in
@@ -117,7 +117,7 @@ class WorkerPods:
         that is missing, not ready or going counts as out, as a Deployment counts unavailable pods; a due pod out
         already costs no place to re-create."""
         c, ns = loaded.name, loaded.namespace
-        by_group: dict[str, list[WorkerFacts]] = defaultdict(list)
+        by_group: dict[str, list[WorkerPod]] = defaultdict(list)
         for pod in seen:
             by_group[pod.group].append(pod)
         out, in_service, due_now = 0, set[str](), list[Leaving]()
@@ -128,7 +128,7 @@ class WorkerPods:
                 continue  # an elastic group's StatefulSet (it was fixed) only leaves
             pods = by_group.get(group.name, [])
             kept = min(replicas, group.size)
-            ready = {pod.name for pod in pods if pod.ordinal < kept and pod.ready and not pod.deleting}
+            ready = {pod.name for pod in pods if pod.ordinal < kept and pod.ready and not pod.terminating}
             out += kept - len(ready)
             in_service |= ready
             if group.size < replicas:
@@ -173,20 +173,18 @@ def _stray_why(group: str, fixed: Collection[str]) -> str:
     return f"worker group {group} no longer has this elastic node"
 
 
-def _unselected(
-    seen: Iterable[WorkerFacts], selectors: Mapping[str, Mapping[str, str]]
-) -> dict[str, list[WorkerFacts]]:
+def _unselected(seen: Iterable[WorkerPod], selectors: Mapping[str, Mapping[str, str]]) -> dict[str, list[WorkerPod]]:
     """Worker pods that no live StatefulSet selects, by the StatefulSet name in theirs: left behind (orphaned) when a
     StatefulSet whose selector changed was deleted. `selectors`: each live StatefulSet's, by name."""
-    out: dict[str, list[WorkerFacts]] = defaultdict(list)
+    out: dict[str, list[WorkerPod]] = defaultdict(list)
     for pod in seen:
         owner = statefulset_of(pod.name)
-        if not pod.deleting and not pod.elastic and not pod.selected_by(selectors.get(owner, {})):
+        if not pod.terminating and not pod.elastic and not pod.selected_by(selectors.get(owner, {})):
             out[owner].append(pod)
     return out
 
 
-def _left_behind(loaded: Loaded, live: Mapping[str, int], unselected: Mapping[str, list[WorkerFacts]]) -> list[Leaving]:
+def _left_behind(loaded: Loaded, live: Mapping[str, int], unselected: Mapping[str, list[WorkerPod]]) -> list[Leaving]:
     """Left-behind pods no StatefulSet will re-create (a removed group's, or past its group's size): all leave at
     once, as in a scale-in. Those it will re-create leave one at a time (`_roll`); none leaves while its group's new
     StatefulSet is not there yet."""
@@ -209,5 +207,5 @@ def _name(obj: Obj) -> str:
     return str(obj["metadata"]["name"])
 
 
-def _ordinal(pod: WorkerFacts) -> int:
+def _ordinal(pod: WorkerPod) -> int:
     return pod.ordinal
