@@ -32,6 +32,7 @@ from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
 from slurmctl.render.kinds import NODE, POD
 from slurmctl.runtime import ApiError, NotFound
+from slurmctl.runtime.concurrency import pause
 from slurmctl.slurm import Node, SlurmError
 
 
@@ -122,11 +123,13 @@ class NodeObserver:
             why = "spec.rest.enabled is false" if not loaded.cluster.spec.rest.enabled else "no ready slurmrestd pod"
             slurm.unreachable(c, ns, why)
             return base
+        await pause()  # each pod read (a decode when it changed): a piece of the pass of its own
         standby = self._standby(loaded)
         lost, unconfirmed = await self._lost(loaded, [*workers, *standby])
         fresh_read = any(pod.uid not in handled for pod in (*workers, *standby) if pod.name in lost.lost)
         before = slurm.latest(c, ns)
         snapshot = await slurm.snapshot(c, ns, max_age=0.0 if fresh_read else NODE_LOOP_MAX_AGE)
+        await pause()
         answers: dict[str, bool] = {}
         lost_standby = [pod for pod in standby if pod.name in lost.lost and pod.uid not in handled]
         if lost_standby and snapshot.up:
@@ -136,20 +139,20 @@ class NodeObserver:
                 snapshot = SlurmSnapshot(snapshot.taken_at, error=exc)
             else:
                 answers = {pod.name: controllers.get(pod.name, False) for pod in lost_standby}
+        hosts = self._hosts({w.node_name for w in workers if w.node_name})
         return dataclasses.replace(
             base,
             standby=tuple(standby),
-            cordoned=frozenset(w.name for w in workers if self.cordoned(w)),
+            cordoned=frozenset(
+                w.name for w in workers if not w.terminating and hosts.get(w.node_name, _NO_HOST).cordoned
+            ),
             preempted={
                 w.name: taint
                 for w in workers
-                if not w.terminating
-                and (taint := preemption_taint(self._node(w.node_name), self.ctx.preemption_taints)) is not None
+                if not w.terminating and (taint := hosts.get(w.node_name, _NO_HOST).preemption) is not None
             },
-            unsettled=frozenset(
-                w.name for w in workers if not w.node_name or node_ready(self._node(w.node_name)) is not True
-            ),
-            protected=frozenset(w.node_name for w in workers if control_plane(self._node(w.node_name))),
+            unsettled=frozenset(w.name for w in workers if not hosts.get(w.node_name, _NO_HOST).ready),
+            protected=frozenset(host for host, seen in hosts.items() if seen.control_plane),
             leaving=frozenset(
                 going.node
                 for going in self.workers.leaving(loaded, pods=pods, rolls=rolls_allowed(loaded.cluster.spec, base.now))
@@ -198,3 +201,30 @@ class NodeObserver:
 
     def _node(self, name: str) -> Live | None:
         return self.manager.cache.get(*NODE, name) if name else None
+
+    def _hosts(self, names: set[str]) -> dict[str, _Host]:
+        """What the pass reads of each Kubernetes node with workers, read once a node: 10,240 workers run on a
+        thousand nodes, and reading each pod's node four times over was a third of the loop's pass."""
+        out = {}
+        for name in names:
+            node = self._node(name)
+            out[name] = _Host(
+                cordoned=unschedulable(node),
+                preemption=preemption_taint(node, self.ctx.preemption_taints),
+                ready=node_ready(node) is True,
+                control_plane=control_plane(node),
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class _Host:
+    """A Kubernetes node as one pass reads it."""
+
+    cordoned: bool
+    preemption: str | None  # the preemption taint it carries, if any
+    ready: bool
+    control_plane: bool
+
+
+_NO_HOST = _Host(cordoned=False, preemption=None, ready=False, control_plane=False)  # unscheduled, or unknown

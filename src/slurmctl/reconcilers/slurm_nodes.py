@@ -51,6 +51,7 @@ from slurmctl.reconcilers.slurm_marks import evictable_intents
 from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render.kinds import SLURM_CLUSTER
 from slurmctl.runtime import Event, EventType, Request, Result
+from slurmctl.runtime.concurrency import pause
 
 NAME = "slurm-nodes"  # the controller's
 
@@ -122,10 +123,12 @@ class SlurmNodesReconciler:
         status: StatusPlan | None = None
         error = ""  # why Slurm could not be asked or refused ("": not asked at all)
         if obs.slurm is not None and obs.slurm.up:
+            await pause()
             repair = plan_repair(obs, memory)
             done, refused = await self.executor.repair(loaded, repair)
             memory = repair.memory.after(done)
             if refused is None:
+                await pause()
                 status = plan_status(obs, repair, done.gone)
             else:  # a write failed, perhaps half-way: the next reader reads again
                 self.ctx.slurm.changed(loaded.name, loaded.namespace)

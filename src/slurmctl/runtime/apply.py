@@ -56,8 +56,13 @@ class ApplyTransport(Protocol):
     async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Obj: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Applied:
+    """An intent applied (`digest`) and the last resourceVersion of the object known to hold it: the object as it is
+    after the apply, or a later one found to hold it still (changed by someone else: a StatefulSet's status). Moved
+    on in place, as re-inserting an entry would restart its TTL. Why moved on: at 10,240 workers, each pass after an
+    edit compared all 64 worker StatefulSets with their intents again, a third of the pass the edit waits on."""
+
     resource_version: str
     digest: str
 
@@ -169,8 +174,10 @@ class Applier:
                 and (remembered is not None or fresh)
                 and self._in_place(live, body, remembered, digest=digest, subresource=subresource)
             ):
-                if remembered is None:  # re-inserting a remembered entry would restart its TTL
+                if remembered is None:
                     self._applied[key] = _Applied(_rv(live) or "", digest)
+                else:
+                    remembered.resource_version = _rv(live) or ""
                 self._metrics.apply_cache_hits.labels(kind).inc()
                 return live
         self._metrics.apply_cache_misses.labels(kind).inc()

@@ -131,6 +131,28 @@ async def test_a_write_that_leaves_the_intent_in_place_costs_no_apply(api: FakeA
     assert len(api.applies) == 1
 
 
+async def test_after_a_write_that_left_the_intent_in_place_the_ttl_holds_and_drift_is_still_repaired(
+    api: FakeApi, applier: Applier, clock: Clock
+) -> None:
+    """The object found to hold the intent at a new resourceVersion is remembered at that one, without restarting the
+    entry's TTL; a later edit of an intended value (another resourceVersion) is re-applied."""
+    await applier.apply(intent(), field_manager="slurmctl")
+    for generation in (2, 3):  # the StatefulSet controller writing status, twice
+        clock.now += 600
+        api.objects[("ns", "cfg")]["status"] = {"observedGeneration": generation}
+        api.touch("cfg")
+        await applier.apply(intent(), field_manager="slurmctl")
+        await applier.apply(intent(), field_manager="slurmctl")
+    assert len(api.applies) == 1
+    clock.now = 1801  # the first apply's entry expires: ownership is re-asserted
+    await applier.apply(intent(), field_manager="slurmctl")
+    assert len(api.applies) == 2
+    api.objects[("ns", "cfg")]["data"] = {"k": "edited"}
+    api.touch("cfg")
+    await applier.apply(intent(), field_manager="slurmctl")
+    assert [a[0]["data"] for a in api.applies] == [{"k": "v"}] * 3
+
+
 async def test_a_deleted_object_is_applied_again(api: FakeApi, applier: Applier) -> None:
     await applier.apply(intent(), field_manager="slurmctl")
     del api.objects[("ns", "cfg")]

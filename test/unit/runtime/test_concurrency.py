@@ -1,4 +1,4 @@
-"""`bounded`: a pass's writes, a few at once, each to its end."""
+"""`bounded`: a pass's writes, a few at once, each to its end; `pause`: a long pass in pieces."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import inspect
 
-from slurmctl.runtime.concurrency import bounded
+from slurmctl.runtime.concurrency import bounded, pause
 
 
 async def test_at_most_the_limit_run_at_once_and_every_result_comes_back_in_order() -> None:
@@ -57,3 +57,18 @@ async def test_cancelling_the_pass_cancels_its_writes() -> None:
         await task
     assert cancelled.is_set() and task.cancelled()
     assert inspect.getcoroutinestate(waiting) == inspect.CORO_CLOSED
+
+
+async def test_a_pause_lets_what_is_ready_run_before_the_pass_goes_on() -> None:
+    """A long pass's pieces: another controller's pass, ready meanwhile, runs between them, not after all of them."""
+    ran = []
+
+    async def other() -> None:
+        ran.append("other pass")
+
+    task = asyncio.create_task(other())
+    ran.append("first piece")
+    await pause()
+    ran.append("second piece")
+    await task
+    assert ran == ["first piece", "other pass", "second piece"]
