@@ -10,16 +10,18 @@ beside its floor where there is one:
 - the operator's CPU seconds and peak memory over the whole run (from /proc: its own process), its API writes per
   object it owns (the API server's audit log);
 - writes over an idle window (goal: 0), and the node loop's CPU per pass with BENCH_SCALE_JOBS jobs in Slurm;
-- a `size` edit of one group, +N and -N (the drain gate included): edit -> the StatefulSet's replicas say it;
+- a `size` edit of one group, +N and -N (the drain gate included): edit -> the StatefulSet's replicas say it; then
+  edits of +1 one at a time on a quiet operator (none needs a pod to go): the p50 of edit -> StatefulSet;
 - a restart-requiring change of every worker, rolled with spec.maintenance.maxUnavailable BENCH_SCALE_ROLL_LIMIT:
   nodes out of service at once, never more than that limit; total time; no job lost;
 - a drain storm: every simulated node cordoned, in waves of a tenth: cordon -> Slurm drained every worker there.
 
 Sizes (environment): BENCH_SCALE_NODES (1000), BENCH_SCALE_WORKERS (10240), BENCH_SCALE_GROUPS (64),
-BENCH_SCALE_JOBS (20000), BENCH_SCALE_EDIT (500), BENCH_SCALE_ROLL_LIMIT (5%), BENCH_SCALE_KCM_QPS (100);
-BENCH_SCALE_ROLL=0 leaves the roll out (at 10,240 workers it alone takes over an hour on 2 cores). The
-StatefulSet controller creates pods at kube-controller-manager's client rate, for the plain loop as for the operator:
-its default of 20 a second alone takes 8.5 minutes for 10,240 pods, so the bench raises it (as large clusters do).
+BENCH_SCALE_JOBS (20000), BENCH_SCALE_EDIT (500), BENCH_SCALE_EDIT_SAMPLES (9), BENCH_SCALE_ROLL_LIMIT (5%),
+BENCH_SCALE_KCM_QPS (100); BENCH_SCALE_ROLL=0 leaves the roll out (at 10,240 workers it alone takes over an hour on 2
+cores). The StatefulSet controller creates pods at kube-controller-manager's client rate, for the plain loop as for the
+operator: its default of 20 a second alone takes 8.5 minutes for 10,240 pods, so the bench raises it (as large clusters
+do).
 Each figure is printed as soon as it is measured (a run stopped early still says what it got), then all again.
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -60,6 +63,7 @@ WORKERS = int(os.environ.get("BENCH_SCALE_WORKERS", "10240"))
 GROUPS = int(os.environ.get("BENCH_SCALE_GROUPS", "64"))
 JOBS = int(os.environ.get("BENCH_SCALE_JOBS", "20000"))
 EDIT = int(os.environ.get("BENCH_SCALE_EDIT", "500"))
+EDIT_SAMPLES = int(os.environ.get("BENCH_SCALE_EDIT_SAMPLES", "9"))
 MAX_UNAVAILABLE = os.environ.get("BENCH_SCALE_ROLL_LIMIT", "5%")
 ROLL = os.environ.get("BENCH_SCALE_ROLL", "1") != "0"
 MAX_UNAVAILABLE_VALUE: int | str = int(MAX_UNAVAILABLE) if MAX_UNAVAILABLE.isdigit() else MAX_UNAVAILABLE
@@ -330,19 +334,8 @@ async def _measure(tmp: Path) -> list[Figure]:
             group = "g01"
             for delta in (EDIT, -EDIT):
                 sizes[group] += delta
-                patch = {"spec": {"workers": _cluster_spec(sizes)["workers"]}}
                 started = time.monotonic()
-                await custom.patch_namespaced_custom_object(
-                    "slurm.slurmctl.io", "v1", ns, "slurmclusters", NAME, patch,
-                    _content_type="application/merge-patch+json",
-                )  # fmt: skip
-
-                async def replicas(want: int = sizes[group]) -> bool:
-                    sts = await client.AppsV1Api(api).read_namespaced_stateful_set(meta.worker_group(NAME, group), ns)
-                    return bool(sts.spec.replicas == want)
-
-                await _wait(replicas, within=900, interval=0.02, what=f"group {group} at {sizes[group]}")
-                figures.append((f"scale_edit_{delta:+d}_statefulset_s", time.monotonic() - started, "s"))
+                figures.append((f"scale_edit_{delta:+d}_statefulset_s", await _edit(api, ns, sizes, group), "s"))
 
                 async def pods_match(want: int = sum(sizes.values())) -> bool:
                     return await _running(api, ns) == want
@@ -350,6 +343,21 @@ async def _measure(tmp: Path) -> list[Figure]:
                 await _wait(pods_match, within=1800, interval=_listing_every(0.5), what="pods at the new size")
                 figures.append((f"scale_edit_{delta:+d}_done_s", time.monotonic() - started, "s"))
             await _settle(audit, within=900)
+            # Edits that need no pod to go, one at a time on a quiet operator: the p50 the goal is set for.
+            latencies = []
+            for k in range(EDIT_SAMPLES):
+                group = f"g{(k + 2) % GROUPS:02}"
+                sizes[group] += 1
+                latencies.append(await _edit(api, ns, sizes, group))
+                await _wait(lambda g=group: _group_ready(api, ns, g, sizes[g]), within=300, interval=0.5,
+                            what=f"group {group} ready at {sizes[group]}")  # fmt: skip
+                await _settle(audit, within=900)
+            if latencies:
+                figures.append(
+                    (f"scale_edit_p50_of_{EDIT_SAMPLES}_statefulset_ms", statistics.median(latencies) * 1000,
+                     goal("ms", "<= 100 (an edit no pod must leave for)"))
+                )  # fmt: skip
+                figures.append((f"scale_edit_max_of_{EDIT_SAMPLES}_statefulset_ms", max(latencies) * 1000, "ms"))
 
             if ROLL:
                 for figure in await _roll(api, ns, sizes, restd):
@@ -432,6 +440,28 @@ async def _conditions(api: client.ApiClient, namespace: str, state: str, count: 
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def _edit(api: client.ApiClient, ns: str, sizes: dict[str, int], group: str) -> float:
+    """Patch the cluster's groups to `sizes`; seconds from the patch until the group's StatefulSet says its size."""
+    patch = {"spec": {"workers": _cluster_spec(sizes)["workers"]}}
+    started = time.monotonic()
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "slurm.slurmctl.io", "v1", ns, "slurmclusters", NAME, patch, _content_type="application/merge-patch+json"
+    )
+    want = sizes[group]
+
+    async def replicas() -> bool:
+        sts = await client.AppsV1Api(api).read_namespaced_stateful_set(meta.worker_group(NAME, group), ns)
+        return bool(sts.spec.replicas == want)
+
+    await _wait(replicas, within=900, interval=0.02, what=f"group {group} at {want}")
+    return time.monotonic() - started
+
+
+async def _group_ready(api: client.ApiClient, ns: str, group: str, want: int) -> bool:
+    sts = await client.AppsV1Api(api).read_namespaced_stateful_set(meta.worker_group(NAME, group), ns)
+    return bool((sts.status.ready_replicas or 0) == want)
 
 
 async def _settle(audit: Path, *, quiet: float = 5.0, within: float = 900.0) -> float:
