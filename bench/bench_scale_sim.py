@@ -358,6 +358,16 @@ async def _measure(tmp: Path) -> list[Figure]:
                      goal("ms", "<= 100 (an edit no pod must leave for)"))
                 )  # fmt: skip
                 figures.append((f"scale_edit_max_of_{EDIT_SAMPLES}_statefulset_ms", max(latencies) * 1000, "ms"))
+                # Back to the size created (one edit; the drain gate lets the added nodes go): what follows, and the
+                # plain loop that is its floor, are of the same cluster.
+                sizes.update(groups(WORKERS, GROUPS))
+                await _edit(api, ns, sizes, group)
+
+                async def created_size() -> bool:
+                    return await _running(api, ns) == WORKERS
+
+                await _wait(created_size, within=900, interval=_listing_every(0.5), what=f"{WORKERS} workers again")
+                await _settle(audit, within=900)
 
             if ROLL:
                 for figure in await _roll(api, ns, sizes, restd):
