@@ -12,7 +12,7 @@ seen rather than decide anything: how long each Kubernetes node has been NotRead
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -99,13 +99,10 @@ class NodeObserver:
         self.not_ready = NotReadyClock(self.manager.clock)
         self.since = CordonedSince(self.manager.clock)
 
-    def cordoned(self, pod: WorkerPod) -> bool:
-        return bool(pod.node_name) and not pod.terminating and unschedulable(self._node(pod.node_name))
-
     def held(self, loaded: Loaded, workers: tuple[WorkerPod, ...]) -> Held:
         """Slurm cannot be asked: the pods evictable by the hold alone (counted from the first pass that saw them so
         while Slurm could not be asked)."""
-        cordoned = {w.name for w in workers if self.cordoned(w)}
+        cordoned = _on_cordoned(workers, self._hosts(workers))
         held, new = self.since.held((loaded.namespace, loaded.name), cordoned, self.ctx.max_eviction_hold)
         return Held(frozenset(held), frozenset(new))
 
@@ -139,13 +136,11 @@ class NodeObserver:
                 snapshot = SlurmSnapshot(snapshot.taken_at, error=exc)
             else:
                 answers = {pod.name: controllers.get(pod.name, False) for pod in lost_standby}
-        hosts = self._hosts({w.node_name for w in workers if w.node_name})
+        hosts = self._hosts(workers)
         return dataclasses.replace(
             base,
             standby=tuple(standby),
-            cordoned=frozenset(
-                w.name for w in workers if not w.terminating and hosts.get(w.node_name, _NO_HOST).cordoned
-            ),
+            cordoned=_on_cordoned(workers, hosts),
             preempted={
                 w.name: taint
                 for w in workers
@@ -202,11 +197,11 @@ class NodeObserver:
     def _node(self, name: str) -> Live | None:
         return self.manager.cache.get(*NODE, name) if name else None
 
-    def _hosts(self, names: set[str]) -> dict[str, _Host]:
+    def _hosts(self, workers: Iterable[WorkerPod]) -> dict[str, _Host]:
         """What the pass reads of each Kubernetes node with workers, read once a node: 10,240 workers run on a
         thousand nodes, and reading each pod's node four times over was a third of the loop's pass."""
         out = {}
-        for name in names:
+        for name in {w.node_name for w in workers if w.node_name}:
             node = self._node(name)
             out[name] = _Host(
                 cordoned=unschedulable(node),
@@ -228,3 +223,8 @@ class _Host:
 
 
 _NO_HOST = _Host(cordoned=False, preemption=None, ready=False, control_plane=False)  # unscheduled, or unknown
+
+
+def _on_cordoned(workers: Iterable[WorkerPod], hosts: Mapping[str, _Host]) -> frozenset[str]:
+    """The worker pods on a cordoned Kubernetes node, but those going already."""
+    return frozenset(w.name for w in workers if not w.terminating and hosts.get(w.node_name, _NO_HOST).cordoned)
