@@ -51,15 +51,18 @@ def _without_marks(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {**pod, "metadata": metadata, "status": status}
 
 
+def node_state(node: Node | None) -> tuple[str, str, str]:
+    """What a pod's condition says of its Slurm node: status, reason (the Slurm state) and message (Slurm's reason)."""
+    if node is None:
+        return "False", "NotRegistered", "slurmd has not registered this node with slurmctld"
+    display = node.display
+    return ("True" if display in _USABLE else "False"), display, node.reason  # CamelCase: a valid condition reason
+
+
 def node_condition(node: Node | None, live: Mapping[str, Any] | None, at: datetime) -> dict[str, Any]:
     """The pod condition for a Slurm node; lastTransitionTime (`at` when it flips) is kept while the status does not
     flip, so an unchanged state renders an identical intent (and no write)."""
-    if node is None:
-        status, reason, message = "False", "NotRegistered", "slurmd has not registered this node with slurmctld"
-    else:
-        status = "True" if node.display in _USABLE else "False"
-        reason = node.display  # CamelCase letters: a valid condition reason
-        message = node.reason
+    status, reason, message = node_state(node)
     since = live.get("lastTransitionTime") if live and live.get("status") == status else None
     return {
         "type": CONDITION,
@@ -74,7 +77,8 @@ def condition_intents(
     namespace: str, pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node], at: datetime
 ) -> list[Obj]:
     """Each started pod's SlurmNodeState condition, from its Slurm node in `nodes` (by the pod's name), where it
-    differs from what the pod carries."""
+    differs from what the pod carries. Compared before it is built: at 10,240 workers nearly every pod's is unchanged
+    on each pass."""
     out = []
     for pod in pods:
         worker = WorkerPod.of(pod)
@@ -82,24 +86,12 @@ def condition_intents(
             continue
         live = condition_of(pod, CONDITION)
         node = nodes.get(worker.name)
-        if live is not None and node is not None and _says(live, node):
-            continue  # the common case at 10,240 workers: no condition built to be thrown away
-        cond = node_condition(node, live, at)
-        if live is not None and all((live.get(k) or "") == v for k, v in cond.items()):
-            continue
-        out.append(_pod(worker.name, namespace, status={"conditions": [cond]}))
+        if live is not None and live.get("lastTransitionTime"):
+            status, reason, message = node_state(node)
+            if (live.get("status"), live.get("reason"), live.get("message") or "") == (status, reason, message):
+                continue  # what node_condition would build, lastTransitionTime kept
+        out.append(_pod(worker.name, namespace, status={"conditions": [node_condition(node, live, at)]}))
     return out
-
-
-def _says(live: Mapping[str, Any], node: Node) -> bool:
-    """Whether a pod's condition already says what `node_condition` would write for this Slurm node."""
-    display = node.display
-    return (
-        live.get("status") == ("True" if display in _USABLE else "False")
-        and live.get("reason") == display
-        and (live.get("message") or "") == node.reason
-        and bool(live.get("lastTransitionTime"))
-    )
 
 
 def evictable_intents(namespace: str, pods: Iterable[Mapping[str, Any]], may_go: Collection[str]) -> list[Obj]:

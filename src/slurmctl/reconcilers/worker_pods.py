@@ -74,12 +74,13 @@ class WorkerPods:
     ) -> list[Leaving]:
         """Every node that must go now (scale-in, removed groups, the node being re-created): what the drain gate
         drains, and what the Slurm node loop must not resume. `live`: each live worker StatefulSet's replicas by
-        name, and `pods`: the cluster's worker pods, when the caller has read them already. `rolls`: whether pods may
-        be re-created for a new template now (the maintenance gate, reconcilers/maintenance_gate.py); when not, no
-        worker is rolled. Each pod is read once of its cache (`WorkerPod`: a pass looks at thousands)."""
+        name, and `pods`: the cluster's worker pods in name order (as the cache lists them), when the caller has read
+        them already. `rolls`: whether pods may be re-created for a new template now (the maintenance gate,
+        reconcilers/maintenance_gate.py); when not, no worker is rolled. Each pod is read once of its cache
+        (`WorkerPod`: a pass looks at thousands)."""
         statefulsets = self.statefulsets(loaded)
         live = worker_replicas(statefulsets) if live is None else live
-        found_pods = self.pods(loaded.name, loaded.namespace) if pods is None else sorted(pods, key=_name)
+        found_pods = self.pods(loaded.name, loaded.namespace) if pods is None else list(pods)
         seen = [WorkerPod.of(pod) for pod in found_pods]
         selectors = {_name(sts): match_labels(sts) for sts in statefulsets if not deleting(sts)}
         unselected = _unselected(seen, selectors)

@@ -121,10 +121,14 @@ def test_component_names_and_conditions_are_unique() -> None:
     assert len(labels) == len(set(labels))
 
 
-async def test_register_builds_one_controller_per_component() -> None:
+async def test_register_builds_one_controller_per_component_the_workers_first() -> None:
+    """One per component, and the loop that reads Slurm's view of the nodes (not a component: it owns no child). The
+    workers component's first: informers call their listeners in the order they were added, so after a spec edit its
+    pass (a size edit's StatefulSet) starts before the others'."""
     async with Env() as env:
-        # One per component, and the loop that reads Slurm's view of the nodes (not a component: it owns no child).
-        assert env.manager.controller_names == [*(c.name for c in COMPONENTS), "slurm-nodes"]
+        others = [c.name for c in COMPONENTS if c.name != "workers"]
+        assert env.manager.controller_names == ["workers", *others, "slurm-nodes"]
+        assert list(env.ctx.reconcilers) == [c.name for c in COMPONENTS]  # the components keep their order
 
 
 async def test_a_cluster_is_parsed_once_per_change_for_all_controllers() -> None:
