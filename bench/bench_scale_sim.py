@@ -408,14 +408,10 @@ async def _measure(tmp: Path) -> list[Figure]:
 
 async def _roll(api: client.ApiClient, ns: str, sizes: dict[str, int], restd: StandInRestd) -> list[Figure]:
     """A roll of every worker (a restart-requiring template change), one-second jobs running."""
-    custom, slurm = client.CustomObjectsApi(api), restd.slurm
+    slurm = restd.slurm
     restd.submit(WORKERS, seconds=1.0)
-    patch = {"spec": {"workers": _cluster_spec(sizes, cpu=2)["workers"]}}
     started = time.monotonic()
-    await custom.patch_namespaced_custom_object(
-        "slurm.slurmctl.io", "v1", ns, "slurmclusters", NAME, patch,
-        _content_type="application/merge-patch+json",
-    )  # fmt: skip
+    await _patch_workers(api, ns, sizes, cpu=2)
     worst = 0
     rolling = {f"{meta.worker_group(NAME, g)}-{i}" for g, size in sizes.items() for i in range(size)}
 
@@ -452,13 +448,18 @@ async def _true(value: bool) -> bool:
     return value
 
 
-async def _edit(api: client.ApiClient, ns: str, sizes: dict[str, int], group: str) -> float:
-    """Patch the cluster's groups to `sizes`; seconds from the patch until the group's StatefulSet says its size."""
-    patch = {"spec": {"workers": _cluster_spec(sizes)["workers"]}}
-    started = time.monotonic()
+async def _patch_workers(api: client.ApiClient, ns: str, sizes: dict[str, int], *, cpu: int = 1) -> None:
+    """The cluster's worker groups as `sizes` say (`kubectl edit`: a merge patch of spec.workers)."""
+    patch = {"spec": {"workers": _cluster_spec(sizes, cpu)["workers"]}}
     await client.CustomObjectsApi(api).patch_namespaced_custom_object(
         "slurm.slurmctl.io", "v1", ns, "slurmclusters", NAME, patch, _content_type="application/merge-patch+json"
     )
+
+
+async def _edit(api: client.ApiClient, ns: str, sizes: dict[str, int], group: str) -> float:
+    """Patch the cluster's groups to `sizes`; seconds from the patch until the group's StatefulSet says its size."""
+    started = time.monotonic()
+    await _patch_workers(api, ns, sizes)
     want = sizes[group]
 
     async def replicas() -> bool:
