@@ -10,7 +10,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Final, Literal, get_args
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, SerializerFunctionWrapHandler, StringConstraints, model_serializer
 
 from .types import ApiModel
 
@@ -233,6 +233,16 @@ class SlurmVersionStatus(ApiModel):
         max_length=253,
         description="The PersistentVolumeClaim holding the accounting database's backups taken before upgrades.",
     )
+
+    @model_serializer(mode="wrap")
+    def _no_empty_components(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """An empty `components` is left out, not written: server-side apply turns a map its manager emptied into
+        null, which the schema (an object) refuses, and the whole status write with it (every staged pod gone at
+        once). Left out, the apply removes the field its manager owned, and a reader sees the default, empty."""
+        data: dict[str, object] = handler(self)
+        if not data.get("components"):
+            data.pop("components", None)
+        return data
 
 
 class SlurmClusterStatus(ApiModel):

@@ -10,7 +10,17 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
-from slurmctl.api.v1 import CRD_NAME, GROUP, PLURAL, VERSION, SlurmClusterSpec, crd
+from slurmctl.api.v1 import (
+    CRD_NAME,
+    GROUP,
+    PLURAL,
+    VERSION,
+    SlurmClusterSpec,
+    SlurmClusterStatus,
+    SlurmVersionStatus,
+    crd,
+)
+from slurmctl.reconcilers.base import status_part
 from test.e2e.harness import REPO, ControlPlane, eventually
 
 pytestmark = pytest.mark.e2e
@@ -217,3 +227,35 @@ async def test_invalid_manifests_are_rejected_naming_the_field(
     body, field = INVALID["unknown service type"]
     proc = installed.apply_unvalidated(body, namespace=namespace)
     assert proc.returncode != 0 and field in proc.stderr
+
+
+async def test_slurm_line_status_survives_every_staged_pod_gone(
+    installed: ControlPlane, api: client.ApiClient, namespace: str
+) -> None:
+    """When every staged pod is gone at once (a restart of every node), the cluster component's status part names no
+    component's line: the API server must still take the whole status, not refuse it."""
+    custom = client.CustomObjectsApi(api)
+    await custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, VALID, _request_timeout=TIMEOUT)
+    status_base = {"apiVersion": VALID["apiVersion"], "kind": "SlurmCluster", "metadata": {"name": "valid"}}
+    running = SlurmVersionStatus(
+        version="25.11", components={"controller": "25.11", "workers": "25.11"}, phase="Current"
+    )
+    for part in (running, SlurmVersionStatus(components={}, phase="Current")):
+        body = status_part(SlurmClusterStatus(phase="Degraded", slurm=part))
+        await custom.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            "valid",
+            {**status_base, "status": body},
+            field_manager="slurmctl-cluster",
+            force=True,
+            _content_type=APPLY,
+            _request_timeout=TIMEOUT,
+        )
+    stored = await custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "valid", _request_timeout=TIMEOUT
+    )
+    assert stored["status"]["phase"] == "Degraded"
+    assert SlurmVersionStatus.model_validate(stored["status"]["slurm"]).components == {}
