@@ -23,6 +23,7 @@ from slurmctl.reconcilers.observed import deleting
 from slurmctl.reconcilers.plan import Note
 from slurmctl.render import meta
 from slurmctl.render.kinds import DEPLOYMENT, JOB, POD, ROLE_BINDING, SLURM_CLUSTER, STATEFULSET, Kind
+from slurmctl.render.workers import COMPONENT as WORKERS
 from slurmctl.runtime import ApiError, Conflict, Request, Result
 from slurmctl.runtime.concurrency import bounded
 from slurmctl.runtime.errors import rejection
@@ -131,7 +132,8 @@ class ComponentReconciler:
         if self.decl.name != "cluster" and not upgrade.may_be_upgrading(obj):
             return upgrade.Decision(loaded.cluster.spec.slurm.version)
         labels = {c.name: c.labels for c in self.ctx.components if c.name in upgrade.STAGED}
-        return upgrade.observe(self.cache, loaded.cluster, labels, loaded.namespace)
+        workers = {WORKERS: self.ctx.worker_pods.record(loaded.name, loaded.namespace)}
+        return upgrade.observe(self.cache, loaded.cluster, labels, loaded.namespace, workers)
 
     async def rejected(self, req: Request, loaded: Loaded, rejected: ApplyRejected) -> None:
         """Say in this component's condition which object the API server refused and why; the Warning Event (and
@@ -158,13 +160,6 @@ class ComponentReconciler:
         """
         keys = read_keys(self.cache, loaded, key_secrets(loaded.name))
         children = {kind: {o["metadata"]["name"]: o for o in self.owned(loaded, kind)} for kind in self.decl.owns}
-        pods: dict[str, Obj] = {}
-        lists = 0  # the cache lists each by name: only pods under two labels (releases before 0.2) need a sort
-        for label in self.decl.labels:  # pods are owned by the workloads, not the cluster: found by their labels
-            selector = meta.selector(loaded.name, label)
-            found = self.cache.list(*POD, namespace=loaded.namespace, labels=selector)
-            lists += bool(found)
-            pods.update((pod["metadata"]["name"], pod) for pod in found)
         refusals: dict[str, str] = {}
         for kind in (STATEFULSET, DEPLOYMENT, JOB):
             for name, workload in children.get(kind, {}).items():
@@ -181,10 +176,20 @@ class ComponentReconciler:
             key_rotations=keys.rotations,
             jail_open=jail_gate_open(self.cache, loaded),
             children=children,
-            pods=pods if lists <= 1 else dict(sorted(pods.items())),  # sorting 10,240 each pass was a tenth of it
+            pods=self.read_pods(loaded),
             refusals=refusals,
             upgrade=self._upgrades.get((loaded.namespace, loaded.name)),
         )
+
+    def read_pods(self, loaded: Loaded) -> Mapping[str, Obj]:
+        """The component's pods (by its labels: pods are owned by the workloads, not the cluster), by name."""
+        pods: dict[str, Obj] = {}
+        lists = 0  # the cache lists each by name: only pods under two labels (releases before 0.2) need a sort
+        for label in self.decl.labels:
+            found = self.cache.list(*POD, namespace=loaded.namespace, labels=meta.selector(loaded.name, label))
+            lists += bool(found)
+            pods.update((pod["metadata"]["name"], pod) for pod in found)
+        return pods if lists <= 1 else dict(sorted(pods.items()))
 
     # ---- children ---------------------------------------------------------------------------------------------
     async def apply(self, loaded: Loaded, intents: Iterable[Mapping[str, Any]]) -> None:

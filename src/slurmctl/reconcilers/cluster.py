@@ -25,7 +25,7 @@ from slurmctl.api.v1 import (
     SlurmVersionStatus,
 )
 from slurmctl.reconcilers.base import ApplyRejected, ComponentReconciler
-from slurmctl.reconcilers.component import Component, Obj, component_is, owned
+from slurmctl.reconcilers.component import Component, component_is, owned
 from slurmctl.reconcilers.conditions import make_condition
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.elastic import stray_elastic_pods
@@ -43,14 +43,13 @@ from slurmctl.reconcilers.observed import (
 )
 from slurmctl.reconcilers.plan import Create, Delete, Note, Plan
 from slurmctl.reconcilers.views import Cluster, ClusterStatus, Secret, condition
+from slurmctl.reconcilers.worker_pods import WORKER_LABELS
 from slurmctl.render import meta
 from slurmctl.render.accounting import backup_claim_name
 from slurmctl.render.cluster import render_jwt_key_secret, render_munge_secret, render_ssh_host_keys_secret
 from slurmctl.render.kinds import CONFIGMAP, NODE, POD, SECRET, SLURM_CLUSTER, STATEFULSET
 from slurmctl.render.manifests import cluster_objects
 from slurmctl.render.slurm_conf import NODES_CONF, hold_elastic_nodes, hold_removed_groups
-from slurmctl.render.workers import COMPONENT as WORKERS_COMPONENT
-from slurmctl.render.workers import FORMER_COMPONENTS as FORMER_WORKERS_COMPONENTS
 from slurmctl.runtime import Event, EventType, Request
 from slurmctl.runtime.handlers import enqueue_mapped
 from slurmctl.runtime.manager import ControllerBuilder
@@ -66,7 +65,6 @@ UPGRADE_EVENT = "SlurmUpgrade"
 UPGRADE_DONE_EVENT = "SlurmUpgradeDone"
 UPGRADE_REFUSED_EVENT = "SlurmUpgradeRefused"  # spec.slurm.version asks for a downgrade or an unsupported skip
 
-WORKER_LABELS = (WORKERS_COMPONENT, *FORMER_WORKERS_COMPONENTS)
 Mapper = Callable[[Mapping[str, Any]], Iterable[Request]]
 
 
@@ -282,10 +280,7 @@ class ClusterReconciler(ComponentReconciler):
         """Where the cluster's scheduled workers run, for topology.conf (nothing without spec.topology)."""
         if loaded.cluster.spec.topology is None:
             return {}
-        pods: dict[str, Mapping[str, Any]] = {}
-        for label in WORKER_LABELS:
-            for pod in self.cache.list(*POD, namespace=loaded.namespace, labels=meta.selector(loaded.name, label)):
-                pods[pod["metadata"]["name"]] = pod
+        pods = self.ctx.worker_pods.record(loaded.name, loaded.namespace).pods
         return topology_placement(pods.values(), lambda name: self.cache.get(*NODE, name))
 
     def derive_phase(self, obj: Mapping[str, Any], before: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
@@ -345,7 +340,8 @@ class ClusterReconciler(ComponentReconciler):
 
     def becoming_elastic(self, loaded: Loaded) -> frozenset[str]:
         statefulsets = self.worker_statefulsets(loaded)
-        return becoming_elastic(loaded.name, loaded.cluster.spec.workers, statefulsets, self.worker_pods(loaded))
+        record = self.ctx.worker_pods.record(loaded.name, loaded.namespace)
+        return becoming_elastic(loaded.name, loaded.cluster.spec.workers, statefulsets, record)
 
     def removed_groups(self, loaded: Loaded) -> frozenset[str]:
         prefix = meta.worker_group(loaded.name, "")
@@ -359,11 +355,8 @@ class ClusterReconciler(ComponentReconciler):
 
     def held_nodes(self, loaded: Loaded) -> dict[str, str]:
         """Elastic pods (going ones too) that no elastic group of the spec has, with their groups."""
-        pods = self.worker_pods(loaded)
+        pods = self.ctx.worker_pods.record(loaded.name, loaded.namespace).elastic
         return dict(stray_elastic_pods(loaded.name, loaded.cluster.spec.elastic_groups, pods, going=True))
-
-    def worker_pods(self, loaded: Loaded) -> list[Obj]:
-        return self.cache.list(*POD, namespace=loaded.namespace, labels=meta.selector(loaded.name, WORKERS_COMPONENT))
 
     def phase_written(self, obj: Mapping[str, Any], before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
         """The status writer wrote `after` over `before`: an Event when that moved a phase derived from the

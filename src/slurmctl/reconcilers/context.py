@@ -14,6 +14,7 @@ from slurmctl.reconcilers.observation import Settings
 from slurmctl.reconcilers.preemption import DEFAULT_PREEMPTION_TAINTS
 from slurmctl.reconcilers.slurm_access import SlurmAccess
 from slurmctl.reconcilers.status import StatusWriter
+from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
 from slurmctl.render.network_policy import DEFAULT_NETWORK, NetworkSettings
 from slurmctl.render.sshd import DEFAULT_HOST_KEY_TYPES
@@ -40,6 +41,7 @@ class Context:
     slurm: SlurmAccess = field(init=False)  # how reconcilers reach each cluster's slurmrestd
     status: StatusWriter = field(init=False)  # every component's status goes through it
     admission: Admission = field(init=False)  # whether the API server admits a workload's pods
+    worker_pods: WorkerPods = field(init=False)  # each cluster's worker pods, read once (reconcilers/pod_record.py)
 
     @property
     def settings(self) -> Settings:
@@ -56,5 +58,6 @@ class Context:
             registry=self.manager.metrics.registry,
         )
         self.admission = Admission(self.manager.client, self.manager.clock)
+        self.worker_pods = WorkerPods(self.manager.cache)
         self.status = StatusWriter(self.manager)
         self.manager.add_runnable("status-writer", self.status.run)

@@ -19,7 +19,7 @@ reconcilers/workers/plan.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -246,15 +246,16 @@ def plan_elastic(
 
 
 def stray_elastic_pods(
-    c: str, groups: Sequence[WorkerGroup], pods: Sequence[Mapping[str, Any]], *, going: bool = False
+    c: str, groups: Sequence[WorkerGroup], pods: Iterable[WorkerPod], *, going: bool = False
 ) -> list[tuple[str, str]]:
-    """Elastic pods no elastic group of the spec has (a removed group, a group made fixed, an index at or past a
-    lowered `max`): (pod, group) pairs. They leave through the drain gate, as a scale-in does; `going`: those already
-    being deleted too (their nodes stay in nodes.conf until they are gone)."""
+    """Elastic pods (of `pods`: the cluster's, `PodRecord.elastic`) no elastic group of the spec has (a removed group,
+    a group made fixed, an index at or past a lowered `max`): (pod, group) pairs. They leave through the drain gate,
+    as a scale-in does; `going`: those already being deleted too (their nodes stay in nodes.conf until they are
+    gone)."""
     wanted = {name for group in groups for name in node_names(c, group)}
     prefix = meta.worker_group(c, "")
     out = []
-    for pod in map(WorkerPod.of, pods):
+    for pod in pods:
         if pod.elastic and pod.name not in wanted and (going or not pod.terminating):
             out.append((pod.name, pod.name.removeprefix(prefix).rpartition("-")[0]))
     return out

@@ -19,38 +19,31 @@ the new kind start:
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
 
 from slurmctl.api.v1 import SlurmCluster, WorkerGroup
-from slurmctl.reconcilers.observed import WorkerPod
+from slurmctl.reconcilers.pod_record import PodRecord
 from slurmctl.render import meta
 from slurmctl.slurm import Node
 
 
 def becoming_elastic(
-    c: str, groups: Iterable[WorkerGroup], statefulsets: Collection[str], pods: Iterable[Mapping[str, Any]]
+    c: str, groups: Iterable[WorkerGroup], statefulsets: Collection[str], record: PodRecord
 ) -> frozenset[str]:
     """The elastic groups of the spec whose StatefulSet (`statefulsets`: the live ones' names) or a pod it made is
     still there."""
     elastic = {g.name for g in groups if g.autoscale is not None}
     found = {g for g in elastic if meta.worker_group(c, g) in statefulsets}
-    for pod in map(WorkerPod.of, pods):
-        if pod.group in elastic and not pod.elastic:
-            found.add(pod.group)
-    return frozenset(found)
+    return frozenset(found | (elastic & record.groups_with(elastic=False)))
 
 
 def becoming_fixed(
-    c: str, groups: Iterable[WorkerGroup], pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node] | None
+    c: str, groups: Iterable[WorkerGroup], record: PodRecord, nodes: Mapping[str, Node] | None
 ) -> frozenset[str]:
     """The fixed groups of the spec with an elastic pod still there (one being deleted too), or a node Slurm still
     lists as a CLOUD node (`nodes`: Slurm's by name; None when Slurm did not answer, so a new cluster, whose Slurm is
     not up yet, is not held)."""
     fixed = {g.name for g in groups if g.autoscale is None}
-    found = set()
-    for pod in map(WorkerPod.of, pods):
-        if pod.group in fixed and pod.elastic:
-            found.add(pod.group)
+    found = set(fixed & record.groups_with(elastic=True))
     prefix = meta.worker_group(c, "")
     for name, node in (nodes or {}).items():
         if "CLOUD" in node.state and name.startswith(prefix):

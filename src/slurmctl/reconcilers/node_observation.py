@@ -113,8 +113,8 @@ class NodeObserver:
         """`handled`: the uids of pods already force-deleted for a lost node (they may linger in the cache): no reason
         to read Slurm afresh for them."""
         c, ns, slurm = loaded.name, loaded.namespace, self.ctx.slurm
-        pods = tuple(self.workers.pods(c, ns))
-        workers = tuple(WorkerPod.of(pod) for pod in pods)
+        record = self.workers.record(c, ns)
+        pods, workers = tuple(record.pods.values()), record.seen
         base = NodeObservation(loaded, now(), pods, workers, hold=self.ctx.max_eviction_hold)
         if not loaded.cluster.spec.rest.enabled or slurm.address(c, ns) is None:
             why = "spec.rest.enabled is false" if not loaded.cluster.spec.rest.enabled else "no ready slurmrestd pod"
@@ -150,7 +150,9 @@ class NodeObserver:
             protected=frozenset(host for host, seen in hosts.items() if seen.control_plane),
             leaving=frozenset(
                 going.node
-                for going in self.workers.leaving(loaded, pods=pods, rolls=rolls_allowed(loaded.cluster.spec, base.now))
+                for going in self.workers.leaving(
+                    loaded, record=record, rolls=rolls_allowed(loaded.cluster.spec, base.now)
+                )
             ),
             lost=lost,
             unconfirmed=unconfirmed,

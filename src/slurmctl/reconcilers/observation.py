@@ -19,6 +19,7 @@ from slurmctl.reconcilers.drain import Leaving
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import data_keys, uid
 from slurmctl.reconcilers.plan import Delete, Note, Obj, Plan
+from slurmctl.reconcilers.pod_record import PodRecord
 from slurmctl.reconcilers.slurm_snapshot import SlurmSnapshot
 from slurmctl.reconcilers.upgrade import Decision
 from slurmctl.render import meta
@@ -58,6 +59,7 @@ class Observation:
     jail_open: bool = False
     children: Mapping[Kind, Mapping[str, Obj]] = field(default_factory=dict)  # the component's own, by kind and name
     pods: Mapping[str, Obj] = field(default_factory=dict)  # the component's pods (by its labels), by name
+    pod_record: PodRecord | None = None  # `pods` read once, where they are worker pods (reconcilers/pod_record.py)
     leaving: tuple[Leaving, ...] = ()
     slurm: SlurmSnapshot | None = None
     refusals: Mapping[str, str] = field(default_factory=dict)
@@ -67,6 +69,11 @@ class Observation:
     held_nodes: Mapping[str, str] = field(default_factory=dict)  # elastic pod the spec no longer has -> its group
     # A Slurm upgrade: the line each component renders now (reconcilers/upgrade.py); None: the spec's line for all.
     upgrade: Decision | None = None
+
+    @property
+    def worker_pods(self) -> PodRecord:
+        """The worker pods as the record the observation read, else made of `pods`."""
+        return self.pod_record if self.pod_record is not None else PodRecord.of(self.pods.values())
 
     def owned(self, kind: Kind) -> Mapping[str, Obj]:
         """The component's children of a kind, by name."""

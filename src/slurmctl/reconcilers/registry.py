@@ -280,7 +280,7 @@ def _register_slurm_nodes(manager: Manager, ctx: Context) -> None:
     through the owned-children selector only; of Nodes (read cluster-wide) only their identity and labels, whether
     they are cordoned and their Ready condition are kept."""
     worker_labels = next(c for c in ctx.components if c.name == "workers").labels
-    loop = ctx.loops[SLURM_NODES] = SlurmNodesReconciler(ctx, worker_labels=worker_labels)
+    loop = ctx.loops[SLURM_NODES] = SlurmNodesReconciler(ctx)
     # A spec edit waits a batch here, so that the components' passes for it (a size edit's StatefulSet) run first: a
     # pass of this loop at 10,240 workers is over half a second of CPU.
     edits = [any_of(generation_changed, resync)]

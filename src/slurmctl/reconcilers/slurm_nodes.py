@@ -48,7 +48,6 @@ from slurmctl.reconcilers.node_observation import NodeObserver
 from slurmctl.reconcilers.node_plans import NodeMemory, StatusPlan, plan_outage, plan_repair, plan_status
 from slurmctl.reconcilers.observed import Live, WorkerPod, deleting, node_ready, ready_since, unschedulable
 from slurmctl.reconcilers.slurm_marks import evictable_intents
-from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render.kinds import SLURM_CLUSTER
 from slurmctl.runtime import Event, EventType, Request, Result
 from slurmctl.runtime.concurrency import pause
@@ -96,11 +95,10 @@ def worker_pod_changed(event: Event) -> bool:
 class SlurmNodesReconciler:
     """Keyed by SlurmCluster; each pass decides on one snapshot and requeues itself (Slurm sends no events)."""
 
-    def __init__(self, ctx: Context, *, worker_labels: tuple[str, ...]) -> None:
-        """`worker_labels`: the component labels worker pods carry (the workers component's `Component.labels`)."""
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.cache = ctx.manager.cache
-        self.workers = WorkerPods(self.cache, worker_labels)
+        self.workers = ctx.worker_pods
         self.observer = NodeObserver(ctx, self.workers)
         self.executor = NodeExecutor(ctx, Events(ctx.manager, NAME))
         self.memory: dict[tuple[str, str], NodeMemory] = {}  # by cluster (namespace, name)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from slurmctl.api.v1 import (
@@ -34,6 +35,7 @@ from slurmctl.api.v1 import (
 from slurmctl.api.v1.defaults import Component as ImageName
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import JobOutcome, job_outcome
+from slurmctl.reconcilers.pod_record import PodRecord
 from slurmctl.reconcilers.views import Pod
 from slurmctl.render import meta
 from slurmctl.render.kinds import JOB, POD
@@ -211,9 +213,16 @@ def backup_job_name(c: str, from_: str, to: str) -> str:
     return f"{c}-slurmdbd-backup-{from_.replace('.', '')}-{to.replace('.', '')}"
 
 
-def observe(cache: Cache, cluster: SlurmCluster, labels: Mapping[str, Iterable[str]], namespace: str) -> Decision:
+def observe(
+    cache: Cache,
+    cluster: SlurmCluster,
+    labels: Mapping[str, Iterable[str]],
+    namespace: str,
+    records: Mapping[str, PodRecord] | None = None,
+) -> Decision:
     """The decision for a cluster from the cache: the pods of each staged component (`labels`: its component labels,
-    from the registry) and, when an upgrade is on, its backup Job."""
+    from the registry; `records`: the components whose pods were read once already, pod_record.py) and, when an
+    upgrade is on, its backup Job."""
     spec = cluster.spec
     c = meta.cluster_name(cluster)
     pods: dict[str, list[PodLine]] = {}
@@ -221,17 +230,24 @@ def observe(cache: Cache, cluster: SlurmCluster, labels: Mapping[str, Iterable[s
         if component not in STAGED:
             continue
         lines = image_lines(spec, IMAGES[component])
+        if (record := (records or {}).get(component)) is not None:
+            pods[component] = record.derive(("lines", frozenset(lines.items())), partial(_lines, record.pods, lines))
+            continue
         found: dict[str, Mapping[str, Any]] = {}
         for label in names:
             for pod in cache.list(*POD, namespace=namespace, labels=meta.selector(c, label)):
                 found[meta_of(pod).name] = pod
-        pods[component] = [pod_line(pod, lines) for pod in found.values()] if lines else []
+        pods[component] = _lines(found, lines)
     wanted = spec.slurm.version
     first = decide(wanted, pods, desired_pods(spec))
     if first.from_ is None or first.from_ == wanted or first.refusal is not None:
         return first
     job = cache.get(*JOB, backup_job_name(c, first.from_, wanted), namespace=namespace)
     return decide(wanted, pods, desired_pods(spec), backup=job_outcome(job))
+
+
+def _lines(pods: Mapping[str, Mapping[str, Any]], lines: Mapping[str, str]) -> list[PodLine]:
+    return [pod_line(pod, lines) for pod in pods.values()] if lines else []
 
 
 def pinned(loaded: Loaded, line: str) -> Loaded:

@@ -10,12 +10,14 @@ spec.maintenance.maxUnavailable of the cluster's nodes out at a time).
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from cachetools import LRUCache
 
 from slurmctl.reconcilers.component import Obj, owned
-from slurmctl.reconcilers.drain import Leaving, leaving_nodes, statefulset_of
+from slurmctl.reconcilers.drain import Leaving, leaving_nodes
 from slurmctl.reconcilers.elastic import stray_elastic_pods
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import (
@@ -27,9 +29,17 @@ from slurmctl.reconcilers.observed import (
     outdated_pods,
     worker_replicas,
 )
+from slurmctl.reconcilers.pod_record import PodRecord
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET
+from slurmctl.render.workers import COMPONENT, FORMER_COMPONENTS
 from slurmctl.runtime import Cache, Request
+
+# The component labels worker pods carry: the workers component's, and those releases before 0.2 put on them.
+WORKER_LABELS: Final = (COMPONENT, *FORMER_COMPONENTS)
+# The clusters whose worker-pod record is kept (pod_record.py): those whose passes run about now. A record holds the
+# pods the cache's decoded set holds anyway; a thousand small clusters each read theirs anew, as before.
+RECORDS = 16
 
 # How long a change of a worker pod waits for the changes after it before it wakes a pass that reads every worker pod
 # of its cluster (the workers component's, the Slurm node loop's): while 10,240 pods started, one pass after another
@@ -44,17 +54,30 @@ class WorkerPods:
     children (`Component.labels`), all recognised."""
 
     cache: Cache
-    labels: tuple[str, ...]
+    labels: tuple[str, ...] = WORKER_LABELS
+    _records: LRUCache[tuple[str, str], tuple[tuple[int, ...], PodRecord]] = field(
+        default_factory=lambda: LRUCache(maxsize=RECORDS), compare=False, repr=False
+    )
 
-    def pods(self, c: str, namespace: str, group: str | None = None) -> list[Obj]:
-        """A cluster's worker pods (also those labelled by releases before the component rename), of one group or
-        all, by name."""
-        extra = {meta.LABEL_WORKER_GROUP: group} if group else {}
-        found: dict[str, Obj] = {}
-        for label in self.labels:
-            for pod in self.cache.list(*POD, namespace=namespace, labels=meta.selector(c, label, **extra)):
-                found[pod["metadata"]["name"]] = pod
-        return [found[name] for name in sorted(found)]
+    def record(self, c: str, namespace: str) -> PodRecord:
+        """A cluster's worker pods (also those labelled by releases before the component rename), read once: the
+        record made when one of the cluster's pods last changed (pod_record.py; other clusters' pods do not count)."""
+        selectors = [meta.selector(c, label) for label in self.labels]
+        changes = self.cache.changes(*POD, namespace=namespace, labels={meta.LABEL_INSTANCE: c})
+        kept = self._records.get((namespace, c))
+        if kept is not None and kept[0] == changes:
+            return kept[1]
+        lists = [self.cache.list(*POD, namespace=namespace, labels=selector) for selector in selectors]
+        found = [pod for pods in lists for pod in pods]
+        if sum(map(bool, lists)) > 1:  # each list is in name order: only pods under two labels need a sort
+            found.sort(key=lambda pod: str(pod["metadata"]["name"]))
+        record = PodRecord.of(found)
+        self._records[(namespace, c)] = (changes, record)
+        return record
+
+    def pods(self, c: str, namespace: str) -> list[Obj]:
+        """A cluster's worker pods, by name."""
+        return list(self.record(c, namespace).pods.values())
 
     def statefulsets(self, loaded: Loaded) -> list[Obj]:
         """The cluster's worker StatefulSets (its own: owned by it), by name."""
@@ -68,24 +91,22 @@ class WorkerPods:
         self,
         loaded: Loaded,
         live: Mapping[str, int] | None = None,
-        pods: Iterable[Obj] | None = None,
+        record: PodRecord | None = None,
         *,
         rolls: bool = True,
     ) -> list[Leaving]:
         """Every node that must go now (scale-in, removed groups, the node being re-created): what the drain gate
         drains, and what the Slurm node loop must not resume. `live`: each live worker StatefulSet's replicas by
-        name, and `pods`: the cluster's worker pods in name order (as the cache lists them), when the caller has read
-        them already. `rolls`: whether pods may be re-created for a new template now (the maintenance gate,
-        reconcilers/maintenance_gate.py); when not, no worker is rolled. Each pod is read once of its cache
-        (`WorkerPod`: a pass looks at thousands)."""
+        name, and `record`: the cluster's worker pods, when the caller has read them already. `rolls`: whether pods
+        may be re-created for a new template now (the maintenance gate, reconcilers/maintenance_gate.py); when not,
+        no worker is rolled."""
         statefulsets = self.statefulsets(loaded)
         live = worker_replicas(statefulsets) if live is None else live
-        found_pods = self.pods(loaded.name, loaded.namespace) if pods is None else list(pods)
-        seen = [WorkerPod.of(pod) for pod in found_pods]
+        record = self.record(loaded.name, loaded.namespace) if record is None else record
         selectors = {_name(sts): match_labels(sts) for sts in statefulsets if not deleting(sts)}
-        unselected = _unselected(seen, selectors)
+        unselected = record.unselected(selectors)
         spec = loaded.cluster.spec
-        strays = stray_elastic_pods(loaded.name, spec.elastic_groups, found_pods)
+        strays = stray_elastic_pods(loaded.name, spec.elastic_groups, record.elastic)
         fixed = {g.name for g in spec.workers if g.autoscale is None}
         everything = (
             *leaving_nodes(
@@ -96,7 +117,7 @@ class WorkerPods:
             ),
             *(Leaving(pod, group, _stray_why(group, fixed), recreate=True) for pod, group in strays),
             *_left_behind(loaded, live, unselected),
-            *(self._roll(loaded, live, seen, unselected) if rolls else ()),
+            *(self._roll(loaded, live, record, unselected) if rolls else ()),
         )
         found: dict[str, Leaving] = {}
         for going in everything:
@@ -108,7 +129,7 @@ class WorkerPods:
         self,
         loaded: Loaded,
         live: Mapping[str, int],
-        seen: Sequence[WorkerPod],
+        record: PodRecord,
         unselected: Mapping[str, list[WorkerPod]],
     ) -> list[Leaving]:
         """The workers to re-create next (only the operator deletes worker pods: OnDelete StatefulSets), so that at
@@ -118,26 +139,21 @@ class WorkerPods:
         that is missing, not ready or going counts as out, as a Deployment counts unavailable pods; a due pod out
         already costs no place to re-create."""
         c, ns = loaded.name, loaded.namespace
-        by_group: dict[str, list[WorkerPod]] = defaultdict(list)
-        for pod in seen:
-            by_group[pod.group].append(pod)
-        out, in_service, due_now = 0, set[str](), list[Leaving]()
+        out, in_service, due_now = 0, dict[str, frozenset[str]](), list[Leaving]()
         for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
             name = meta.worker_group(c, group.name)
             replicas = live.get(name)
             if replicas is None or group.autoscale is not None:
                 continue  # an elastic group's StatefulSet (it was fixed) only leaves
-            pods = by_group.get(group.name, [])
             kept = min(replicas, group.size)
-            ready = {pod.name for pod in pods if pod.ordinal < kept and pod.ready and not pod.terminating}
+            ready = in_service[group.name] = record.in_service(group.name, kept)
             out += kept - len(ready)
-            in_service |= ready
             if group.size < replicas:
                 continue  # shrinking: its nodes above the new size leave first
             sts = self.cache.get(*STATEFULSET, name, namespace=ns)
             wanted = match_labels(sts)
             behind = [pod.name for pod in sorted(unselected.get(name, []), key=_ordinal) if pod.ordinal < replicas]
-            due = behind or outdated_pods(sts, [pod for pod in pods if pod.selected_by(wanted)])
+            due = behind or outdated_pods(sts, record.selected(group.name, wanted))
             if not due:
                 continue
             why = _behind_why(name) if behind else _template_why(group.name)
@@ -145,7 +161,7 @@ class WorkerPods:
         room = loaded.cluster.spec.roll_limit() - out
         picked = []
         for going in due_now:
-            if going.node not in in_service:
+            if going.node not in in_service[going.group]:
                 picked.append(going)
             elif room > 0:
                 picked.append(going)
@@ -172,17 +188,6 @@ def _stray_why(group: str, fixed: Collection[str]) -> str:
     if group in fixed:
         return f"worker group {group} becomes fixed"
     return f"worker group {group} no longer has this elastic node"
-
-
-def _unselected(seen: Iterable[WorkerPod], selectors: Mapping[str, Mapping[str, str]]) -> dict[str, list[WorkerPod]]:
-    """Worker pods that no live StatefulSet selects, by the StatefulSet name in theirs: left behind (orphaned) when a
-    StatefulSet whose selector changed was deleted. `selectors`: each live StatefulSet's, by name."""
-    out: dict[str, list[WorkerPod]] = defaultdict(list)
-    for pod in seen:
-        owner = statefulset_of(pod.name)
-        if not pod.terminating and not pod.elastic and not pod.selected_by(selectors.get(owner, {})):
-            out[owner].append(pod)
-    return out
 
 
 def _left_behind(loaded: Loaded, live: Mapping[str, int], unselected: Mapping[str, list[WorkerPod]]) -> list[Leaving]:

@@ -57,6 +57,11 @@ class Cache:
             namespace=namespace, labels=labels, owner_uid=owner_uid, node_name=node_name
         )
 
+    def changes(self, api_version: str, kind: str, *, namespace: str, labels: Mapping[str, str]) -> tuple[int, ...]:
+        """A value that moves whenever a cached object in `namespace` carrying all of `labels` changes (Store.changes):
+        what derived from them stays true while it does not move."""
+        return self.store(api_version, kind).changes(namespace, labels)
+
     def lookup(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | Cached | None:
         """For the applier: the cached object, None when absent, NOT_WATCHED when the kind has no synced informer."""
         if not self.synced(api_version, kind, namespace):

@@ -394,6 +394,9 @@ class SelectedView(Store):
     def keys(self) -> set[str]:
         return {object_key(o) for o in self.list()}
 
+    def changes(self, namespace: str, labels: Mapping[str, str]) -> tuple[int, ...]:
+        return self._store.changes(namespace, labels)  # its objects are the viewed store's: theirs move with them
+
     def put(self, obj: Obj) -> Obj | None:
         raise TypeError("a SelectedView is read-only; write the store it views")
 

@@ -385,6 +385,9 @@ class UnionStore(Store):
     def keys(self) -> set[str]:
         return set().union(*(s.keys() for s in self._stores))
 
+    def changes(self, namespace: str, labels: Mapping[str, str]) -> tuple[int, ...]:
+        return tuple(n for store in self._stores for n in store.changes(namespace, labels))
+
     def put(self, obj: Obj) -> Obj | None:
         raise TypeError("a UnionStore is read-only; each informer writes its own store")
 

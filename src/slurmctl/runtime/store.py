@@ -65,6 +65,10 @@ class Store:
         self._by_owner: defaultdict[str, set[str]] = defaultdict(set)
         self._by_label: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
         self._by_node: defaultdict[str, set[str]] = defaultdict(set)
+        # (namespace, label pair) -> the number of the last put or removal of an object there carrying it, for the
+        # pairs `changes` was asked of (only those: a pod's name is a label too)
+        self._changed: dict[tuple[str, tuple[str, str]], int] = {}
+        self._changes = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -88,6 +92,20 @@ class Store:
     def keys(self) -> set[str]:
         return set(self._items)
 
+    def changes(self, namespace: str, labels: Mapping[str, str]) -> tuple[int, ...]:
+        """A value that moves whenever an object in `namespace` carrying all of `labels` is put or removed (and, more
+        rarely, when one carrying only some of them is): what a reader deriving something of those objects keeps it
+        by, so that it derives it again only once they changed (a pass over a cluster of 10,240 worker pods read each
+        of them after every spec edit, which changes none)."""
+        return tuple(self._changed.setdefault((namespace, pair), self._changes) for pair in labels.items())
+
+    def _changing(self, index: Index) -> None:
+        self._changes += 1
+        namespace, _, labels, _ = index
+        for pair in labels:
+            if (namespace, pair) in self._changed:
+                self._changed[(namespace, pair)] = self._changes
+
     def put(self, obj: Obj) -> Obj | None:
         """Insert or replace; returns the previous object. `obj` is held as it is when it is `Shared` (an informer's),
         else a shallow copy of it."""
@@ -103,6 +121,7 @@ class Store:
         else:
             self._items[key] = held
         self._indexed[key] = index = _index_values(meta, obj)
+        self._changing(index)
         namespace, owners, labels, node = index
         self._by_namespace[namespace].add(key)
         for uid in owners:
@@ -122,7 +141,9 @@ class Store:
         return old
 
     def _unindex(self, key: str) -> None:
-        namespace, owners, labels, node = self._indexed.pop(key)
+        index = self._indexed.pop(key)
+        self._changing(index)
+        namespace, owners, labels, node = index
         _discard(self._by_namespace, namespace, key)
         for uid in owners:
             _discard(self._by_owner, uid, key)

@@ -9,7 +9,7 @@ from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import ordinal
 from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
-from slurmctl.render.kinds import STATEFULSET
+from slurmctl.render.kinds import POD, STATEFULSET
 from slurmctl.runtime import Request
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 
@@ -47,8 +47,28 @@ async def test_pods_are_the_clusters_worker_pods_by_name_also_under_a_former_lab
         pod(env, "other-worker-cpu-0", meta.labels("other", "workers", **{meta.LABEL_WORKER_GROUP: "cpu"}))
         names = [p["metadata"]["name"] for p in view(env).pods(NAME, NS)]
         assert names == [f"{CPU}-0", f"{CPU}-1", f"{NAME}-worker-old-0"]
-        assert [p["metadata"]["name"] for p in view(env).pods(NAME, NS, "old")] == [f"{NAME}-worker-old-0"]
+        assert [p.name for p in view(env).record(NAME, NS).by_group["old"]] == [f"{NAME}-worker-old-0"]
         assert view(env).pods(NAME, "elsewhere") == []
+
+
+async def test_the_pods_are_read_once_until_one_of_them_changes() -> None:
+    """A spec edit's pass reads the cluster's worker pods as the pass before it did (10,240 of them); a pod that
+    comes, changes or goes is in the next pass's record, whoever else's pods do not matter."""
+    async with Env() as env:
+        await with_pods(env)
+        pods = view(env)
+        first = pods.record(NAME, NS)
+        pod(env, "other-worker-cpu-0", meta.labels("other", "workers", **{meta.LABEL_WORKER_GROUP: "cpu"}))
+        assert pods.record(NAME, NS) is first
+        pod(env, f"{CPU}-2", meta.labels(NAME, "workers", **{meta.LABEL_WORKER_GROUP: "cpu"}))
+        assert list(pods.record(NAME, NS).pods) == [f"{CPU}-0", f"{CPU}-1", f"{CPU}-2"]
+        again = pods.record(NAME, NS)
+        assert pods.record(NAME, NS) is again
+        env.fake.set_status("v1", "Pod", f"{CPU}-2", {"phase": "Running", "podIP": "10.0.0.9"}, namespace=NS)
+        assert not again.seen[2].has_address
+        assert pods.record(NAME, NS).seen[2].has_address
+        await env.fake.delete(*POD, f"{CPU}-0", namespace=NS)
+        assert list(pods.record(NAME, NS).pods) == [f"{CPU}-1", f"{CPU}-2"]
 
 
 async def test_statefulsets_are_the_clusters_own() -> None:

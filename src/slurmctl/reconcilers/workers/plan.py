@@ -89,8 +89,8 @@ def plan(obs: Observation) -> Plan:
     live = worker_replicas(obs.owned(STATEFULSET).values())
     snapshot = obs.slurm if obs.slurm is not None and obs.slurm.error is None else None
     switching = {
-        "elastic": becoming_elastic(c, groups, live, obs.pods.values()),
-        "fixed": becoming_fixed(c, groups, obs.pods.values(), snapshot.by_name if snapshot else None),
+        "elastic": becoming_elastic(c, groups, live, obs.worker_pods),
+        "fixed": becoming_fixed(c, groups, obs.worker_pods, snapshot.by_name if snapshot else None),
     }
     fixed = [g for g in groups if g.autoscale is None and g.name not in switching["fixed"]]
     gate, slurm, events = _gate(obs)

@@ -24,9 +24,10 @@ could predate the power-up. What to create is still decided from that snapshot a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from slurmctl.reconcilers.base import ComponentReconciler
-from slurmctl.reconcilers.component import Component, component_is
+from slurmctl.reconcilers.component import Component, Obj, component_is
 from slurmctl.reconcilers.context import Context
 from slurmctl.reconcilers.drain import Leaving
 from slurmctl.reconcilers.loading import Loaded
@@ -36,7 +37,7 @@ from slurmctl.reconcilers.observed import cluster_of_pod, worker_replicas
 from slurmctl.reconcilers.slurm_marks import only_marks_changed
 from slurmctl.reconcilers.slurm_snapshot import GATE_MAX_AGE, NODE_LOOP_MAX_AGE, SlurmSnapshot
 from slurmctl.reconcilers.views import Secret
-from slurmctl.reconcilers.worker_pods import BATCH_SECONDS, WorkerPods
+from slurmctl.reconcilers.worker_pods import BATCH_SECONDS
 from slurmctl.render import meta
 from slurmctl.render.kinds import CONFIGMAP, POD, SLURM_CLUSTER, STATEFULSET
 from slurmctl.render.power import AT_KEY, power_name
@@ -52,7 +53,7 @@ REST_DISABLED = "slurmrestd is disabled (spec.rest.enabled is false)"
 class WorkersReconciler(ComponentReconciler):
     def __init__(self, ctx: Context, component: Component) -> None:
         super().__init__(ctx, component)
-        self.workers = WorkerPods(self.cache, component.labels)
+        self.workers = ctx.worker_pods
         self._signals: dict[tuple[str, str], str] = {}  # the resume signal each cluster's last fresh read followed
         self._following: set[tuple[str, str]] = set()  # the clusters whose last pass decided on Slurm's snapshot
 
@@ -91,6 +92,10 @@ class WorkersReconciler(ComponentReconciler):
             batch=BATCH_SECONDS,
         )
 
+    def read_pods(self, loaded: Loaded) -> Mapping[str, Obj]:
+        """The cluster's worker pods, read once while none of them changes (reconcilers/pod_record.py)."""
+        return self.workers.record(loaded.name, loaded.namespace).pods
+
     async def observe(self, loaded: Loaded) -> Observation:
         """What the plan reads, read once: the component's observation, plus the nodes that must go and Slurm's
         snapshot. Slurm is asked only when a node must go (the drain gate) or elastic groups follow its
@@ -100,9 +105,8 @@ class WorkersReconciler(ComponentReconciler):
         if meta.munge_secret(loaded.name) not in obs.keys or not (obs.jail_open or statefulsets):
             return obs
         rolls = rolls_allowed(loaded.cluster.spec, obs.now)
-        leaving = tuple(
-            self.workers.leaving(loaded, worker_replicas(statefulsets.values()), obs.pods.values(), rolls=rolls)
-        )
+        record = self.workers.record(loaded.name, loaded.namespace)
+        leaving = tuple(self.workers.leaving(loaded, worker_replicas(statefulsets.values()), record, rolls=rolls))
         # A fixed group the status knows (not a new one) without its StatefulSet may have been elastic: it is made
         # only once Slurm no longer lists its nodes as CLOUD nodes (reconcilers/group_switch.py).
         known = {row.get("name") for row in obs.said.get("workers") or ()}
@@ -110,7 +114,8 @@ class WorkersReconciler(ComponentReconciler):
             g.autoscale is None and g.name in known and meta.worker_group(loaded.name, g.name) not in statefulsets
             for g in loaded.cluster.spec.workers
         )
-        return dataclasses.replace(obs, leaving=leaving, slurm=await self._slurm(loaded, leaving, unmade=unmade))
+        slurm = await self._slurm(loaded, leaving, unmade=unmade)
+        return dataclasses.replace(obs, pod_record=record, leaving=leaving, slurm=slurm)
 
     async def _slurm(self, loaded: Loaded, leaving: tuple[Leaving, ...], *, unmade: bool) -> SlurmSnapshot | None:
         """Slurm's snapshot, no older than the drain gate allows while a node must go (else than the node loop's, for
