@@ -139,14 +139,15 @@ class WorkerPods:
         that is missing, not ready or going counts as out, as a Deployment counts unavailable pods; a due pod out
         already costs no place to re-create."""
         c, ns = loaded.name, loaded.namespace
-        out, in_service, due_now = 0, dict[str, frozenset[str]](), list[Leaving]()
+        out, in_service, due_now = 0, list[frozenset[str]](), list[Leaving]()
         for group in sorted(loaded.cluster.spec.workers, key=lambda g: g.name):
             name = meta.worker_group(c, group.name)
             replicas = live.get(name)
             if replicas is None or group.autoscale is not None:
                 continue  # an elastic group's StatefulSet (it was fixed) only leaves
             kept = min(replicas, group.size)
-            ready = in_service[group.name] = record.in_service(group.name, kept)
+            ready = record.in_service(group.name, kept)
+            in_service.append(ready)
             out += kept - len(ready)
             if group.size < replicas:
                 continue  # shrinking: its nodes above the new size leave first
@@ -159,9 +160,10 @@ class WorkerPods:
             why = _behind_why(name) if behind else _template_why(group.name)
             due_now += [Leaving(pod, group.name, why, recreate=True) for pod in reversed(due)]
         room = loaded.cluster.spec.roll_limit() - out
+        serving = frozenset[str]().union(*in_service) if due_now else frozenset[str]()
         picked = []
         for going in due_now:
-            if going.node not in in_service[going.group]:
+            if going.node not in serving:
                 picked.append(going)
             elif room > 0:
                 picked.append(going)
