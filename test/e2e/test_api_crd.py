@@ -91,12 +91,20 @@ async def test_samples_apply_and_keep_every_field(
     assert stored["spec"]["slurm"]["cgroupVersion"] == "auto"
 
 
+async def _apply_status(custom: client.CustomObjectsApi, namespace: str, manager: str, status: Any) -> None:
+    """Server-side apply of the `valid` cluster's status under a field manager, as the operator's status writer does."""
+    body = {"apiVersion": VALID["apiVersion"], "kind": "SlurmCluster", "metadata": {"name": "valid"}, "status": status}
+    await custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "valid", body,
+        field_manager=manager, force=True, _content_type=APPLY, _request_timeout=TIMEOUT,
+    )  # fmt: skip
+
+
 async def test_printer_columns_and_status_conditions_merge_by_type(
     installed: ControlPlane, api: client.ApiClient, namespace: str
 ) -> None:
     custom = client.CustomObjectsApi(api)
     await custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, VALID, _request_timeout=TIMEOUT)
-    status_base = {"apiVersion": VALID["apiVersion"], "kind": "SlurmCluster", "metadata": {"name": "valid"}}
 
     def condition(type_: str, status: str) -> dict[str, Any]:
         return {
@@ -116,18 +124,7 @@ async def test_printer_columns_and_status_conditions_merge_by_type(
         ("slurmctl-workers", {"conditions": [condition("WorkersReady", "False")]}),
         ("slurmctl-login", {"conditions": [condition("LoginReady", "False")]}),
     ]:
-        await custom.patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
-            namespace,
-            PLURAL,
-            "valid",
-            {**status_base, "status": body},
-            field_manager=manager,
-            force=True,
-            _content_type=APPLY,
-            _request_timeout=TIMEOUT,
-        )
+        await _apply_status(custom, namespace, manager, body)
     stored = await custom.get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "valid", _request_timeout=TIMEOUT
     )
@@ -236,24 +233,12 @@ async def test_slurm_line_status_survives_every_staged_pod_gone(
     component's line: the API server must still take the whole status, not refuse it."""
     custom = client.CustomObjectsApi(api)
     await custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, VALID, _request_timeout=TIMEOUT)
-    status_base = {"apiVersion": VALID["apiVersion"], "kind": "SlurmCluster", "metadata": {"name": "valid"}}
     running = SlurmVersionStatus(
         version="25.11", components={"controller": "25.11", "workers": "25.11"}, phase="Current"
     )
     for part in (running, SlurmVersionStatus(components={}, phase="Current")):
         body = status_part(SlurmClusterStatus(phase="Degraded", slurm=part))
-        await custom.patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
-            namespace,
-            PLURAL,
-            "valid",
-            {**status_base, "status": body},
-            field_manager="slurmctl-cluster",
-            force=True,
-            _content_type=APPLY,
-            _request_timeout=TIMEOUT,
-        )
+        await _apply_status(custom, namespace, "slurmctl-cluster", body)
     stored = await custom.get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "valid", _request_timeout=TIMEOUT
     )

@@ -3,6 +3,7 @@ apply sends and gets back."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -91,3 +92,47 @@ async def test_the_server_version_is_a_get_of_version(monkeypatch: pytest.Monkey
         finally:
             await api.close()
     assert seen == [("GET", "/version")]
+
+
+async def test_requests_wait_their_turn_beyond_the_limit_and_watches_do_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creating a thousand clusters at once kept a hundred connections to the API server open, each with its TLS
+    buffer: at most `requests_in_flight` requests are in flight at once (the others wait, then go), and a watch, which
+    holds its connection for minutes, neither waits for a turn nor takes one."""
+    _without_proxies(monkeypatch)
+    held, release, at_server = asyncio.Event(), asyncio.Event(), [0, 0]  # now, most
+
+    async def get(request: web.Request) -> web.Response:
+        at_server[0] += 1
+        at_server[1] = max(at_server)
+        if at_server[0] == 3:
+            held.set()
+        await release.wait()
+        at_server[0] -= 1
+        return web.json_response({"kind": "ConfigMap", "metadata": {"name": request.match_info["name"]}})
+
+    async def watch(request: web.Request) -> web.StreamResponse:
+        answer = web.StreamResponse()
+        await answer.prepare(request)
+        await answer.write(b'{"type":"ADDED","object":{"metadata":{"name":"w"}}}\n')
+        return answer
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/ns/configmaps/{name}", get)
+    app.router.add_get("/api/v1/namespaces/ns/configmaps", watch)
+    async with TestServer(app, host="127.0.0.1") as server:
+        api = ApiClient(Configuration(host=str(server.make_url(""))))
+        try:
+            client = Client(api, requests_in_flight=3)
+            gets = [asyncio.create_task(client.get("v1", "ConfigMap", f"c{i}", namespace="ns")) for i in range(8)]
+            async with asyncio.timeout(10):
+                await held.wait()
+                res = await client.resource("v1", "ConfigMap")
+                events = client.watch(res, namespace="ns", resource_version="1", timeout_seconds=5)
+                assert (await anext(events))["object"]["metadata"]["name"] == "w"
+                await events.aclose()
+                release.set()
+                answers = await asyncio.gather(*gets)
+        finally:
+            await api.close()
+    assert [a["metadata"]["name"] for a in answers] == [f"c{i}" for i in range(8)]
+    assert at_server[1] == 3
