@@ -18,9 +18,9 @@ line it runs, and the cluster's SlurmVersion condition says why.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Final
 
 from slurmctl.api.v1 import (
@@ -111,15 +111,16 @@ def _index(line: str) -> int:
 
 def decide(
     wanted: str,
-    pods: Mapping[str, Sequence[PodLine]],
+    pods: Mapping[str, Counter[PodLine]],
     desired: Mapping[str, int],
     *,
     backup: Backup = "missing",
 ) -> Decision:
-    """The line each staged component renders, from the lines its pods run (`pods`, by component) and how many pods
-    each should have (`desired`). With no pod of a known line (a new cluster) or every one on `wanted`, everything
-    renders `wanted`. `backup`: the state of the accounting database's backup for this upgrade (the accounting stage
-    starts only once it is done; a cluster without slurmdbd pods needs none)."""
+    """The line each staged component renders, from the lines its pods run (`pods`, by component: how many pods run
+    each line, ready or not) and how many pods each should have (`desired`). With no pod of a known line (a new
+    cluster) or every one on `wanted`, everything renders `wanted`. `backup`: the state of the accounting database's
+    backup for this upgrade (the accounting stage starts only once it is done; a cluster without slurmdbd pods needs
+    none)."""
     running: dict[str, str] = {}
     for component, found in pods.items():
         lines = sorted({p.line for p in found if p.line is not None}, key=_index)
@@ -144,12 +145,12 @@ def decide(
     for number, stage in enumerate(STAGES):
         stage_done = True
         for component in stage:
-            found = pods.get(component, ())
+            found = pods.get(component, Counter[PodLine]())
             started = any(p.line == wanted for p in found)
             needs_backup = component == "accounting" and bool(found) and backup != "succeeded"
             may_start = earlier_done and not needs_backup
             targets[component] = wanted if started or may_start else running.get(component, from_)
-            ready_new = sum(1 for p in found if p.line == wanted and p.ready)
+            ready_new = sum(n for p, n in found.items() if p.line == wanted and p.ready)
             old = any(p.line is not None and p.line != wanted for p in found)
             stage_done = stage_done and not old and ready_new >= desired.get(component, 0)
             if phase is None and needs_backup and not started:
@@ -225,19 +226,19 @@ def observe(
     upgrade is on, its backup Job."""
     spec = cluster.spec
     c = meta.cluster_name(cluster)
-    pods: dict[str, list[PodLine]] = {}
+    pods: dict[str, Counter[PodLine]] = {}
     for component, names in labels.items():
         if component not in STAGED:
             continue
         lines = image_lines(spec, IMAGES[component])
         if (record := (records or {}).get(component)) is not None:
-            pods[component] = record.derive(("lines", frozenset(lines.items())), partial(_lines, record.pods, lines))
+            pods[component] = _summed(record, lines)
             continue
         found: dict[str, Mapping[str, Any]] = {}
         for label in names:
             for pod in cache.list(*POD, namespace=namespace, labels=meta.selector(c, label)):
                 found[meta_of(pod).name] = pod
-        pods[component] = _lines(found, lines)
+        pods[component] = _lines(found.values(), lines)
     wanted = spec.slurm.version
     first = decide(wanted, pods, desired_pods(spec))
     if first.from_ is None or first.from_ == wanted or first.refusal is not None:
@@ -246,8 +247,20 @@ def observe(
     return decide(wanted, pods, desired_pods(spec), backup=job_outcome(job))
 
 
-def _lines(pods: Mapping[str, Mapping[str, Any]], lines: Mapping[str, str]) -> list[PodLine]:
-    return [pod_line(pod, lines) for pod in pods.values()] if lines else []
+def _lines(pods: Iterable[Mapping[str, Any]], lines: Mapping[str, str]) -> Counter[PodLine]:
+    return Counter(pod_line(pod, lines) for pod in pods) if lines else Counter()
+
+
+def _summed(record: PodRecord, lines: Mapping[str, str]) -> Counter[PodLine]:
+    """The lines of a record's pods: the sum of each group's, counted again only for the groups whose pods changed
+    since the record before (pod_record.py)."""
+    key = ("lines", frozenset(lines.items()))
+
+    def summed() -> Counter[PodLine]:
+        by_group = record.derive_each(key, lambda group: _lines(group.pods, lines))
+        return sum(by_group.values(), Counter[PodLine]())
+
+    return record.derive(key, summed)
 
 
 def pinned(loaded: Loaded, line: str) -> Loaded:

@@ -34,6 +34,8 @@ from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET
 from slurmctl.render.workers import COMPONENT, FORMER_COMPONENTS
 from slurmctl.runtime import Cache, Request
+from slurmctl.runtime.objects import meta_of
+from slurmctl.runtime.store import Version
 
 # The component labels worker pods carry: the workers component's, and those releases before 0.2 put on them.
 WORKER_LABELS: Final = (COMPONENT, *FORMER_COMPONENTS)
@@ -55,25 +57,40 @@ class WorkerPods:
 
     cache: Cache
     labels: tuple[str, ...] = WORKER_LABELS
-    _records: LRUCache[tuple[str, str], tuple[tuple[int, ...], PodRecord]] = field(
+    _records: LRUCache[tuple[str, str], tuple[Version, PodRecord]] = field(
         default_factory=lambda: LRUCache(maxsize=RECORDS), compare=False, repr=False
     )
 
     def record(self, c: str, namespace: str) -> PodRecord:
         """A cluster's worker pods (also those labelled by releases before the component rename), read once: the
-        record made when one of the cluster's pods last changed (pod_record.py; other clusters' pods do not count)."""
-        selectors = [meta.selector(c, label) for label in self.labels]
-        changes = self.cache.changes(*POD, namespace=namespace, labels={meta.LABEL_INSTANCE: c})
+        record made when one of the cluster's pods last changed (pod_record.py; other clusters' pods do not count),
+        from the one before it and the pods that changed since, when the cache recalls which."""
         kept = self._records.get((namespace, c))
-        if kept is not None and kept[0] == changes:
-            return kept[1]
-        lists = [self.cache.list(*POD, namespace=namespace, labels=selector) for selector in selectors]
-        found = [pod for pods in lists for pod in pods]
-        if sum(map(bool, lists)) > 1:  # each list is in name order: only pods under two labels need a sort
-            found.sort(key=lambda pod: str(pod["metadata"]["name"]))
-        record = PodRecord.of(found)
-        self._records[(namespace, c)] = (changes, record)
+        version, changed = self.cache.changed(
+            *POD, namespace=namespace, label=(meta.LABEL_INSTANCE, c), since=None if kept is None else kept[0]
+        )
+        if kept is not None and changed is not None:
+            record = (
+                kept[1].updated({key.partition("/")[2]: self._worker(c, key) for key in changed})
+                if changed
+                else kept[1]
+            )
+        else:
+            selectors = [meta.selector(c, label) for label in self.labels]
+            lists = [self.cache.list(*POD, namespace=namespace, labels=selector) for selector in selectors]
+            found = [pod for pods in lists for pod in pods]
+            if sum(map(bool, lists)) > 1:  # each list is in name order: only pods under two labels need a sort
+                found.sort(key=lambda pod: str(pod["metadata"]["name"]))
+            record = PodRecord.of(found)
+        self._records[(namespace, c)] = (version, record)
         return record
+
+    def _worker(self, c: str, key: str) -> Obj | None:
+        """The cached pod of `key` (namespace/name) when it is one of the cluster's worker pods."""
+        namespace, _, name = key.partition("/")
+        pod = self.cache.get(*POD, name, namespace=namespace)
+        labels = meta_of(pod).labels if pod is not None else {}
+        return pod if labels.get(meta.LABEL_COMPONENT) in self.labels and labels.get(meta.LABEL_INSTANCE) == c else None
 
     def pods(self, c: str, namespace: str) -> list[Obj]:
         """A cluster's worker pods, by name."""

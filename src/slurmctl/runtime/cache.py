@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping
 
 from slurmctl.runtime.apply import Cached
 from slurmctl.runtime.informer import Informer
-from slurmctl.runtime.store import Obj, Store
+from slurmctl.runtime.store import Label, Obj, Store, Version
 
 
 class NotWatched(LookupError):  # noqa: N818
@@ -57,10 +57,13 @@ class Cache:
             namespace=namespace, labels=labels, owner_uid=owner_uid, node_name=node_name
         )
 
-    def changes(self, api_version: str, kind: str, *, namespace: str, labels: Mapping[str, str]) -> tuple[int, ...]:
-        """A value that moves whenever a cached object in `namespace` carrying all of `labels` changes (Store.changes):
-        what derived from them stays true while it does not move."""
-        return self.store(api_version, kind).changes(namespace, labels)
+    def changed(
+        self, api_version: str, kind: str, *, namespace: str, label: Label, since: Version | None
+    ) -> tuple[Version, frozenset[str] | None]:
+        """The version of the cached objects in `namespace` carrying `label` and the keys of those that changed after
+        `since` (Store.changed): what derived from them stays true while the version does not move, and only the
+        changed ones need reading again."""
+        return self.store(api_version, kind).changed(namespace, label, since)
 
     def lookup(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | Cached | None:
         """For the applier: the cached object, None when absent, NOT_WATCHED when the kind has no synced informer."""

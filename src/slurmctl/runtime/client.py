@@ -135,12 +135,16 @@ def _translated(what: str) -> Iterator[None]:
 
 
 def drop_nones(value: Any) -> Any:
-    """The apply body must not contain `null`s (SSA would read them as "remove this field")."""
-    if isinstance(value, Mapping):
+    """The apply body must not contain `null`s (SSA would read them as "remove this field"). Plain dicts and lists
+    and JSON's scalars are told by their type before any other mapping: an apply of every StatefulSet of 64 groups
+    asked `isinstance(_, Mapping)` (an ABC, slow) of each of their 14,000 values."""
+    if isinstance(value, dict):
         return {k: drop_nones(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [drop_nones(v) for v in value if v is not None]
-    return value
+    if isinstance(value, (str, int, float)) or not isinstance(value, Mapping):
+        return value
+    return {k: drop_nones(v) for k, v in value.items() if v is not None}
 
 
 def trust_env_only_for_proxies(api: ApiClient) -> None:

@@ -30,7 +30,7 @@ from slurmctl.runtime.client import KNOWN, Client, Obj, Resource, drop_nones
 from slurmctl.runtime.errors import ApiError, Conflict, Invalid, NotFound
 from slurmctl.runtime.informer import Informer
 from slurmctl.runtime.objects import meta_of
-from slurmctl.runtime.store import Store, object_key
+from slurmctl.runtime.store import Label, Store, Version, object_key
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 Segment = str | tuple[str, Any]  # a map key, or a list-map item as (key field, value)
@@ -394,8 +394,8 @@ class SelectedView(Store):
     def keys(self) -> set[str]:
         return {object_key(o) for o in self.list()}
 
-    def changes(self, namespace: str, labels: Mapping[str, str]) -> tuple[int, ...]:
-        return self._store.changes(namespace, labels)  # its objects are the viewed store's: theirs move with them
+    def changed(self, namespace: str, label: Label, since: Version | None) -> tuple[Version, frozenset[str] | None]:
+        return self._store.changed(namespace, label, since)  # its objects are the viewed store's: theirs move with them
 
     def put(self, obj: Obj) -> Obj | None:
         raise TypeError("a SelectedView is read-only; write the store it views")

@@ -23,7 +23,7 @@ from slurmctl.runtime.clock import REAL_CLOCK, Clock
 from slurmctl.runtime.errors import ApiError, Gone, ServerError
 from slurmctl.runtime.logs import kv
 from slurmctl.runtime.objects import ListPage, Shared, meta_of, view
-from slurmctl.runtime.store import Store, object_key
+from slurmctl.runtime.store import Label, Store, Version, object_key
 
 log = logging.getLogger(__name__)
 
@@ -385,8 +385,15 @@ class UnionStore(Store):
     def keys(self) -> set[str]:
         return set().union(*(s.keys() for s in self._stores))
 
-    def changes(self, namespace: str, labels: Mapping[str, str]) -> tuple[int, ...]:
-        return tuple(n for store in self._stores for n in store.changes(namespace, labels))
+    def changed(self, namespace: str, label: Label, since: Version | None) -> tuple[Version, frozenset[str] | None]:
+        versions: list[int] = []
+        keys: set[str] | None = set()
+        for store in self._stores:
+            mine = None if since is None else since[len(versions) : len(versions) + 1]
+            version, changed = store.changed(namespace, label, mine)
+            versions += version
+            keys = None if keys is None or changed is None else keys | changed
+        return tuple(versions), None if keys is None else frozenset(keys)
 
     def put(self, obj: Obj) -> Obj | None:
         raise TypeError("a UnionStore is read-only; each informer writes its own store")

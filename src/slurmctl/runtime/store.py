@@ -18,8 +18,10 @@ over a cluster of 3,584 worker pods lists them several times, and with 512 decod
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from cachetools import LRUCache
@@ -34,7 +36,14 @@ HOT_OBJECTS = 512
 # The most a store keeps decoded however large its lists: the pods of a cluster at the API's 16,384 workers and a few
 # thousand more.
 MAX_HOT_OBJECTS = 20_480
+# The labels (namespace, label pair) whose changed keys a store recalls (`Store.changed`): those asked of last, the
+# clusters whose passes run about now; and how many changes it recalls of each. A reader asking of another label, or
+# after more changes, reads its objects anew.
+LOGGED_LABELS = 32
+CHANGE_LOG = 4096
 Index = tuple[str, list[str], list[tuple[str, str]], str]
+Label = tuple[str, str]
+Version = tuple[int, ...]
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -66,8 +75,10 @@ class Store:
         self._by_label: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
         self._by_node: defaultdict[str, set[str]] = defaultdict(set)
         # (namespace, label pair) -> the number of the last put or removal of an object there carrying it, for the
-        # pairs `changes` was asked of (only those: a pod's name is a label too)
-        self._changed: dict[tuple[str, tuple[str, str]], int] = {}
+        # pairs `changed` was asked of (only those: a pod's name is a label too), and the keys put or removed since,
+        # for those asked of last
+        self._changed: dict[tuple[str, Label], int] = {}
+        self._logs: LRUCache[tuple[str, Label], _Log] = LRUCache(maxsize=LOGGED_LABELS)
         self._changes = 0
 
     def __len__(self) -> int:
@@ -92,19 +103,29 @@ class Store:
     def keys(self) -> set[str]:
         return set(self._items)
 
-    def changes(self, namespace: str, labels: Mapping[str, str]) -> tuple[int, ...]:
-        """A value that moves whenever an object in `namespace` carrying all of `labels` is put or removed (and, more
-        rarely, when one carrying only some of them is): what a reader deriving something of those objects keeps it
-        by, so that it derives it again only once they changed (a pass over a cluster of 10,240 worker pods read each
-        of them after every spec edit, which changes none)."""
-        return tuple(self._changed.setdefault((namespace, pair), self._changes) for pair in labels.items())
+    def changed(self, namespace: str, label: Label, since: Version | None) -> tuple[Version, frozenset[str] | None]:
+        """The version of the objects in `namespace` carrying `label`, which moves whenever one of them is put or
+        removed, and the keys of those put or removed after `since` (a version this method returned): None when
+        `since` is None or older than what the store recalls. What a reader deriving something of those objects keeps
+        it by: it derives it again only once they changed, and only of those that did (a pass over a cluster of
+        10,240 worker pods read each of them after every spec edit, which changes none, and after each change of
+        one)."""
+        at = (namespace, label)
+        version = self._changed.setdefault(at, self._changes)
+        log = self._logs.get(at)
+        if log is None:
+            self._logs[at] = log = _Log(floor=version)  # nothing there changed after `version`
+        return (version,), None if since is None else log.since(since[0])
 
-    def _changing(self, index: Index) -> None:
+    def _changing(self, index: Index, key: str) -> None:
         self._changes += 1
         namespace, _, labels, _ = index
         for pair in labels:
-            if (namespace, pair) in self._changed:
-                self._changed[(namespace, pair)] = self._changes
+            at = (namespace, pair)
+            if at in self._changed:
+                self._changed[at] = self._changes
+                if (log := self._logs.get(at)) is not None:
+                    log.add(self._changes, key)
 
     def put(self, obj: Obj) -> Obj | None:
         """Insert or replace; returns the previous object. `obj` is held as it is when it is `Shared` (an informer's),
@@ -121,7 +142,7 @@ class Store:
         else:
             self._items[key] = held
         self._indexed[key] = index = _index_values(meta, obj)
-        self._changing(index)
+        self._changing(index, key)
         namespace, owners, labels, node = index
         self._by_namespace[namespace].add(key)
         for uid in owners:
@@ -142,7 +163,7 @@ class Store:
 
     def _unindex(self, key: str) -> None:
         index = self._indexed.pop(key)
-        self._changing(index)
+        self._changing(index, key)
         namespace, owners, labels, node = index
         _discard(self._by_namespace, namespace, key)
         for uid in owners:
@@ -189,6 +210,28 @@ class Store:
         hot: LRUCache[str, Obj] = LRUCache(maxsize=size)
         hot.update(self._hot)
         self._hot = hot
+
+
+@dataclass
+class _Log:
+    """The keys put or removed under one label, by the number of the change, after `floor` (at most CHANGE_LOG)."""
+
+    floor: int
+    numbers: list[int] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+
+    def add(self, number: int, key: str) -> None:
+        self.numbers.append(number)
+        self.keys.append(key)
+        if len(self.numbers) > CHANGE_LOG:
+            half = CHANGE_LOG // 2
+            self.floor = self.numbers[half - 1]
+            del self.numbers[:half], self.keys[:half]
+
+    def since(self, number: int) -> frozenset[str] | None:
+        if number < self.floor:
+            return None
+        return frozenset(self.keys[bisect_right(self.numbers, number) :])
 
 
 def _discard(index: defaultdict[Any, set[str]], value: Any, key: str) -> None:

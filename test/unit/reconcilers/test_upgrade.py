@@ -3,6 +3,7 @@ run, stage by stage in Slurm's order; the refusals; the images it renders; the b
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -17,9 +18,11 @@ OLD, NEW = "24.11", "26.05"
 DESIRED = {"accounting": 1, "controller": 1, "workers": 2, "login": 1, "rest": 1}
 
 
-def pods(lines: Mapping[str, Sequence[str]], *, not_ready: Sequence[str] = ()) -> dict[str, list[PodLine]]:
+def pods(lines: Mapping[str, Sequence[str]], *, not_ready: Sequence[str] = ()) -> dict[str, Counter[PodLine]]:
     """Each component's pods by line ('24.11' or '26.05'); `not_ready`: components whose new-line pods are not ready."""
-    return {c: [PodLine(line, c not in not_ready or line != NEW) for line in found] for c, found in lines.items()}
+    return {
+        c: Counter(PodLine(line, c not in not_ready or line != NEW) for line in found) for c, found in lines.items()
+    }
 
 
 ALL_OLD = {"accounting": [OLD], "controller": [OLD], "workers": [OLD, OLD], "login": [OLD], "rest": [OLD]}

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.observed import ordinal
 from slurmctl.reconcilers.worker_pods import WorkerPods
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD, STATEFULSET
-from slurmctl.runtime import Request
+from slurmctl.runtime import Cache, Request
+from slurmctl.runtime.store import Store
 from test.unit.reconcilers.env import NAME, NS, Env, spec
 
 CPU = f"{NAME}-worker-cpu"
@@ -69,6 +73,73 @@ async def test_the_pods_are_read_once_until_one_of_them_changes() -> None:
         assert pods.record(NAME, NS).seen[2].has_address
         await env.fake.delete(*POD, f"{CPU}-0", namespace=NS)
         assert list(pods.record(NAME, NS).pods) == [f"{CPU}-1", f"{CPU}-2"]
+
+
+class _OneStore(Cache):
+    """A cache of one store (of pods): what a record reads, without a manager."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__({})
+        self._store = store
+
+    def store(self, api_version: str, kind: str) -> Store:
+        return self._store
+
+
+def _worker(name: str, cluster: str, component: str, group: str, ready: bool, elastic: bool) -> dict[str, Any]:
+    labels = meta.labels(cluster, component, **{meta.LABEL_WORKER_GROUP: group})
+    kind = "SlurmCluster" if elastic else "StatefulSet"  # an elastic pod's owner is its cluster
+    owner = {"apiVersion": "v1", "kind": kind, "name": cluster, "uid": "u", "controller": True}
+    metadata = {"name": name, "namespace": NS, "labels": labels, "uid": f"{name}-{ready}", "ownerReferences": [owner]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "status": {"conditions": [{"type": "Ready", "status": str(ready)}]},
+    }
+
+
+POD_NAMES = st.sampled_from([f"{NAME}-worker-{g}-{i}" for g in ("a", "b", "b-x") for i in (0, 1, 2, 10)])
+WORKER_OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("put"),
+            st.builds(
+                _worker, POD_NAMES, st.sampled_from([NAME, "other"]), st.sampled_from(["workers", "worker", "login"]),
+                st.sampled_from(["a", "b", "b-x"]), st.booleans(), st.booleans(),
+            ),
+        ),
+        st.tuples(st.just("remove"), POD_NAMES.map(lambda name: f"{NS}/{name}")),
+    ),
+    max_size=30,
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(WORKER_OPERATIONS, WORKER_OPERATIONS)
+def test_a_record_made_of_the_pods_that_changed_is_the_record_read_anew(before: list[Any], after: list[Any]) -> None:
+    """After a pod changes, the record is the one before with the changed pods read anew and their groups made again
+    (the others carried over with what was derived of them): whatever comes, changes groups or goes, it answers as a
+    record made of every pod would."""
+    store = Store(encoded=True, hot=4)
+    kept = WorkerPods(_OneStore(store), LABELS)
+    for operations in (before, after):
+        for op, arg in operations:
+            store.put(arg) if op == "put" else store.remove(arg)
+            record = kept.record(NAME, NS)
+            fresh = WorkerPods(_OneStore(store), LABELS).record(NAME, NS)
+            assert list(record.pods.items()) == list(fresh.pods.items())
+            assert record.seen == fresh.seen
+            assert record.by_group == fresh.by_group
+            assert record.elastic == fresh.elastic
+            assert record.groups_with(elastic=False) == fresh.groups_with(elastic=False)
+            for group in ("a", "b", "b-x"):
+                assert record.in_service(group, 2) == fresh.in_service(group, 2)
+                wanted = meta.selector(NAME, "workers", **{meta.LABEL_WORKER_GROUP: group})
+                assert record.selected(group, wanted) == fresh.selected(group, wanted)
+            selectors = {f"{NAME}-worker-a": meta.selector(NAME, "workers", **{meta.LABEL_WORKER_GROUP: "a"})}
+            assert record.unselected(selectors) == fresh.unselected(selectors)
+        assert kept.record(NAME, NS) is kept.record(NAME, NS)  # nothing changed: the same record
 
 
 async def test_statefulsets_are_the_clusters_own() -> None:

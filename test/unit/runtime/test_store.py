@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from slurmctl.runtime.informer import UnionStore
 from slurmctl.runtime.objects import ObjectMeta, meta_of
-from slurmctl.runtime.store import Store
+from slurmctl.runtime.store import CHANGE_LOG, LOGGED_LABELS, Store
 
 NAMES = st.sampled_from(["a", "b", "c", "d", "e"])
 
@@ -148,23 +148,50 @@ def test_a_view_of_a_held_object_is_decoded_once_and_a_changed_one_reads_anew(op
 
 @settings(max_examples=300, deadline=None)
 @given(OPERATIONS, OPERATIONS)
-def test_what_is_derived_of_some_objects_is_derived_again_exactly_when_they_changed(
+def test_what_is_derived_of_some_objects_is_derived_again_exactly_of_those_that_changed(
     before: list[Any], after: list[Any]
 ) -> None:
-    """A reader keeps what it derived of the objects a selector lists by `changes` (a pass over 10,240 worker pods
-    after every spec edit): whenever those objects differ, the value moved; nothing a reader asked of is missed."""
+    """A reader keeps what it derived of the objects under a label by `changed` (a pass over 10,240 worker pods
+    after every spec edit, and after every change of one of them): whenever those objects differ, the version moved,
+    and reading again only the keys it names gives what a list gives; nothing a reader asked of is missed."""
     store = Store(encoded=True, hot=2)
     union = UnionStore([Store(), store])  # an informer per watched namespace
-    selectors = [("ns", {"component": "workers"}), ("other", {"component": "login"})]
+    selectors = [("ns", ("component", "workers")), ("other", ("component", "login"))]
     for op, arg in before:
         store.put(arg) if op == "put" else store.remove(arg)
-    seen = [
-        (reader, reader.changes(ns, labels), reader.list(namespace=ns, labels=labels))
-        for reader in (store, union)
-        for ns, labels in selectors
-    ]
+    readers = [(reader, ns, label) for reader in (store, union) for ns, label in selectors]
+    kept = [(reader.changed(ns, label, None)[0], _listed(reader, ns, label)) for reader, ns, label in readers]
     for op, arg in after:
         store.put(arg) if op == "put" else store.remove(arg)
-        for (reader, value, listed), (ns, labels) in zip(seen, selectors * 2, strict=True):
-            if reader.list(namespace=ns, labels=labels) != listed:
-                assert reader.changes(ns, labels) != value
+        for k, ((reader, ns, label), (version, listed)) in enumerate(zip(readers, kept, strict=True)):
+            now, changed = reader.changed(ns, label, version)
+            assert changed is not None  # well within what a store recalls
+            for key in changed:
+                listed.pop(key, None)
+                obj = reader.get(key)
+                if obj is not None and obj["metadata"]["labels"].get(label[0]) == label[1]:
+                    listed[key] = obj
+            assert dict(sorted(listed.items())) == _listed(reader, ns, label)
+            assert changed or now == version
+            kept[k] = (now, listed)
+
+
+def _listed(store: Store, namespace: str, label: tuple[str, str]) -> dict[str, Any]:
+    return {f"{namespace}/{o['metadata']['name']}": o for o in store.list(namespace=namespace, labels=dict([label]))}
+
+
+def test_a_reader_further_behind_than_the_store_recalls_reads_everything_again() -> None:
+    """The store recalls CHANGE_LOG changes of the LOGGED_LABELS labels asked of last: beyond that, `changed` says
+    nothing (None) rather than too little."""
+    store = Store()
+    label = ("component", "workers")
+    first, _ = store.changed("ns", label, None)
+    for n in range(CHANGE_LOG + 1):
+        store.put(_obj("abcde"[n % 5], "ns", "u1", "workers", n))
+    assert store.changed("ns", label, first)[1] is None
+    now, _ = store.changed("ns", label, first)
+    assert store.changed("ns", label, now) == (now, frozenset())
+    for n in range(LOGGED_LABELS):
+        store.changed("ns", ("other", str(n)), None)
+    store.put(_obj("a", "ns", "u1", "workers", 9))
+    assert store.changed("ns", label, now)[1] is None
