@@ -389,7 +389,7 @@ class UnionStore(Store):
         versions: list[int] = []
         keys: set[str] | None = set()
         for store in self._stores:
-            mine = None if since is None else since[len(versions) : len(versions) + 1]
+            mine = None if since is None else since[len(versions) : len(versions) + 2]  # a store's: (store, number)
             version, changed = store.changed(namespace, label, mine)
             versions += version
             keys = None if keys is None or changed is None else keys | changed

@@ -22,6 +22,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import count
 from typing import Any
 
 from cachetools import LRUCache
@@ -44,6 +45,7 @@ CHANGE_LOG = 4096
 Index = tuple[str, list[str], list[tuple[str, str]], str]
 Label = tuple[str, str]
 Version = tuple[int, ...]
+_STORES = count()  # each store's number: a version is only ever compared with its own store's
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -80,6 +82,7 @@ class Store:
         self._changed: dict[tuple[str, Label], int] = {}
         self._logs: LRUCache[tuple[str, Label], _Log] = LRUCache(maxsize=LOGGED_LABELS)
         self._changes = 0
+        self._number = next(_STORES)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -106,7 +109,8 @@ class Store:
     def changed(self, namespace: str, label: Label, since: Version | None) -> tuple[Version, frozenset[str] | None]:
         """The version of the objects in `namespace` carrying `label`, which moves whenever one of them is put or
         removed, and the keys of those put or removed after `since` (a version this method returned): None when
-        `since` is None or older than what the store recalls. What a reader deriving something of those objects keeps
+        `since` is None, another store's (an informer's store is its own for its lifetime) or older than what the
+        store recalls. What a reader deriving something of those objects keeps
         it by: it derives it again only once they changed, and only of those that did (a pass over a cluster of
         10,240 worker pods read each of them after every spec edit, which changes none, and after each change of
         one)."""
@@ -115,7 +119,9 @@ class Store:
         log = self._logs.get(at)
         if log is None:
             self._logs[at] = log = _Log(floor=version)  # nothing there changed after `version`
-        return (version,), None if since is None else log.since(since[0])
+        if since is None or len(since) != 2 or since[0] != self._number:  # not a version of this store
+            return (self._number, version), None
+        return (self._number, version), log.since(since[1])
 
     def _changing(self, index: Index, key: str) -> None:
         self._changes += 1

@@ -181,8 +181,8 @@ def _listed(store: Store, namespace: str, label: tuple[str, str]) -> dict[str, A
 
 
 def test_a_reader_further_behind_than_the_store_recalls_reads_everything_again() -> None:
-    """The store recalls CHANGE_LOG changes of the LOGGED_LABELS labels asked of last: beyond that, `changed` says
-    nothing (None) rather than too little."""
+    """The store recalls CHANGE_LOG changes of the LOGGED_LABELS labels asked of last: beyond that, or asked with
+    another store's version, `changed` says nothing (None) rather than too little."""
     store = Store()
     label = ("component", "workers")
     first, _ = store.changed("ns", label, None)
@@ -191,6 +191,7 @@ def test_a_reader_further_behind_than_the_store_recalls_reads_everything_again()
     assert store.changed("ns", label, first)[1] is None
     now, _ = store.changed("ns", label, first)
     assert store.changed("ns", label, now) == (now, frozenset())
+    assert Store().changed("ns", label, now)[1] is None, "another store's version"
     for n in range(LOGGED_LABELS):
         store.changed("ns", ("other", str(n)), None)
     store.put(_obj("a", "ns", "u1", "workers", 9))
