@@ -5,10 +5,10 @@ made again from the last one, group by group.
 Why: at 10,240 workers each of those passes read every pod again (the cache's list, `WorkerPod.of` four times over,
 the groups with elastic or fixed pods, the pods no StatefulSet selects), also after a spec edit, which changes no pod:
 most of what a size edit waited for before its StatefulSet was written (docs/performance.md). The record is kept by the
-cache's change count of the cluster's worker pods (`Cache.changes`), so a pass after an edit reads it as it was. A pod
-that changed (a new one, a condition the node loop wrote) makes a new record, but what was derived of each group's
-pods alone (`GroupPods`) is carried into it for every group none of whose pods changed: the cache hands out the same
-object for a pod until it changes, so a group whose objects are the same ones is the same group. What an edit waits
+version of the cluster's worker pods in the cache (`Cache.changed`), so a pass after an edit reads it as it was. A pod
+that changed (a new one, a condition the node loop wrote: the last write before an edit, most often) makes a new
+record of the one before and the pods the cache names as changed (`PodRecord.updated`), and what was derived of each
+group's pods alone (`GroupPods`) is carried into it for every group none of whose pods changed. What an edit waits
 for is then a pass over the groups, not over the pods.
 """
 
