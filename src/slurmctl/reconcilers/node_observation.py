@@ -25,7 +25,6 @@ from slurmctl.reconcilers.loading import Loaded
 from slurmctl.reconcilers.lost_nodes import LostVerdict, NotReadyClock, judge_lost
 from slurmctl.reconcilers.maintenance_gate import rolls_allowed
 from slurmctl.reconcilers.observed import Live, WorkerPod, control_plane, node_ready, unschedulable
-from slurmctl.reconcilers.plan import Obj
 from slurmctl.reconcilers.preemption import preemption_taint
 from slurmctl.reconcilers.slurm_snapshot import NODE_LOOP_MAX_AGE, SlurmSnapshot
 from slurmctl.reconcilers.worker_pods import WorkerPods
@@ -55,8 +54,9 @@ class NodeObservation:
 
     loaded: Loaded
     now: datetime
-    pods: tuple[Obj, ...]  # the worker pods, by name (their conditions and labels are compared with what is due)
-    workers: tuple[WorkerPod, ...]
+    workers: tuple[
+        WorkerPod, ...
+    ]  # the worker pods, by name (their conditions and labels are compared with what is due)
     standby: tuple[WorkerPod, ...] = ()
     cordoned: frozenset[str] = frozenset()  # worker pods on a cordoned Kubernetes node
     preempted: Mapping[str, str] = field(default_factory=dict)  # worker pod -> the preemption taint of its node
@@ -114,8 +114,8 @@ class NodeObserver:
         to read Slurm afresh for them."""
         c, ns, slurm = loaded.name, loaded.namespace, self.ctx.slurm
         record = self.workers.record(c, ns)
-        pods, workers = tuple(record.pods.values()), record.seen
-        base = NodeObservation(loaded, now(), pods, workers, hold=self.ctx.max_eviction_hold)
+        workers = record.seen
+        base = NodeObservation(loaded, now(), workers, hold=self.ctx.max_eviction_hold)
         if not loaded.cluster.spec.rest.enabled or slurm.address(c, ns) is None:
             why = "spec.rest.enabled is false" if not loaded.cluster.spec.rest.enabled else "no ready slurmrestd pod"
             slurm.unreachable(c, ns, why)

@@ -156,7 +156,6 @@ def plan_status(obs: NodeObservation, repair: RepairPlan, gone: Iterable[str]) -
     """Slurm answered and the repair was carried out (`gone`: the pods it deleted): the marks from this snapshot."""
     mine, running = obs.nodes, obs.running
     left = set(gone)
-    pods = [pod for pod in obs.pods if pod["metadata"]["name"] not in left]
     workers = [worker for worker in obs.workers if worker.name not in left]
     ns = obs.loaded.namespace
     # From this snapshot; a node drained or resumed just now is judged again on the next pass.
@@ -173,8 +172,8 @@ def plan_status(obs: NodeObservation, repair: RepairPlan, gone: Iterable[str]) -
         after = min(after, NODE_LOOP_MAX_AGE)
     if obs.lost.next_check is not None:
         after = max(min(after, obs.lost.next_check), 0.5)
-    labels = evictable_intents(ns, pods, may_go)
-    conditions = condition_intents(ns, pods, mine, obs.now)
+    labels = evictable_intents(ns, workers, may_go)
+    conditions = condition_intents(ns, workers, mine, obs.now)
     room = max(0, MAX_MARKS_PER_PASS - len(labels))
     if len(labels) + len(conditions) > MAX_MARKS_PER_PASS:
         after = MARKS_AGAIN_SECONDS
@@ -192,7 +191,7 @@ def plan_outage(obs: NodeObservation, memory: NodeMemory, error: str) -> tuple[S
     events = tuple(
         Note("Warning", "EvictionHoldExpired", held_message(name, obs.hold)) for name in sorted(obs.held.new)
     )
-    marks = tuple(evictable_intents(obs.loaded.namespace, obs.pods, obs.held.pods))
+    marks = tuple(evictable_intents(obs.loaded.namespace, obs.workers, obs.held.pods))
     if not error:
         again = POLL_SECONDS if obs.hold else None  # the hold's count goes on; else Slurm's return wakes the loop
         return StatusPlan(evictable=marks, events=events, requeue_after=again), memory

@@ -76,6 +76,8 @@ def worker_replicas(statefulsets: Iterable[Live]) -> dict[str, int]:
 
 
 REVISION_LABEL = "controller-revision-hash"  # set by the StatefulSet controller on each pod
+# The condition the Slurm node loop keeps on each worker pod: its Slurm node's state (reconcilers/slurm_marks.py).
+SLURM_NODE_STATE = "SlurmNodeState"
 
 
 def outdated_pods(statefulset: Live | None, pods: Iterable[WorkerPod]) -> list[str] | None:
@@ -200,6 +202,7 @@ class WorkerPod:
     labels: Mapping[str, str] = field(default_factory=dict)
     elastic: bool = False  # `is_elastic`
     revision: str | None = None  # the template revision the StatefulSet controller labelled it with; None: none
+    slurm_state: Condition | None = None  # its SLURM_NODE_STATE condition; None: none yet
 
     @classmethod
     def of(cls, live: Live) -> WorkerPod:
@@ -224,6 +227,7 @@ class WorkerPod:
             labels=md.labels,
             elastic=is_elastic(md),
             revision=md.labels.get(REVISION_LABEL),
+            slurm_state=condition(pod.status.conditions, SLURM_NODE_STATE),
         )
 
     @cached_property

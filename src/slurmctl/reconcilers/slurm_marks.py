@@ -14,8 +14,9 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from slurmctl.reconcilers.observed import WorkerPod, condition_of
+from slurmctl.reconcilers.observed import SLURM_NODE_STATE, WorkerPod
 from slurmctl.reconcilers.plan import Obj
+from slurmctl.reconcilers.views import Condition
 from slurmctl.render import meta
 from slurmctl.render.kinds import POD
 from slurmctl.runtime import Event, EventType, Manager, NotFound
@@ -26,7 +27,6 @@ from slurmctl.slurm import Node
 
 log = logging.getLogger(__name__)
 
-CONDITION = "SlurmNodeState"
 FIELD_MANAGER = "slurmctl-slurm-nodes"
 # The evictable label is applied to the pod itself, not /status: a field manager of its own, so that neither apply
 # drops the other's fields (API servers before 1.22 do not tell a manager's /status fields from its others).
@@ -47,7 +47,7 @@ def _without_marks(pod: Mapping[str, Any]) -> dict[str, Any]:
     metadata = {k: v for k, v in (pod.get("metadata") or {}).items() if k not in ("resourceVersion", "managedFields")}
     metadata["labels"] = {k: v for k, v in (metadata.get("labels") or {}).items() if k != meta.LABEL_EVICTABLE}
     status = dict(pod.get("status") or {})
-    status["conditions"] = [c for c in status.get("conditions") or () if c.get("type") != CONDITION]
+    status["conditions"] = [c for c in status.get("conditions") or () if c.get("type") != SLURM_NODE_STATE]
     return {**pod, "metadata": metadata, "status": status}
 
 
@@ -59,13 +59,13 @@ def node_state(node: Node | None) -> tuple[str, str, str]:
     return ("True" if display in _USABLE else "False"), display, node.reason  # CamelCase: a valid condition reason
 
 
-def node_condition(node: Node | None, live: Mapping[str, Any] | None, at: datetime) -> dict[str, Any]:
+def node_condition(node: Node | None, live: Condition | None, at: datetime) -> dict[str, Any]:
     """The pod condition for a Slurm node; lastTransitionTime (`at` when it flips) is kept while the status does not
     flip, so an unchanged state renders an identical intent (and no write)."""
     status, reason, message = node_state(node)
-    since = live.get("lastTransitionTime") if live and live.get("status") == status else None
+    since = live.last_transition_time if live is not None and live.status == status else ""
     return {
-        "type": CONDITION,
+        "type": SLURM_NODE_STATE,
         "status": status,
         "reason": reason,
         "message": message,
@@ -73,39 +73,36 @@ def node_condition(node: Node | None, live: Mapping[str, Any] | None, at: dateti
     }
 
 
-def condition_intents(
-    namespace: str, pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Node], at: datetime
-) -> list[Obj]:
+def condition_intents(namespace: str, pods: Iterable[WorkerPod], nodes: Mapping[str, Node], at: datetime) -> list[Obj]:
     """Each started pod's SlurmNodeState condition, from its Slurm node in `nodes` (by the pod's name), where it
     differs from what the pod carries. Compared before it is built: at 10,240 workers nearly every pod's is unchanged
     on each pass."""
     out = []
     for pod in pods:
-        worker = WorkerPod.of(pod)
-        if worker.terminating or not worker.has_address:
+        if pod.terminating or not pod.has_address:
             continue
-        live = condition_of(pod, CONDITION)
-        node = nodes.get(worker.name)
-        if live is not None and live.get("lastTransitionTime"):
-            status, reason, message = node_state(node)
-            if (live.get("status"), live.get("reason"), live.get("message") or "") == (status, reason, message):
-                continue  # what node_condition would build, lastTransitionTime kept
-        out.append(_pod(worker.name, namespace, status={"conditions": [node_condition(node, live, at)]}))
+        live, node = pod.slurm_state, nodes.get(pod.name)
+        if (
+            live is not None
+            and live.last_transition_time
+            and (live.status, live.reason, live.message) == node_state(node)
+        ):
+            continue  # what node_condition would build, lastTransitionTime kept
+        out.append(_pod(pod.name, namespace, status={"conditions": [node_condition(node, live, at)]}))
     return out
 
 
-def evictable_intents(namespace: str, pods: Iterable[Mapping[str, Any]], may_go: Collection[str]) -> list[Obj]:
+def evictable_intents(namespace: str, pods: Iterable[WorkerPod], may_go: Collection[str]) -> list[Obj]:
     """Label the pods in `may_go` evictable and take the label off every other one, only where that changes. A pod
     without an address (not started: an eviction does not wait for a pending pod) is not labelled; a pod being
     deleted is left as it is (it is going: an eviction changes nothing)."""
     out = []
     for pod in pods:
-        worker = WorkerPod.of(pod)
-        wanted = worker.name in may_go and worker.has_address
-        if worker.terminating or wanted == worker.evictable:
+        wanted = pod.name in may_go and pod.has_address
+        if pod.terminating or wanted == pod.evictable:
             continue
         labels = {meta.LABEL_EVICTABLE: "true"} if wanted else None
-        out.append(_pod(worker.name, namespace, labels=labels))
+        out.append(_pod(pod.name, namespace, labels=labels))
     return out
 
 

@@ -113,7 +113,7 @@ class SlurmNodesReconciler:
             return None
         loaded = self.ctx.loader.load(obj)
         if isinstance(loaded, Invalid):  # Slurm was not asked: nothing is evictable
-            pods = self.workers.pods(req.name, req.namespace)
+            pods = self.workers.record(req.name, req.namespace).seen
             await self.executor.write_marks(evictable_intents(req.namespace, pods, set()))
             return None
         memory = self.memory.get(key, NodeMemory())

@@ -13,6 +13,7 @@ for the jobs answer, and no parsed copy of the document in memory.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 
 import msgspec
@@ -70,8 +71,7 @@ class Node(_Value, frozen=True):
     @property
     def base(self) -> str:
         """The base state: "IDLE", "ALLOCATED", "MIXED", "DOWN", "FUTURE", "ERROR" or "UNKNOWN"."""
-        found = sorted(self.state & NODE_BASE_STATES)
-        return found[0] if found else "UNKNOWN"
+        return _base(self.state)
 
     @property
     def drain(self) -> bool:
@@ -81,7 +81,7 @@ class Node(_Value, frozen=True):
     @property
     def busy(self) -> bool:
         """Jobs are on the node: some CPUs allocated, or jobs still completing."""
-        return self.base in ("ALLOCATED", "MIXED") or "COMPLETING" in self.state
+        return _busy(self.state)
 
     @property
     def drained(self) -> bool:
@@ -109,15 +109,33 @@ class Node(_Value, frozen=True):
         Flags that sinfo shows as a suffix (NOT_RESPONDING "*", POWERED_DOWN "~", ...) are left out: they are in
         `state`.
         """
-        if self.drain:
-            if self.busy:
-                return "Draining"
-            return "DownDrained" if self.base == "DOWN" else "Drained"
-        if "FAIL" in self.state:
-            return "Failing" if self.busy else "Fail"
-        if "COMPLETING" in self.state:
-            return "Completing"
-        return self.base.capitalize()
+        return _display(self.state)
+
+
+# A node's base state and display name depend on its state words alone, of which a cluster has a few sets: worked out
+# once a set, not once for each of 10,240 nodes on every pass of the node loop (twice: condition and counts).
+@functools.lru_cache(maxsize=256)
+def _base(state: frozenset[str]) -> str:
+    found = sorted(state & NODE_BASE_STATES)
+    return found[0] if found else "UNKNOWN"
+
+
+def _busy(state: frozenset[str]) -> bool:
+    return _base(state) in ("ALLOCATED", "MIXED") or "COMPLETING" in state
+
+
+@functools.lru_cache(maxsize=256)
+def _display(state: frozenset[str]) -> str:
+    busy = _busy(state)
+    if "DRAIN" in state:
+        if busy:
+            return "Draining"
+        return "DownDrained" if _base(state) == "DOWN" else "Drained"
+    if "FAIL" in state:
+        return "Failing" if busy else "Fail"
+    if "COMPLETING" in state:
+        return "Completing"
+    return _base(state).capitalize()
 
 
 class ExitCode(_Value, frozen=True):

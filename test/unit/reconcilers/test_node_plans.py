@@ -41,14 +41,6 @@ def worker(name: str, host: str = "node-a", *, ready: bool = True) -> WorkerPod:
     return WorkerPod(name, host, True, ready, True, False, False, f"uid-{name}", SINCE)
 
 
-def raw(name: str, *, evictable: bool = False) -> dict[str, Any]:
-    labels = {meta.LABEL_EVICTABLE: "true"} if evictable else {}
-    return {
-        "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": labels},
-        "status": {"podIP": "127.0.0.1"},
-    }
-
-
 def node(name: str, *state: str, reason: str = "") -> Node:
     return Node(name, frozenset(state or ("IDLE",)), reason, "root", SINCE if reason else None, (), (), 2, 0)
 
@@ -58,7 +50,6 @@ def observe(*nodes: Node, workers: tuple[WorkerPod, ...] | None = None, **facts:
     base = NodeObservation(
         loaded(size=2),
         NOW,
-        tuple(raw(w.name) for w in found),
         found,
         slurm=SlurmSnapshot(0.0, nodes=nodes or (node(P0), node(P1))),
     )
@@ -158,8 +149,8 @@ def test_a_pass_woken_on_a_shared_read_looks_again_once_that_read_is_too_old() -
 
 
 def test_an_outage_takes_every_evictable_label_off_but_the_holds_and_logs_each_error_once() -> None:
-    pods = (raw(P0, evictable=True), raw(P1, evictable=True))
-    obs = dataclasses.replace(observe(), pods=pods, held=Held(frozenset({P1}), frozenset({P1})), hold=30.0)
+    labelled = tuple(dataclasses.replace(worker(name), evictable=True) for name in (P0, P1))
+    obs = dataclasses.replace(observe(), workers=labelled, held=Held(frozenset({P1}), frozenset({P1})), hold=30.0)
     status, memory = plan_outage(obs, NodeMemory(), "slurmrestd: connection refused")
     assert [b["metadata"] for b in status.evictable] == [{"name": P0, "namespace": NS}], "P1 is held: stays"
     assert [(n.reason, n.type) for n in status.events] == [("EvictionHoldExpired", "Warning")]
