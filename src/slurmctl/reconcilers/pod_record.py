@@ -66,9 +66,8 @@ class PodRecord:
         members: defaultdict[str, list[str]] = defaultdict(list)
         for read in seen:
             members[read.group].append(read.name)
-        return cls(
-            by_name, seen, dict(sorted(_grouped(members, by_name, dict(zip(by_name, seen, strict=True))).items()))
-        )
+        reads = dict(zip(by_name, seen, strict=True))
+        return cls(by_name, seen, dict(sorted(_grouped(members, by_name, reads).items())))
 
     def updated(self, changed: Mapping[str, Obj | None]) -> PodRecord:
         """This record with the pods that `changed` (by name: the pod now, None when gone) read anew: the groups none
