@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -10,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -32,6 +33,16 @@ async def eventually(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
         await asyncio.sleep(interval)
+
+
+def audit_events(log: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The API server's audit events in `log` after byte `offset`, and the offset after the last of them: whole lines
+    only, as the server may be writing one (a test read a half-written event once, in CI)."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        data = f.read()
+    whole = data[: data.rfind(b"\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()], offset + len(whole)
 
 
 @dataclass(frozen=True)

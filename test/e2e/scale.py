@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -39,7 +38,7 @@ from slurmctl.reconcilers import register
 from slurmctl.reconcilers.slurm_access import TOKEN_USER, SlurmAccess
 from slurmctl.runtime import Client, Manager, ManagerOptions
 from slurmctl.slurm import SlurmClient, new_session
-from test.e2e.harness import REPO, ControlPlane, control_plane_script
+from test.e2e.harness import REPO, ControlPlane, audit_events, control_plane_script
 from test.e2e.operator import POLICY
 from test.fake_slurm.model import FakeSlurm
 
@@ -271,18 +270,15 @@ def operator_writes(audit_log: Path, offset: int, user: str, *, detail: bool = F
     """Writes by `user` in the audit log since byte `offset`, by resource (`detail`: by resource, verb and object);
     and the new offset."""
     counts: dict[str, int] = {}
-    with audit_log.open("rb") as f:
-        f.seek(offset)
-        data = f.read()
-    for line in data.splitlines():
-        event = json.loads(line)
+    events, after = audit_events(audit_log, offset)
+    for event in events:
         if event.get("user", {}).get("username") != user or event.get("verb") not in WRITE_VERBS:
             continue
         ref = event.get("objectRef", {})
         resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
         resource += f" {event['verb']} {ref.get('name', '')}" if detail else ""
         counts[resource] = counts.get(resource, 0) + 1
-    return counts, offset + len(data)
+    return counts, after
 
 
 def audit_size(audit_log: Path) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import logging
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from slurmctl.api.v1.policy import CONTROL_PLANE_LABELS
 from slurmctl.cli import main as slurmctl
 from slurmctl.render import rbac
 from test.e2e.clusters import GROUP, NAME, PLURAL, VERSION, Cluster, spec
-from test.e2e.harness import REPO, ControlPlane, control_plane_script, eventually
+from test.e2e.harness import REPO, ControlPlane, audit_events, control_plane_script, eventually
 from test.e2e.operator import (
     NAMESPACE,
     SERVICE_ACCOUNT,
@@ -317,8 +316,7 @@ async def test_apiserver_outages_cost_a_few_warning_lines_no_traceback_and_the_c
 
 def audit_entries(plane: ControlPlane, user: str) -> list[dict[str, Any]]:
     assert plane.state_dir is not None
-    log = plane.state_dir / "logs" / "audit.log"
-    entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    entries, _ = audit_events(plane.state_dir / "logs" / "audit.log")
     return [e for e in entries if (e.get("user") or {}).get("username") == user]
 
 
